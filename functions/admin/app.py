@@ -1,0 +1,113 @@
+"""Admin API (IAM auth on AWS; loopback only under `kb serve`): publish, workspaces, documents, tokens, runs."""
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from knowledge_core import bootstrap
+from knowledge_core.domain.admin_wire import (
+    BulkDocumentsRequest,
+    DocumentRequest,
+    RunEndRequest,
+    TokenRequest,
+    WorkspaceRequest,
+)
+from knowledge_core.domain.errors import InvalidRequest
+from knowledge_core.domain.models import AgentDefinition, Document, SourceDefinition, split_key
+from knowledge_core.domain.wire import parse_request
+from knowledge_core.edge import body_of, json_response, make_resolver
+from knowledge_core.observability import logger, tracer
+
+app = make_resolver()
+
+
+def _key(source: str) -> str:
+    try:
+        split_key(source)
+    except ValueError:
+        raise InvalidRequest("source: must be an exact id@version key", field="source") from None
+    return source
+
+
+@app.post("/admin/v1/sources")
+def publish_source() -> Response:
+    created = bootstrap.container().admin.publish_source(parse_request(SourceDefinition, body_of(app)))
+    return json_response({"created": created}, 201 if created else 200)
+
+
+@app.post("/admin/v1/agents")
+def publish_agent() -> Response:
+    created = bootstrap.container().admin.publish_agent(parse_request(AgentDefinition, body_of(app)))
+    return json_response({"created": created}, 201 if created else 200)
+
+
+@app.put("/admin/v1/workspaces/<route>")
+def set_workspace(route: str) -> Response:
+    request = parse_request(WorkspaceRequest, body_of(app))
+    bootstrap.container().admin.set_workspace(route, request.agent)
+    return json_response({"route": route, "agent": request.agent})
+
+
+@app.post("/admin/v1/sources/<source>/enable")
+def enable_source(source: str) -> Response:
+    bootstrap.container().admin.set_source_enabled(_key(source), True)
+    return json_response({"source": source, "enabled": True})
+
+
+@app.post("/admin/v1/sources/<source>/disable")
+def disable_source(source: str) -> Response:
+    bootstrap.container().admin.set_source_enabled(_key(source), False)
+    return json_response({"source": source, "enabled": False})
+
+
+@app.put("/admin/v1/sources/<source>/documents/<doc_id>")
+def put_document(source: str, doc_id: str) -> Response:
+    request = parse_request(DocumentRequest, body_of(app))
+    doc = Document(source_key=_key(source), doc_id=doc_id, **request.model_dump())
+    bootstrap.container().admin.put_documents([doc])
+    return json_response({"source": source, "doc_id": doc_id, "revision": doc.revision})
+
+
+@app.post("/admin/v1/sources/<source>/documents")
+def put_documents(source: str) -> Response:
+    request = parse_request(BulkDocumentsRequest, body_of(app))
+    docs = [Document(source_key=_key(source), **d.model_dump()) for d in request.documents]
+    bootstrap.container().admin.put_documents(docs)
+    return json_response({"source": source, "documents": [{"doc_id": d.doc_id, "revision": d.revision} for d in docs]})
+
+
+@app.delete("/admin/v1/sources/<source>/documents/<doc_id>")
+def delete_document(source: str, doc_id: str) -> Response:
+    bootstrap.container().admin.delete_document(_key(source), doc_id)
+    return json_response({"source": source, "doc_id": doc_id, "deleted": True})
+
+
+@app.post("/admin/v1/sources/<source>/documents/<doc_id>/enable")
+def enable_document(source: str, doc_id: str) -> Response:
+    bootstrap.container().admin.set_document_status(_key(source), doc_id, "ready")
+    return json_response({"source": source, "doc_id": doc_id, "status": "ready"})
+
+
+@app.post("/admin/v1/sources/<source>/documents/<doc_id>/disable")
+def disable_document(source: str, doc_id: str) -> Response:
+    bootstrap.container().admin.set_document_status(_key(source), doc_id, "disabled")
+    return json_response({"source": source, "doc_id": doc_id, "status": "disabled"})
+
+
+@app.post("/admin/v1/tokens")
+def issue_token() -> Response:
+    request = parse_request(TokenRequest, body_of(app))
+    token, session = bootstrap.container().access.issue_token(**request.model_dump())
+    return json_response({"token": token, "session_id": session.session_id, "expires_at": session.expires_at}, 201)
+
+
+@app.post("/admin/v1/runs/<run_id>/end")
+def end_run(run_id: str) -> Response:
+    request = parse_request(RunEndRequest, body_of(app))
+    bootstrap.container().admin.end_run(run_id, request.state)
+    return json_response({"run_id": run_id, "state": request.state})
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
+    return app.resolve(event, context)

@@ -1,0 +1,23 @@
+"""GET /agent-api/v1/workspaces/{route}/knowledge/capabilities — protocol negotiation (A-CAP)."""
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from knowledge_core import bootstrap
+from knowledge_core.edge import json_response, make_resolver, principal_of
+from knowledge_core.observability import logger, metrics, tracer
+
+app = make_resolver()
+
+
+@app.get("/agent-api/v1/workspaces/<route>/knowledge/capabilities")
+def capabilities(route: str) -> Response:
+    body = bootstrap.container().knowledge.capabilities(principal_of(app), route)
+    return json_response(body)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
+    return app.resolve(event, context)

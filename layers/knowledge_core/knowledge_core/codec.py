@@ -1,0 +1,143 @@
+"""Self-contained HMAC-SHA256 references and cursors (A-REF).
+
+Keys are derived from the server token secret with distinct labels, so a cursor can never pass as a
+ref (nor the reverse). Payloads carry binding digests rather than raw identities; verification uses a
+constant-time compare and an injectable clock."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+
+from .domain.errors import ReferenceExpired, ReferenceInvalid
+from .domain.models import Principal
+from .ports import Clock
+
+REF_LABEL = b"bailing.agent-knowledge.v1/ref"
+CURSOR_LABEL = b"bailing.agent-knowledge.v1/cursor"
+REFERENCE_TTL_SECONDS = 300
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def identity_digest(principal: Principal, route: str, run_id: str | None) -> str:
+    """Binds client, session, subject/on_behalf_of, route and the optional run."""
+    parts = [principal.client_id, principal.session_id, principal.subject, principal.on_behalf_of or "",
+             route, run_id or ""]
+    return _b64(hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode("utf-8")).digest())
+
+
+@dataclass(frozen=True)
+class RefClaims:
+    identity: str
+    scope: str  # knowledge scope revision (hex prefix)
+    source_key: str
+    doc_id: str
+    revision: str  # document revision
+    expires_at: int
+
+
+@dataclass(frozen=True)
+class CursorClaims:
+    ref_digest: str
+    offset: int
+    expires_at: int
+
+
+def _scope_tag(scope_revision: str) -> str:
+    return scope_revision[:32]
+
+
+class TokenCodec:
+    def __init__(self, secret: bytes, clock: Clock, ttl_seconds: int = REFERENCE_TTL_SECONDS) -> None:
+        if len(secret) < 16:
+            raise ValueError("token secret must be at least 16 bytes")
+        self._ref_key = hmac.new(secret, REF_LABEL, hashlib.sha256).digest()
+        self._cursor_key = hmac.new(secret, CURSOR_LABEL, hashlib.sha256).digest()
+        self._clock = clock
+        self.ttl_seconds = ttl_seconds
+
+    # --- refs ---------------------------------------------------------------------------------
+    def issue_ref(self, *, identity: str, scope_revision: str, source_key: str, doc_id: str,
+                  revision: str) -> tuple[str, int]:
+        expires_at = int(self._clock.now()) + self.ttl_seconds
+        payload = {"t": "ref", "i": identity, "s": _scope_tag(scope_revision), "k": source_key, "d": doc_id,
+                   "r": revision.removeprefix("sha256:"), "e": expires_at}
+        return self._seal(self._ref_key, payload), expires_at
+
+    def open_ref(self, token: str, *, identity: str) -> RefClaims:
+        """MAC, shape and identity first (400), then expiry (410). Scope and document are the caller's."""
+        p = self._unseal(self._ref_key, token, "ref")
+        try:
+            claims = RefClaims(identity=p["i"], scope=p["s"], source_key=p["k"], doc_id=p["d"],
+                               revision="sha256:" + p["r"], expires_at=p["e"])
+            if not all(isinstance(v, str) for v in (claims.identity, claims.scope, claims.source_key,
+                                                   claims.doc_id, p["r"])) or type(claims.expires_at) is not int:
+                raise TypeError
+        except (KeyError, TypeError):
+            raise ReferenceInvalid() from None
+        if not hmac.compare_digest(claims.identity, identity):
+            raise ReferenceInvalid()
+        if claims.expires_at <= self._clock.now():
+            raise ReferenceExpired()
+        return claims
+
+    @staticmethod
+    def scope_matches(claims: RefClaims, scope_revision: str) -> bool:
+        return hmac.compare_digest(claims.scope, _scope_tag(scope_revision))
+
+    # --- cursors --------------------------------------------------------------------------------
+    def issue_cursor(self, *, ref: str, offset: int, expires_at: int) -> str:
+        return self._seal(self._cursor_key, {"t": "cur", "f": self.ref_digest(ref), "o": offset, "e": expires_at})
+
+    def open_cursor(self, cursor: str, *, ref: str) -> CursorClaims:
+        p = self._unseal(self._cursor_key, cursor, "cur")
+        try:
+            claims = CursorClaims(ref_digest=p["f"], offset=p["o"], expires_at=p["e"])
+            if type(claims.offset) is not int or claims.offset < 0 or not isinstance(claims.ref_digest, str):
+                raise TypeError
+        except (KeyError, TypeError):
+            raise ReferenceInvalid("cursor is invalid") from None
+        if not hmac.compare_digest(claims.ref_digest, self.ref_digest(ref)):
+            raise ReferenceInvalid("cursor does not belong to this ref")
+        if type(claims.expires_at) is not int or claims.expires_at <= self._clock.now():
+            raise ReferenceExpired()
+        return claims
+
+    @staticmethod
+    def ref_digest(ref: str) -> str:
+        return _b64(hashlib.sha256(ref.encode("utf-8")).digest()[:16])
+
+    # --- sealing --------------------------------------------------------------------------------
+    @staticmethod
+    def _seal(key: bytes, payload: dict) -> str:
+        body = _b64(json.dumps(payload, separators=(",", ":"), ensure_ascii=True).encode("ascii"))
+        mac = _b64(hmac.new(key, body.encode("ascii"), hashlib.sha256).digest())
+        return f"{body}.{mac}"
+
+    @staticmethod
+    def _unseal(key: bytes, token: str, kind: str) -> dict:
+        invalid = ReferenceInvalid() if kind == "ref" else ReferenceInvalid("cursor is invalid")
+        body, sep, mac = token.partition(".")
+        if not sep or not body or not mac or not token.isascii():
+            raise invalid
+        expected = _b64(hmac.new(key, body.encode("ascii"), hashlib.sha256).digest())
+        if not hmac.compare_digest(mac, expected):
+            raise invalid
+        try:
+            payload = json.loads(_unb64(body))
+        except (ValueError, binascii.Error):
+            raise invalid from None
+        if not isinstance(payload, dict) or payload.get("t") != kind:
+            raise invalid
+        return payload

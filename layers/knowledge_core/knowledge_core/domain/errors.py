@@ -1,0 +1,95 @@
+"""Typed errors of the domain core. The edge maps them to HTTP or tool results by type, never by text."""
+
+from __future__ import annotations
+
+
+class KnowledgeError(Exception):
+    """Base of every error the core raises on purpose. `code` and `status` are the wire contract."""
+
+    code = "internal_error"
+    status = 500
+    default_message = "internal error"
+
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        self.message = message or self.default_message
+        self.field = field
+        super().__init__(self.message)
+
+    def body(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+class InvalidRequest(KnowledgeError):
+    code, status, default_message = "invalid_request", 400, "invalid request"
+
+
+class Unauthorized(KnowledgeError):
+    code, status, default_message = "unauthorized", 401, "missing or invalid bearer token"
+
+
+class Forbidden(KnowledgeError):
+    code, status, default_message = "forbidden", 403, "route not allowed for this principal"
+
+
+class NotFound(KnowledgeError):
+    code, status, default_message = "not_found", 404, "not found"
+
+
+class RunNotFound(KnowledgeError):
+    code, status, default_message = "run_not_found", 404, "run not found"
+
+
+class RunNotReady(KnowledgeError):
+    code, status, default_message = "run_not_ready", 409, "run is not in context_ready state"
+
+
+class Conflict(KnowledgeError):
+    code, status, default_message = "conflict", 409, "conflicting definition"
+
+
+class TurnConflict(KnowledgeError):
+    code, status, default_message = "turn_conflict", 409, "turn_id was used with a different request"
+
+
+class ReferenceInvalid(KnowledgeError):
+    code, status, default_message = "knowledge_reference_invalid", 400, "knowledge reference is invalid"
+
+
+class ReferenceExpired(KnowledgeError):
+    code, status, default_message = "knowledge_reference_expired", 410, "knowledge reference expired; search again"
+
+
+class ScopeChanged(KnowledgeError):
+    code, status, default_message = (
+        "knowledge_scope_changed",
+        409,
+        "knowledge configuration changed; search again",
+    )
+
+
+class KnowledgeChanged(KnowledgeError):
+    code, status, default_message = "knowledge_changed", 409, "document changed or is no longer visible; search again"
+
+
+class KnowledgeUnavailable(KnowledgeError):
+    code, status, default_message = "knowledge_unavailable", 503, "knowledge service unavailable"
+
+
+class StateUnavailable(KnowledgeError):
+    """The state store (DynamoDB) is unreachable or throttled."""
+
+    code, status, default_message = "service_unavailable", 503, "service temporarily unavailable"
+
+
+class SourceFailure(Exception):
+    """A knowledge source could not answer. `kind` is transient (timeout/unavailable/throttled) or not."""
+
+    TRANSIENT = frozenset({"timeout", "unavailable", "throttled"})
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        self.kind = kind
+        super().__init__(detail or kind)
+
+    @property
+    def transient(self) -> bool:
+        return self.kind in self.TRANSIENT

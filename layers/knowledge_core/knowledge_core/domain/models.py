@@ -1,0 +1,291 @@
+"""Domain models: knowledge sources, agents (with knowledgeRouting, R-CFG), workspaces, documents,
+principals and runs. Definitions use the camelCase of the definition files; pure pydantic, no I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$"
+ROUTE_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+DOC_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
+MAX_BODY_BYTES = 5 * 1024 * 1024
+
+Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+Version = Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+def source_key(id_: str, version: str) -> str:
+    return f"{id_}@{version}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    id_, sep, version = key.partition("@")
+    if not sep or not re.match(ID_PATTERN, id_) or not re.match(VERSION_PATTERN, version):
+        raise ValueError(f"not an exact id@version key: {key!r}")
+    return id_, version
+
+
+class KnowledgeRef(Strict):
+    """An exact `{id, version}` pointer to a knowledge source."""
+
+    id: Ident
+    version: Version
+
+    @property
+    def key(self) -> str:
+        return source_key(self.id, self.version)
+
+
+# --- knowledge sources --------------------------------------------------------------------------
+
+
+class SourceDefinition(Strict):
+    """The immutable part of a knowledge source version."""
+
+    id: Ident
+    version: Version
+    description: Annotated[str, StringConstraints(max_length=2000)] = ""
+    tags: Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=64)]], Field(max_length=16)] = []
+    top_k: Annotated[int, Field(ge=1, le=10, alias="topK")] = 5
+    min_score: Annotated[float, Field(ge=0, alias="minScore")] = 0.0
+
+    @field_validator("min_score", mode="before")
+    @classmethod
+    def _int_score(cls, value: Any) -> Any:
+        # JSON has one number type: 0 is as much a score as 0.0.
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @property
+    def key(self) -> str:
+        return source_key(self.id, self.version)
+
+
+class SourceState(BaseModel):
+    """The mutable switches of a published source."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["active", "revoked"] = "active"
+    enabled: bool = True
+    lease_until: str | None = None  # ISO-8601 UTC; None = no lease required
+
+
+class Source(BaseModel):
+    definition: SourceDefinition
+    state: SourceState = SourceState()
+
+    @property
+    def key(self) -> str:
+        return self.definition.key
+
+
+# --- agents and knowledgeRouting (R-CFG) ---------------------------------------------------------
+
+
+RoutingMode = Literal["EAGER", "AUTO", "ON_DEMAND"]
+TOOL_MODES = ("AUTO", "ON_DEMAND")
+
+
+class RoutingRule(Strict):
+    knowledge: KnowledgeRef
+    query_terms: Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=64)]],
+                           Field(max_length=16, alias="queryTerms")] = []
+    tags: Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=64)]], Field(max_length=16)] = []
+    context_equals: Annotated[dict[str, str], Field(max_length=16, alias="contextEquals")] = {}
+    always: bool = False
+    priority: Annotated[int, Field(ge=0, le=100)] = 0
+
+    @field_validator("query_terms")
+    @classmethod
+    def _distinct_terms(cls, value: list[str]) -> list[str]:
+        lowered = [v.lower() for v in value]
+        if len(set(lowered)) != len(lowered):
+            raise ValueError("queryTerms must be distinct (case-insensitive)")
+        return value
+
+    @model_validator(mode="after")
+    def _has_condition(self) -> RoutingRule:
+        if not (self.query_terms or self.tags or self.context_equals or self.always):
+            raise ValueError("a rule needs at least one of queryTerms, tags, contextEquals, always")
+        return self
+
+
+class KnowledgeRouting(Strict):
+    mode: RoutingMode | None = None
+    max_sources: Annotated[int, Field(ge=1, le=16, alias="maxSources")] = 4
+    top_k: Annotated[int, Field(ge=1, le=50, alias="topK")] = 8
+    max_retrievals: Annotated[int, Field(ge=1, le=64, alias="maxRetrievals")] = 8
+    max_queries_per_source: Annotated[int, Field(ge=1, le=16, alias="maxQueriesPerSource")] = 3
+    source_timeout_seconds: Annotated[int, Field(ge=1, le=60, alias="sourceTimeoutSeconds")] = 15
+    source_max_chars: Annotated[int, Field(ge=1, le=65536, alias="sourceMaxChars")] = 16000
+    max_context_chars: Annotated[int, Field(ge=1, le=65536, alias="maxContextChars")] = 16000
+    failure_policy: Annotated[Literal["FAIL_FAST", "SKIP_TRANSIENT"], Field(alias="failurePolicy")] = "FAIL_FAST"
+    rerank: Literal["NONE", "LEXICAL"] = "NONE"
+    rules: Annotated[list[RoutingRule], Field(max_length=64)] = []
+
+    @field_validator("rules")
+    @classmethod
+    def _unique_rule_keys(cls, rules: list[RoutingRule]) -> list[RoutingRule]:
+        keys = [r.knowledge.key for r in rules]
+        if len(set(keys)) != len(keys):
+            raise ValueError("each knowledge source may have at most one rule")
+        return rules
+
+
+class ModelCandidate(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, populate_by_name=True)
+
+    model: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    tool_calling: Annotated[bool | None, Field(alias="toolCalling")] = None
+
+
+class ModelProfile(Strict):
+    candidates: Annotated[list[ModelCandidate], Field(min_length=1, max_length=16)]
+
+
+class AgentDefinition(Strict):
+    id: Ident
+    version: Version
+    system_prompt: Annotated[str, Field(alias="systemPrompt", max_length=65536)] = ""
+    model_profile: Annotated[ModelProfile, Field(alias="modelProfile")]
+    allowed_knowledge: Annotated[list[KnowledgeRef], Field(alias="allowedKnowledge", max_length=64)] = []
+    knowledge_routing: Annotated[KnowledgeRouting | None, Field(alias="knowledgeRouting")] = None
+
+    @property
+    def key(self) -> str:
+        return source_key(self.id, self.version)
+
+    @property
+    def allowed_keys(self) -> list[str]:
+        return [k.key for k in self.allowed_knowledge]
+
+    @property
+    def routing(self) -> KnowledgeRouting:
+        return self.knowledge_routing or KnowledgeRouting()
+
+    @model_validator(mode="after")
+    def _precheck(self) -> AgentDefinition:
+        """The publish-time compatibility precheck of R-CFG."""
+        keys = self.allowed_keys
+        if len(set(keys)) != len(keys):
+            raise ValueError("allowedKnowledge has duplicate sources")
+        routing = self.knowledge_routing
+        if routing is None:
+            return self
+        for rule in routing.rules:
+            if rule.knowledge.key not in keys:
+                raise ValueError(f"rule knowledge {rule.knowledge.key} is not in allowedKnowledge")
+        if routing.mode in TOOL_MODES:
+            for candidate in self.model_profile.candidates:
+                if candidate.tool_calling is not True:
+                    raise ValueError(
+                        f"mode {routing.mode} needs toolCalling: true on every model candidate "
+                        f"({candidate.model} declares {candidate.tool_calling})"
+                    )
+        return self
+
+
+class Workspace(BaseModel):
+    route: Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
+    agent: str  # exact id@version
+
+
+# --- documents --------------------------------------------------------------------------------
+
+
+class DocumentAcl(BaseModel):
+    """Who may see a document. Empty subjects and groups = the whole tenant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str | None = None
+    subjects: list[str] = []
+    groups: list[str] = []
+
+    def visible_to(self, viewer: Viewer) -> bool:
+        if self.tenant is not None and self.tenant != viewer.tenant:
+            return False
+        if not self.subjects and not self.groups:
+            return True
+        return viewer.subject in self.subjects or bool(set(self.groups) & set(viewer.groups))
+
+
+DocStatus = Literal["ready", "processing", "disabled", "deleted"]
+
+
+def document_revision(title: str, body: str) -> str:
+    return "sha256:" + hashlib.sha256((title + "\n\0" + body).encode("utf-8")).hexdigest()
+
+
+class Document(BaseModel):
+    source_key: str
+    doc_id: Annotated[str, StringConstraints(pattern=DOC_ID_PATTERN)]
+    title: Annotated[str, StringConstraints(max_length=4096)]
+    body: str
+    structured_source: dict[str, Any] | None = None
+    acl: DocumentAcl = DocumentAcl()
+    status: DocStatus = "ready"
+
+    @field_validator("body")
+    @classmethod
+    def _body_size(cls, body: str) -> str:
+        if len(body.encode("utf-8")) > MAX_BODY_BYTES:
+            raise ValueError("body exceeds 5 MiB")
+        return body
+
+    @property
+    def revision(self) -> str:
+        return document_revision(self.title, self.body)
+
+
+# --- identity and runs -------------------------------------------------------------------------
+
+
+class Viewer(BaseModel):
+    """Whose eyes a retrieval is for: the end user when an agent acts on behalf of one."""
+
+    tenant: str
+    subject: str
+    groups: list[str] = []
+
+
+class Principal(BaseModel):
+    """What the authorizer established about the caller of the public API."""
+
+    client_id: str
+    session_id: str
+    subject: str
+    on_behalf_of: str | None = None
+    tenant: str
+    routes: list[str]
+    groups: list[str] = []
+
+    @property
+    def viewer(self) -> Viewer:
+        return Viewer(tenant=self.tenant, subject=self.on_behalf_of or self.subject, groups=self.groups)
+
+
+class Session(Principal):
+    expires_at: int  # epoch seconds
+    revoked: bool = False
+
+
+RunState = Literal["preparing", "context_ready", "completed", "failed", "cancelled"]
+
+
+class Run(BaseModel):
+    run_id: str
+    session_id: str
+    client_id: str
+    route: str
+    state: RunState
+    turn_id: str | None = None

@@ -1,0 +1,145 @@
+"""Wire models of bailing.agent-knowledge.v1 (SPEC §2): strict requests, typed responses, fixed limits."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import InvalidRequest
+
+PROTOCOL = "bailing.agent-knowledge.v1"
+TRUST = "reference_only"
+M = TypeVar("M", bound=BaseModel)
+
+
+class Limits(BaseModel):
+    search_max_results: int = 3
+    search_max_bytes: int = 4096
+    read_default_bytes: int = 16384
+    read_max_bytes: int = 32768
+    reference_ttl_seconds: int = 300
+    read_chain_max_bytes: int = 131072
+
+
+LIMITS = Limits()
+
+
+class StrictRequest(BaseModel):
+    """Unknown fields and wrong JSON types are errors: a client cannot widen its scope with `kb_ids`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _run_id(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            if str(uuid.UUID(value)) != value.lower():
+                raise ValueError
+        except ValueError:
+            raise ValueError("must be a run UUID") from None
+    return value
+
+
+class SearchRequest(StrictRequest):
+    query: Annotated[str, Field(max_length=2000)]
+    limit: Annotated[int, Field(ge=1, le=LIMITS.search_max_results)] = LIMITS.search_max_results
+    run_id: str | None = None
+
+    @field_validator("query")
+    @classmethod
+    def _non_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("run_id")
+    @classmethod
+    def _run(cls, value: str | None) -> str | None:
+        return _run_id(value)
+
+
+class ReadRequest(StrictRequest):
+    ref: Annotated[str, Field(min_length=1, max_length=4096)]
+    run_id: str | None = None
+    max_bytes: Annotated[int, Field(ge=4096, le=LIMITS.read_max_bytes)] = LIMITS.read_default_bytes
+    cursor: Annotated[str | None, Field(min_length=1, max_length=4096)] = None
+
+    @field_validator("run_id")
+    @classmethod
+    def _run(cls, value: str | None) -> str | None:
+        return _run_id(value)
+
+
+def parse_request(model: type[M], raw: str | bytes | None) -> M:
+    """Validate a JSON body; the first problem becomes a 400 that names its field and echoes no input."""
+    try:
+        return model.model_validate_json(raw or b"")
+    except ValidationError as exc:
+        err = exc.errors(include_url=False, include_input=False)[0]
+        field = ".".join(str(p) for p in err["loc"]) or "body"
+        if err["type"] == "extra_forbidden":
+            raise InvalidRequest(f"{field}: unknown field", field=field) from None
+        if err["type"].startswith("json") or err["type"] == "model_type":
+            raise InvalidRequest("body: must be a JSON object", field="body") from None
+        raise InvalidRequest(f"{field}: {err['msg']}", field=field) from None
+
+
+class Hint(BaseModel):
+    ref: str
+    title: str
+    summary: str
+    revision: str
+    score: float
+    expires_at: str
+
+
+SearchStatus = Literal["ok", "disabled", "unavailable", "partial"]
+
+
+class SearchResponse(BaseModel):
+    schema_: Annotated[str, Field(alias="schema")] = "bailing.agent-knowledge-search.v1"
+    route: str
+    run_id: str | None = None
+    knowledge_scope_revision: str
+    trust: str = TRUST
+    status: SearchStatus
+    hints: list[Hint]
+    truncated: bool
+
+
+class ReadResponse(BaseModel):
+    schema_: Annotated[str, Field(alias="schema")] = "bailing.agent-knowledge-read.v1"
+    route: str
+    run_id: str | None = None
+    knowledge_scope_revision: str
+    ref: str
+    revision: str
+    title: str
+    content: str
+    trust: str = TRUST
+    next_cursor: str | None
+    truncated: bool
+    budget_exhausted: bool
+    total_content_bytes: int
+    read_chain_max_bytes: int = LIMITS.read_chain_max_bytes
+
+
+class CapabilitiesResponse(BaseModel):
+    schema_: Annotated[str, Field(alias="schema")] = "bailing.agent-knowledge-capabilities.v1"
+    protocol: str = PROTOCOL
+    supported: bool = True
+    route: str
+    enabled: bool
+    knowledge_scope_revision: str
+    delivery_modes: list[str] = ["inline", "on_demand"]
+    limits: Limits = LIMITS
+
+
+def to_wire(model: BaseModel) -> dict:
+    """Response model -> JSON dict: `schema` by alias; `run_id` only when given."""
+    data = model.model_dump(mode="json", by_alias=True)
+    if "run_id" in data and data["run_id"] is None:
+        del data["run_id"]
+    return data

@@ -1,0 +1,61 @@
+"""HTTP edge shared by the public functions: resolver with the one error mapping, principal from the
+authorizer context, JSON responses that always carry `Cache-Control: no-store`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+
+from .domain.errors import InvalidRequest, KnowledgeError, NotFound, Unauthorized
+from .domain.models import Principal
+from .observability import logger
+
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+def json_response(body: dict, status: int = 200) -> Response:
+    return Response(status_code=status, content_type="application/json",
+                    body=json.dumps(body, ensure_ascii=False, separators=(",", ":")), headers=dict(NO_STORE))
+
+
+def error_response(error: KnowledgeError) -> Response:
+    return json_response(error.body(), error.status)
+
+
+def make_resolver() -> APIGatewayHttpResolver:
+    app = APIGatewayHttpResolver()
+
+    @app.exception_handler(KnowledgeError)
+    def _known(error: KnowledgeError) -> Response:
+        logger.info("request refused", extra={"code": error.code, "field": error.field})
+        return error_response(error)
+
+    @app.not_found
+    def _unknown_route(_: NotFoundError) -> Response:
+        return error_response(NotFound("no such route"))
+
+    @app.exception_handler(Exception)
+    def _unexpected(error: Exception) -> Response:
+        logger.exception("unhandled error")
+        return error_response(KnowledgeError())
+
+    return app
+
+
+def principal_of(app: APIGatewayHttpResolver) -> Principal:
+    """The principal the authorizer put in the request context; no principal = 401."""
+    context: dict[str, Any] = app.current_event.request_context.authorizer.get_lambda or {}
+    raw = context.get("principal")
+    if not raw:
+        raise Unauthorized()
+    return Principal.model_validate_json(raw)
+
+
+def body_of(app: APIGatewayHttpResolver) -> str:
+    event = app.current_event
+    if event.is_base64_encoded:
+        raise InvalidRequest("body: must be a JSON object", field="body")
+    return event.body or ""

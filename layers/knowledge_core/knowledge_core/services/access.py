@@ -1,0 +1,87 @@
+"""Bearer tokens and sessions: issuing (stored only as SHA-256), authenticating, route checks, run checks."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import uuid
+
+from ..domain.errors import Forbidden, RunNotFound, RunNotReady, Unauthorized
+from ..domain.models import Principal, Run, Session
+from ..ports import Clock, RunStore, SessionStore
+
+TOKEN_PREFIX = "kbt_"
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class AccessService:
+    def __init__(self, sessions: SessionStore, clock: Clock) -> None:
+        self._sessions = sessions
+        self._clock = clock
+
+    def issue_token(self, *, routes: list[str], client_id: str, subject: str, tenant: str,
+                    session_id: str | None = None, on_behalf_of: str | None = None, groups: list[str] | None = None,
+                    ttl_seconds: int = 3600) -> tuple[str, Session]:
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        session = Session(client_id=client_id, session_id=session_id or str(uuid.uuid4()), subject=subject,
+                          on_behalf_of=on_behalf_of, tenant=tenant, routes=routes, groups=groups or [],
+                          expires_at=int(self._clock.now()) + ttl_seconds)
+        self._sessions.put_session(token_hash(token), session)
+        return token, session
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        """`Authorization: Bearer <token>` -> principal; anything else is 401."""
+        scheme, _, token = (authorization or "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX) or len(token) > 256:
+            raise Unauthorized()
+        session = self._sessions.get_session(token_hash(token))
+        if session is None or session.revoked or session.expires_at <= self._clock.now():
+            raise Unauthorized()
+        return Principal.model_validate(session.model_dump(exclude={"expires_at", "revoked"}))
+
+
+def authorize_route(principal: Principal, route: str) -> None:
+    if not any(hmac.compare_digest(route, allowed) for allowed in principal.routes):
+        raise Forbidden()
+
+
+class RunGuard:
+    """Public endpoints accept only the caller's own run, in `context_ready`."""
+
+    def __init__(self, runs: RunStore, clock: Clock, ttl_seconds: float = 2.0) -> None:
+        self._runs = runs
+        self._clock = clock
+        self._ttl = ttl_seconds
+        self._cache: dict[str, tuple[float, Run]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, principal: Principal, route: str, run_id: str | None) -> Run | None:
+        if run_id is None:
+            return None
+        run = self._get(run_id)
+        if run is None or (run.session_id, run.client_id, run.route) != (principal.session_id, principal.client_id, route):
+            raise RunNotFound()
+        if run.state != "context_ready":
+            raise RunNotReady()
+        return run
+
+    def _get(self, run_id: str) -> Run | None:
+        now = self._clock.now()
+        cached = self._cache.get(run_id)
+        if cached and now - cached[0] < self._ttl:
+            return cached[1]
+        run = self._runs.get_run(run_id)
+        if run is not None:
+            with self._lock:
+                self._cache[run_id] = (now, run)
+        return run
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            self._cache.pop(run_id, None)

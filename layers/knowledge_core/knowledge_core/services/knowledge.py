@@ -1,0 +1,167 @@
+"""The agent knowledge API (SPEC §2): capabilities, bounded search hints, and paginated reads by ref."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+from ..codec import TokenCodec, identity_digest
+from ..domain.analyzer import unique_terms
+from ..domain.errors import KnowledgeChanged, KnowledgeUnavailable, ReferenceInvalid, ScopeChanged, SourceFailure
+from ..domain.models import Principal
+from ..domain.router import plan_search
+from ..domain.scope import KnowledgeScope
+from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
+from ..domain.wire import (
+    LIMITS,
+    CapabilitiesResponse,
+    Hint,
+    ReadRequest,
+    ReadResponse,
+    SearchRequest,
+    SearchResponse,
+    to_wire,
+)
+from ..ports import Clock, Hit, SearchBackend, SourceQuery
+from .access import RunGuard, authorize_route
+from .scope import ScopeResolver
+
+SUMMARY_MAX_CHARS = 320
+MIN_SUMMARY_BYTES = 120
+HEALTH_CACHE_SECONDS = 10.0
+
+
+def iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KnowledgeService:
+    def __init__(self, scopes: ScopeResolver, backend: SearchBackend, codec: TokenCodec, runs: RunGuard,
+                 clock: Clock) -> None:
+        self._scopes = scopes
+        self._backend = backend
+        self._codec = codec
+        self._runs = runs
+        self._clock = clock
+        self._health: tuple[float, bool] | None = None
+        self._health_lock = threading.Lock()
+
+    def _enter(self, principal: Principal, route: str, run_id: str | None) -> KnowledgeScope:
+        """Identity and route first, then the workspace, then the run."""
+        authorize_route(principal, route)
+        scope = self._scopes.resolve(route)
+        self._runs.check(principal, route, run_id)
+        return scope
+
+    # --- A-CAP --------------------------------------------------------------------------------------
+    def backend_healthy(self) -> bool:
+        """Health probe (<= 1 s), cached for 10 s."""
+        now = self._clock.now()
+        cached = self._health
+        if cached and now - cached[0] < HEALTH_CACHE_SECONDS:
+            return cached[1]
+        with self._health_lock:
+            healthy = self._backend.healthy(timeout_s=1.0)
+            self._health = (now, healthy)
+        return healthy
+
+    def capabilities(self, principal: Principal, route: str) -> dict:
+        scope = self._enter(principal, route, None)
+        enabled = bool(scope.searchable()) and self.backend_healthy()
+        return to_wire(CapabilitiesResponse(route=route, enabled=enabled, knowledge_scope_revision=scope.revision))
+
+    # --- A-SEARCH -----------------------------------------------------------------------------------
+    def search(self, principal: Principal, route: str, request: SearchRequest) -> dict:
+        scope = self._enter(principal, route, request.run_id)
+        response = SearchResponse(route=route, run_id=request.run_id, knowledge_scope_revision=scope.revision,
+                                  status="ok", hints=[], truncated=False)
+        if not scope.searchable():
+            response.status = "disabled"
+            return to_wire(response)
+        planned = plan_search(scope, request.query)
+        if not planned:
+            return to_wire(response)
+        timeout = float(scope.routing.source_timeout_seconds)
+        results = self._backend.search(
+            [SourceQuery(p.key, p.source.definition.top_k, p.source.definition.min_score, timeout) for p in planned],
+            request.query, principal.viewer)
+        failed = sum(1 for r in results if r.error is not None)
+        response.status = "unavailable" if failed == len(results) else "partial" if failed else "ok"
+        # Several sources merge by raw score; ties break on source key then doc id for determinism.
+        hits = sorted((h for r in results for h in r.hits), key=lambda h: (-h.score, h.source_key, h.doc_id))
+        identity = identity_digest(principal, route, request.run_id)
+        query_terms = unique_terms(request.query)
+        hints = [self._hint(h, identity, scope.revision, query_terms) for h in hits[: request.limit]]
+        response.hints, response.truncated = _fit_hints(response, hints)
+        return to_wire(response)
+
+    def _hint(self, hit: Hit, identity: str, scope_revision: str, query_terms: list[str]) -> Hint:
+        ref, expires_at = self._codec.issue_ref(identity=identity, scope_revision=scope_revision,
+                                                source_key=hit.source_key, doc_id=hit.doc_id, revision=hit.revision)
+        return Hint(ref=ref, title=cut_title(hit.title), summary=excerpt(hit.passage, query_terms, SUMMARY_MAX_CHARS),
+                    revision=hit.revision, score=round(hit.score, 6), expires_at=iso(expires_at))
+
+    # --- A-READ -------------------------------------------------------------------------------------
+    def read(self, principal: Principal, route: str, request: ReadRequest) -> dict:
+        scope = self._enter(principal, route, request.run_id)
+        claims = self._codec.open_ref(request.ref, identity=identity_digest(principal, route, request.run_id))
+        offset = 0
+        if request.cursor is not None:
+            offset = self._codec.open_cursor(request.cursor, ref=request.ref).offset
+        if not self._codec.scope_matches(claims, scope.revision):
+            raise ScopeChanged()
+        if claims.source_key not in {s.key for s in scope.searchable()}:
+            raise KnowledgeChanged()
+        try:
+            doc = self._backend.get_document(claims.source_key, claims.doc_id)
+        except SourceFailure:
+            raise KnowledgeUnavailable() from None
+        if (doc is None or doc.status != "ready" or doc.source_key != claims.source_key
+                or not doc.acl.visible_to(principal.viewer) or doc.revision != claims.revision):
+            raise KnowledgeChanged()
+        return self._page(scope, route, request, doc.title, doc.revision, doc.body.encode("utf-8"), offset,
+                          claims.expires_at)
+
+    def _page(self, scope: KnowledgeScope, route: str, request: ReadRequest, title: str, revision: str,
+              body: bytes, offset: int, expires_at: int) -> dict:
+        chain_end = min(len(body), LIMITS.read_chain_max_bytes)
+        if offset > chain_end or (offset < len(body) and (body[offset] & 0xC0) == 0x80):
+            raise ReferenceInvalid("cursor is invalid")
+        page = ReadResponse(route=route, run_id=request.run_id, knowledge_scope_revision=scope.revision,
+                            ref=request.ref, revision=revision, title=cut_title(title), content="",
+                            next_cursor=self._codec.issue_cursor(ref=request.ref, offset=chain_end,
+                                                                 expires_at=expires_at),
+                            truncated=False, budget_exhausted=False, total_content_bytes=len(body))
+        # The envelope is measured with its longest cursor and flags, so the content gets the rest.
+        budget = request.max_bytes - json_size(to_wire(page))
+        end = fit_bytes(body[:chain_end], offset, budget)
+        page.content = body[offset:end].decode("utf-8")
+        if end < chain_end:
+            page.next_cursor = self._codec.issue_cursor(ref=request.ref, offset=end, expires_at=expires_at)
+            page.truncated = True
+        else:
+            page.next_cursor = None
+            page.truncated = page.budget_exhausted = chain_end < len(body)
+        return to_wire(page)
+
+
+def _fit_hints(response: SearchResponse, hints: list[Hint]) -> tuple[list[Hint], bool]:
+    """Keep the response <= search_max_bytes: shorten summaries (never below MIN_SUMMARY_BYTES while a
+    hint can be dropped instead), then drop hints from the end."""
+    limit = LIMITS.search_max_bytes
+    for count in range(len(hints), 0, -1):
+        kept = hints[:count]
+        # Measured with `truncated: false`, the longer spelling, so the final flag never overflows.
+        response.hints, response.truncated = [h.model_copy(update={"summary": ""}) for h in kept], False
+        room = limit - json_size(to_wire(response))
+        if room < 0 or (count > 1 and room < MIN_SUMMARY_BYTES * count):
+            continue
+        sizes = [escaped_size(h.summary) for h in kept]
+        if sum(sizes) <= room:
+            return kept, count < len(hints)
+        budgets = [0] * count
+        for n, i in enumerate(sorted(range(count), key=sizes.__getitem__)):
+            budgets[i] = min(sizes[i], room // (count - n))
+            room -= budgets[i]
+        return [h.model_copy(update={"summary": fit_text(h.summary, b)}) for h, b in zip(kept, budgets, strict=True)], True
+    return [], bool(hints)

@@ -1,0 +1,38 @@
+"""Settings of every function, from the environment, checked once at cold start."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class Settings(BaseModel):
+    table_name: str = Field("agent-knowledge", min_length=3)
+    state_backend: Literal["dynamodb", "embedded"] = "dynamodb"
+    dynamodb_endpoint: str | None = None
+    search_backend: Literal["sqlite", "opensearch"] = "opensearch"
+    sqlite_path: str = "/tmp/agent-knowledge.sqlite3"
+    opensearch_url: str | None = None
+    token_secret: str | None = Field(None, repr=False)
+    token_secret_arn: str | None = None
+    registry_cache_seconds: float = Field(2.0, ge=0, le=60)
+    region: str = "us-east-1"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ
+        values = {
+            "table_name": env.get("KB_TABLE_NAME"),
+            "state_backend": env.get("KB_STATE_BACKEND"),
+            "dynamodb_endpoint": env.get("KB_DYNAMODB_ENDPOINT"),
+            "search_backend": env.get("KB_SEARCH_BACKEND"),
+            "sqlite_path": env.get("KB_SQLITE_PATH"),
+            "opensearch_url": env.get("KB_OPENSEARCH_URL"),
+            "token_secret": env.get("KB_TOKEN_SECRET"),
+            "token_secret_arn": env.get("KB_TOKEN_SECRET_ARN"),
+            "registry_cache_seconds": env.get("KB_REGISTRY_CACHE_SECONDS"),
+            "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
+        }
+        return cls.model_validate({k: v for k, v in values.items() if v not in (None, "")})

@@ -1,0 +1,46 @@
+"""The demo workspace: route `demo` -> agent `demo-agent@1.0.0` -> source `demo-docs@1.0.0` with a
+Chinese and English product-support knowledge base (demo_corpus/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from knowledge_core.domain.models import AgentDefinition, Document, SourceDefinition
+
+CORPUS = Path(__file__).parent / "demo_corpus"
+ROUTE = "demo"
+SOURCE = {"id": "demo-docs", "version": "1.0.0",
+          "description": "Lumen Device Cloud 产品支持与运维知识库 product support, operations, billing, devices",
+          "tags": ["支持", "运维", "support", "operations"], "topK": 5, "minScore": 0.0}
+AGENT = {"id": "demo-agent", "version": "1.0.0",
+         "systemPrompt": "You are the Lumen Device Cloud support agent. Cite the knowledge you use.",
+         "modelProfile": {"candidates": [{"model": "model-a", "toolCalling": True}]},
+         "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}]}
+PRINCIPAL = {"client_id": "demo-client", "subject": "demo-user", "tenant": "demo"}
+
+
+def markdown_document(source_key: str, doc_id: str, text: str, title: str | None = None) -> Document:
+    """A Markdown/text file as a document: the first `# heading` is the title unless one is given."""
+    lines = text.splitlines()
+    if title is None and lines and lines[0].startswith("# "):
+        title, text = lines[0][2:].strip(), "\n".join(lines[1:]).lstrip("\n")
+    return Document(source_key=source_key, doc_id=doc_id, title=title or doc_id, body=text)
+
+
+def demo_documents() -> list[Document]:
+    source_key = f"{SOURCE['id']}@{SOURCE['version']}"
+    return [markdown_document(source_key, path.stem, path.read_text(encoding="utf-8"))
+            for path in sorted(CORPUS.glob("*.md")) if path.name != "LICENSE.md"]
+
+
+def seed(container, *, with_token: bool = True, ttl_seconds: int = 7 * 86400) -> str | None:  # noqa: ANN001
+    """Publish the demo source and agent, point route `demo` at it, ingest the corpus; return a token."""
+    admin = container.admin
+    admin.publish_source(SourceDefinition.model_validate(SOURCE))
+    admin.publish_agent(AgentDefinition.model_validate(AGENT))
+    admin.set_workspace(ROUTE, f"{AGENT['id']}@{AGENT['version']}")
+    admin.put_documents(demo_documents())
+    if not with_token:
+        return None
+    token, _ = container.access.issue_token(routes=[ROUTE], ttl_seconds=ttl_seconds, **PRINCIPAL)
+    return token

@@ -1,0 +1,241 @@
+"""A local HTTP API + Lambda Invoke API in front of the real handlers, as `sam local` would run them.
+
+Routes come from template.yaml. Public routes go through the template's Lambda authorizer with a
+payload 2.0 event; IAM routes (admin) and the Invoke API answer only on loopback."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import ipaddress
+import json
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import ModuleType
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from . import template as tpl
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+INVOKE_PREFIX = "/2015-03-31/functions/"
+
+
+@dataclass
+class LambdaContext:
+    function_name: str
+    memory_limit_in_mb: int = 1024
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        self.aws_request_id = str(uuid.uuid4())
+        self.invoked_function_arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self.function_name}"
+        self.function_version = "$LATEST"
+        self.log_group_name = f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = "local"
+        self._deadline = time.monotonic() + self.timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+class FunctionError(Exception):
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+
+
+class Handlers:
+    """Loads each function's handler module once, from its CodeUri, by file path."""
+
+    def __init__(self) -> None:
+        self.functions = tpl.functions()
+        self._modules: dict[str, ModuleType] = {}
+        self._lock = threading.Lock()
+
+    def resolve(self, name: str) -> tpl.Function:
+        for fn in self.functions.values():
+            if name in (fn.logical_id, fn.short_name):
+                return fn
+        raise KeyError(name)
+
+    def invoke(self, name: str, event: Any) -> Any:
+        fn = self.resolve(name)
+        module_name, _, attr = fn.handler.rpartition(".")
+        with self._lock:
+            module = self._modules.get(fn.logical_id)
+            if module is None:
+                path = fn.code_dir / (module_name.replace(".", "/") + ".py")
+                spec = importlib.util.spec_from_file_location(f"kbfn_{fn.short_name}", path)
+                assert spec and spec.loader
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                self._modules[fn.logical_id] = module
+        try:
+            return getattr(module, attr)(event, LambdaContext(fn.logical_id))
+        except Exception as exc:
+            traceback.print_exc()
+            raise FunctionError(type(exc).__name__, str(exc)) from exc
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+class LocalGateway:
+    def __init__(self, handlers: Handlers | None = None) -> None:
+        self.handlers = handlers or Handlers()
+        template = tpl.load_template()
+        self.routes = tpl.routes(template)
+        self.authorizer = tpl.authorizer_function(template)
+
+    # --- HTTP API ---------------------------------------------------------------------------------
+    def http(self, method: str, raw_path: str, query: str, headers: dict[str, str], body: bytes,
+             source_ip: str) -> tuple[int, dict[str, str], bytes]:
+        path = unquote(raw_path)
+        for route in self.routes:
+            params = route.match(method, raw_path)
+            if params is None:
+                continue
+            params = {k: unquote(v) for k, v in params.items()}
+            route_key = f"{route.method} {route.path}"
+            context = self._request_context(method, path, route_key, source_ip, headers)
+            if route.iam:
+                if not is_loopback(source_ip):
+                    return _plain(403, {"message": "Forbidden"})
+            elif self.authorizer:
+                decision = self._authorize(route_key, raw_path, query, headers, params, context)
+                if decision is None:
+                    return _plain(403, {"message": "Forbidden"})
+                context["authorizer"] = {"lambda": decision}
+            event = {
+                "version": "2.0", "routeKey": route_key, "rawPath": raw_path, "rawQueryString": query,
+                "headers": headers, "queryStringParameters": dict(parse_qsl(query)) or None,
+                "pathParameters": params, "requestContext": context, "stageVariables": None,
+                "body": body.decode("utf-8") if _is_text(body) else base64.b64encode(body).decode("ascii"),
+                "isBase64Encoded": not _is_text(body),
+            }
+            try:
+                result = self.handlers.invoke(route.function, event)
+            except FunctionError:
+                return _plain(500, {"message": "Internal Server Error"})
+            return _from_proxy_result(result)
+        return _plain(404, {"message": "Not Found"})
+
+    def _authorize(self, route_key: str, raw_path: str, query: str, headers: dict[str, str],
+                   params: dict[str, str], context: dict) -> dict | None:
+        method, _, path = route_key.partition(" ")
+        event = {
+            "version": "2.0", "type": "REQUEST",
+            "routeArn": f"arn:aws:execute-api:{REGION}:{ACCOUNT}:local/$default/{method}{path}",
+            "identitySource": [headers["authorization"]] if "authorization" in headers else [],
+            "routeKey": route_key, "rawPath": raw_path, "rawQueryString": query, "headers": headers,
+            "requestContext": context, "pathParameters": params,
+        }
+        try:
+            result = self.handlers.invoke(self.authorizer or "", event)
+        except FunctionError:
+            return None
+        if not isinstance(result, dict) or result.get("isAuthorized") is not True:
+            return None
+        return result.get("context") or {}
+
+    @staticmethod
+    def _request_context(method: str, path: str, route_key: str, source_ip: str, headers: dict[str, str]) -> dict:
+        now = time.time()
+        return {
+            "accountId": ACCOUNT, "apiId": "local", "domainName": headers.get("host", "localhost"),
+            "domainPrefix": "localhost", "requestId": str(uuid.uuid4()), "routeKey": route_key, "stage": "$default",
+            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)), "timeEpoch": int(now * 1000),
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": source_ip,
+                     "userAgent": headers.get("user-agent", "")},
+        }
+
+    # --- Lambda Invoke API ----------------------------------------------------------------------
+    def lambda_invoke(self, name: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        try:
+            self.handlers.resolve(name)
+        except KeyError:
+            return _plain(404, {"Type": "User", "Message": f"Function not found: {name}"},
+                          {"x-amzn-errortype": "ResourceNotFoundException"})
+        try:
+            event = json.loads(body or b"{}")
+        except ValueError:
+            return _plain(400, {"Type": "User", "Message": "payload is not JSON"},
+                          {"x-amzn-errortype": "InvalidRequestContentException"})
+        try:
+            result = self.handlers.invoke(name, event)
+        except FunctionError as exc:
+            return _plain(200, {"errorMessage": str(exc), "errorType": exc.error_type},
+                          {"X-Amz-Function-Error": "Unhandled"})
+        return 200, {"Content-Type": "application/json", "X-Amz-Executed-Version": "$LATEST"}, json.dumps(
+            result, ensure_ascii=False).encode("utf-8")
+
+
+def _is_text(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _plain(status: int, body: dict, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    return status, {"Content-Type": "application/json", **(headers or {})}, json.dumps(body).encode("utf-8")
+
+
+def _from_proxy_result(result: Any) -> tuple[int, dict[str, str], bytes]:
+    if not isinstance(result, dict) or "statusCode" not in result:
+        return 200, {"Content-Type": "application/json"}, json.dumps(result).encode("utf-8")
+    body = result.get("body") or ""
+    raw = base64.b64decode(body) if result.get("isBase64Encoded") else body.encode("utf-8")
+    headers = {k: str(v) for k, v in (result.get("headers") or {}).items()}
+    for k, values in (result.get("multiValueHeaders") or {}).items():
+        headers[k] = ", ".join(str(v) for v in values)
+    return int(result["statusCode"]), headers, raw
+
+
+class _Handler(BaseHTTPRequestHandler):
+    gateway: LocalGateway
+    protocol_version = "HTTP/1.1"
+
+    def _serve(self) -> None:
+        url = urlsplit(self.path)
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        client_ip = self.client_address[0]
+        if url.path.startswith(INVOKE_PREFIX) and url.path.endswith("/invocations") and self.command == "POST":
+            if not is_loopback(client_ip):
+                status, headers, raw = _plain(403, {"message": "Forbidden"})
+            else:
+                name = unquote(url.path[len(INVOKE_PREFIX) : -len("/invocations")])
+                status, headers, raw = self.gateway.lambda_invoke(name, body)
+        else:
+            lowered = {k.lower(): v for k, v in self.headers.items()}
+            status, headers, raw = self.gateway.http(self.command, url.path, url.query, lowered, body, client_ip)
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
+        pass
+
+
+def make_server(host: str, port: int, gateway: LocalGateway | None = None) -> ThreadingHTTPServer:
+    handler = type("GatewayHandler", (_Handler,), {"gateway": gateway or LocalGateway()})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server

@@ -1,0 +1,42 @@
+"""A small JSON-over-HTTP client for the admin API and the Lambda Invoke API of `kb serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote
+
+DEFAULT_ENDPOINT = os.environ.get("KB_ENDPOINT", "http://127.0.0.1:3000")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: Any) -> None:
+        self.status = status
+        self.body = body
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        super().__init__(f"HTTP {status}: {error.get('code', '')} {error.get('message', body)}".strip())
+
+
+def call(endpoint: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
+         timeout: float = 120) -> Any:
+    data = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
+    request = urllib.request.Request(endpoint.rstrip("/") + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - operator-given endpoint
+            raw = resp.read()
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            payload = raw.decode("utf-8", "replace")
+        raise ApiError(exc.code, payload) from None
+    return json.loads(raw) if raw else None
+
+
+def seg(value: str) -> str:
+    return quote(value, safe="@")

@@ -1,0 +1,298 @@
+"""The `kb` command: run the service locally, operate it, and drive its handlers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .http import DEFAULT_ENDPOINT, ApiError, call, seg
+
+DEFAULT_STATE = Path(".kb-state")
+
+
+# --- local runtime ------------------------------------------------------------------------------------
+
+
+def configure_local_env(state: Path, *, search_backend: str = "sqlite", opensearch_url: str | None = None,
+                        dynamodb_endpoint: str | None = None) -> None:
+    """Environment for the handlers in this process: embedded defaults unless real endpoints are given."""
+    state.mkdir(parents=True, exist_ok=True)
+    secret_file = state / "token-secret"
+    if not secret_file.exists():
+        secret_file.write_text(secrets.token_urlsafe(48), encoding="utf-8")
+        secret_file.chmod(0o600)
+    env = {
+        "KB_TOKEN_SECRET": secret_file.read_text(encoding="utf-8").strip(),
+        "KB_SEARCH_BACKEND": search_backend,
+        "KB_SQLITE_PATH": str(state / "search.sqlite3"),
+        "KB_STATE_BACKEND": "dynamodb" if dynamodb_endpoint else "embedded",
+        "KB_TABLE_NAME": os.environ.get("KB_TABLE_NAME", "agent-knowledge"),
+        "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_METRICS_NAMESPACE": "AgentKnowledge",
+        "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+    }
+    if opensearch_url:
+        env["KB_OPENSEARCH_URL"] = opensearch_url
+    if dynamodb_endpoint:
+        env["KB_DYNAMODB_ENDPOINT"] = dynamodb_endpoint
+        env.setdefault("AWS_ACCESS_KEY_ID", os.environ.get("AWS_ACCESS_KEY_ID", "local"))
+        env.setdefault("AWS_SECRET_ACCESS_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "local"))
+    os.environ.update(env)
+
+
+def local_container(state: Path, **kwargs: Any) -> Any:
+    configure_local_env(state, **kwargs)
+    from knowledge_core import bootstrap
+
+    bootstrap.reset()
+    container = bootstrap.container()
+    if container.settings.state_backend == "dynamodb":
+        container.state.create_table()
+    return container
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from . import demo
+    from .gateway import make_server
+
+    state = Path(args.state)
+    container = local_container(state, search_backend=args.search_backend, opensearch_url=args.opensearch_url,
+                                dynamodb_endpoint=args.dynamodb_endpoint)
+    server = make_server(args.host, args.port)
+    if not args.no_demo:
+        token = demo.seed(container)
+        token_file = state / "demo-token"
+        token_file.write_text(token + "\n", encoding="utf-8")
+        token_file.chmod(0o600)
+        print(f"demo workspace 'demo' ready: {len(demo.demo_documents())} documents in demo-docs@1.0.0")
+        print(f"bearer token for route demo (also in {token_file}):\n{token}")
+    host, port = server.server_address[:2]
+    print(f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
+          f"state: {'DynamoDB at ' + args.dynamodb_endpoint if args.dynamodb_endpoint else 'embedded'})", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    from .events import load_event
+
+    event = load_event(args.event)
+    if args.endpoint:
+        result = call(args.endpoint, "POST", f"/2015-03-31/functions/{seg(args.function)}/invocations", event)
+    else:
+        from . import demo
+        from .gateway import Handlers
+
+        with tempfile.TemporaryDirectory(prefix="kb-invoke-") as tmp:
+            demo.seed(local_container(Path(tmp)), with_token=False)
+            result = Handlers().invoke(args.function, event)
+    print(json.dumps(result, ensure_ascii=False, indent=2))
+    return 0
+
+
+def cmd_services(args: argparse.Namespace) -> int:
+    from . import services
+
+    return services.main([args.action, "--state", str(args.state)])
+
+
+# --- admin API commands -----------------------------------------------------------------------------
+
+
+def cmd_token_issue(args: argparse.Namespace) -> int:
+    body = {"routes": [args.route], "client_id": args.client, "subject": args.subject, "tenant": args.tenant,
+            "ttl_seconds": args.ttl}
+    if args.session:
+        body["session_id"] = args.session
+    if args.on_behalf_of:
+        body["on_behalf_of"] = args.on_behalf_of
+    print(call(args.endpoint, "POST", "/admin/v1/tokens", body)["token"])
+    return 0
+
+
+def _ingest_files(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    path = Path(args.file)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".md", ".txt") and p.is_file())
+        prefix = f"{args.doc_id}-" if args.doc_id else ""
+        return [(prefix + "-".join(p.relative_to(path).with_suffix("").parts), p) for p in files]
+    if not args.doc_id:
+        raise SystemExit("kb ingest: --doc-id is required for a single file")
+    return [(args.doc_id, path)]
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .demo import markdown_document
+
+    files = _ingest_files(args)
+    batch: list[dict] = []
+    title = args.title if len(files) == 1 else None
+
+    def flush() -> None:
+        if batch:
+            call(args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/documents", {"documents": batch})
+            batch.clear()
+
+    for doc_id, file in tqdm(files, unit="doc", disable=len(files) == 1):
+        doc = markdown_document(args.source, doc_id, file.read_text(encoding="utf-8"), title)
+        batch.append({"doc_id": doc.doc_id, "title": doc.title, "body": doc.body,
+                      "structured_source": {"uri": file.resolve().as_uri()}})
+        if len(batch) >= 50 or sum(len(d["body"]) for d in batch) > 4_000_000:
+            flush()
+    flush()
+    print(f"ingested {len(files)} document(s) into {args.source}")
+    return 0
+
+
+def cmd_doc(args: argparse.Namespace) -> int:
+    base = f"/admin/v1/sources/{seg(args.source)}/documents/{seg(args.doc_id)}"
+    if args.action == "delete":
+        call(args.endpoint, "DELETE", base)
+    else:
+        call(args.endpoint, "POST", f"{base}/{args.action}", {})
+    print(f"{args.action}d {args.source} {args.doc_id}" if args.action != "disable" else f"disabled {args.doc_id}")
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    definition = json.loads(Path(args.file).read_text(encoding="utf-8"))
+    result = call(args.endpoint, "POST", f"/admin/v1/{args.kind}s", definition)
+    key = f"{definition.get('id')}@{definition.get('version')}"
+    print(f"published {args.kind} {key}" if result["created"] else f"{args.kind} {key} already published (identical)")
+    return 0
+
+
+def cmd_workspace_set(args: argparse.Namespace) -> int:
+    call(args.endpoint, "PUT", f"/admin/v1/workspaces/{seg(args.route)}", {"agent": args.agent})
+    print(f"workspace {args.route} -> {args.agent}")
+    return 0
+
+
+def cmd_source(args: argparse.Namespace) -> int:
+    call(args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/{args.action}", {})
+    print(f"{args.source} {args.action}d")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    state = {"complete": "completed", "cancel": "cancelled"}[args.action]
+    call(args.endpoint, "POST", f"/admin/v1/runs/{seg(args.run_id)}/end", {"state": state})
+    print(f"run {args.run_id} {state}")
+    return 0
+
+
+# --- parser -------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kb", description="Agent Knowledge Service tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def endpoint(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="kb serve / API base URL (env KB_ENDPOINT)")
+
+    p = sub.add_parser("serve", help="run every handler behind a local HTTP gateway and Lambda Invoke API")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=3000)
+    p.add_argument("--state", default=str(DEFAULT_STATE), help="state directory (SQLite index, secret, token)")
+    p.add_argument("--no-demo", action="store_true", help="do not seed the demo workspace")
+    p.add_argument("--search-backend", choices=["sqlite", "opensearch"], default="sqlite")
+    p.add_argument("--opensearch-url")
+    p.add_argument("--dynamodb-endpoint")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("token", help="bearer tokens")
+    tsub = p.add_subparsers(dest="action", required=True)
+    t = tsub.add_parser("issue", help="issue a bearer token for a route")
+    endpoint(t)
+    t.add_argument("--route", required=True)
+    t.add_argument("--client", default="cli")
+    t.add_argument("--session")
+    t.add_argument("--subject", default="user")
+    t.add_argument("--on-behalf-of")
+    t.add_argument("--tenant", default="default")
+    t.add_argument("--ttl", type=int, default=3600, help="seconds")
+    t.set_defaults(func=cmd_token_issue)
+
+    p = sub.add_parser("ingest", help="create or replace documents from a Markdown/text file or a directory")
+    endpoint(p)
+    p.add_argument("--source", required=True, help="exact id@version")
+    p.add_argument("--doc-id", help="document id (a prefix for a directory)")
+    p.add_argument("--title")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("doc", help="delete, disable or enable a document")
+    p.add_argument("action", choices=["delete", "disable", "enable"])
+    endpoint(p)
+    p.add_argument("--source", required=True)
+    p.add_argument("--doc-id", required=True)
+    p.set_defaults(func=cmd_doc)
+
+    p = sub.add_parser("publish", help="publish an immutable source or agent version")
+    p.add_argument("kind", choices=["source", "agent"])
+    p.add_argument("file")
+    endpoint(p)
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("workspace", help="point a workspace route at an agent version (rollback = point back)")
+    wsub = p.add_subparsers(dest="action", required=True)
+    w = wsub.add_parser("set")
+    w.add_argument("route")
+    w.add_argument("--agent", required=True, help="exact id@version")
+    endpoint(w)
+    w.set_defaults(func=cmd_workspace_set)
+
+    p = sub.add_parser("source", help="enable or disable a published source")
+    p.add_argument("action", choices=["enable", "disable"])
+    endpoint(p)
+    p.add_argument("--source", required=True)
+    p.set_defaults(func=cmd_source)
+
+    p = sub.add_parser("run", help="end a run")
+    p.add_argument("action", choices=["complete", "cancel"])
+    endpoint(p)
+    p.add_argument("--run-id", required=True)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("invoke", help="run one event through a handler, as sam local invoke would")
+    p.add_argument("function", help="logical id (SearchFunction) or short name (search)")
+    p.add_argument("-e", "--event", required=True)
+    p.add_argument("--endpoint", help="a running kb serve; default: in-process on fresh embedded state")
+    p.set_defaults(func=cmd_invoke)
+
+    p = sub.add_parser("services", help="real OpenSearch and DynamoDB-API servers on loopback")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--state", default=str(DEFAULT_STATE))
+    p.set_defaults(func=cmd_services)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ApiError as exc:
+        print(f"kb: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"kb: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
