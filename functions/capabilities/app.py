@@ -2,6 +2,7 @@
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from knowledge_core import bootstrap
 from knowledge_core.edge import json_response, make_resolver, principal_of
@@ -13,6 +14,7 @@ app = make_resolver()
 @app.get("/agent-api/v1/workspaces/<route>/knowledge/capabilities")
 def capabilities(route: str) -> Response:
     body = bootstrap.container().knowledge.capabilities(principal_of(app), route)
+    metrics.add_metric(name="CapabilitiesEnabled", unit=MetricUnit.Count, value=int(body["enabled"]))
     return json_response(body)
 
 

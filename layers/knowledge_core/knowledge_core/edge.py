@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 
 from .domain.errors import InvalidRequest, KnowledgeError, NotFound, Unauthorized
 from .domain.models import Principal
-from .observability import logger
+from .observability import logger, metrics
 
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -31,6 +31,7 @@ def make_resolver() -> APIGatewayHttpResolver:
     @app.exception_handler(KnowledgeError)
     def _known(error: KnowledgeError) -> Response:
         logger.info("request refused", extra={"code": error.code, "field": error.field})
+        metrics.add_metric(name="RefusedRequests", unit="Count", value=1)
         return error_response(error)
 
     @app.not_found
@@ -40,6 +41,7 @@ def make_resolver() -> APIGatewayHttpResolver:
     @app.exception_handler(Exception)
     def _unexpected(error: Exception) -> Response:
         logger.exception("unhandled error")
+        metrics.add_metric(name="UnhandledErrors", unit="Count", value=1)
         return error_response(KnowledgeError())
 
     return app

@@ -32,6 +32,15 @@ def plan_search(scope: KnowledgeScope, query: str, trusted_context: dict[str, st
     return _route(scope, query, trusted_context or {})[: routing.max_sources]
 
 
+def plan_startup(scope: KnowledgeScope, query: str,
+                 trusted_context: dict[str, str] | None = None) -> list[PlannedSource]:
+    """Startup retrieval of a turn / agent start (R-MODE): legacy every allowed source, EAGER the first
+    `maxSources` by exact key, AUTO the routed sources, ON_DEMAND none."""
+    if scope.routing.mode == "ON_DEMAND":
+        return []
+    return plan_search(scope, query, trusted_context)
+
+
 def _route(scope: KnowledgeScope, query: str, context: dict[str, str]) -> list[PlannedSource]:
     lowered = query.lower()
     query_terms = set(unique_terms(query))

@@ -1,0 +1,57 @@
+"""Shared fixtures: an embedded container (moto DynamoDB + SQLite FTS5) with a controllable clock."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "AgentKnowledgeTests")
+os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+from knowledge_core.bootstrap import Container  # noqa: E402
+from knowledge_core.ports import Clock  # noqa: E402
+from knowledge_core.settings import Settings  # noqa: E402
+
+TEST_SECRET = "test-secret-0123456789abcdef-0123456789"
+
+
+class FakeClock(Clock):
+    def __init__(self, start: float = 1_795_953_600.0) -> None:
+        self.t = start
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def embedded_container(tmp_path: Path, clock: Clock, **overrides: object) -> Container:
+    settings = Settings(state_backend="embedded", search_backend="sqlite", sqlite_path=str(tmp_path / "kb.sqlite3"),
+                        token_secret=TEST_SECRET, table_name=f"kb-{uuid.uuid4().hex[:12]}",
+                        registry_cache_seconds=0, **overrides)
+    return Container(settings=settings, clock=clock)
+
+
+@pytest.fixture
+def container(tmp_path: Path, clock: FakeClock) -> Container:
+    """A fresh embedded container: its own table (moto) and its own SQLite index."""
+    return embedded_container(tmp_path, clock)
+
+
+@pytest.fixture
+def demo_container(container: Container) -> Container:
+    from kb_cli import demo
+
+    demo.seed(container, with_token=False)
+    return container
