@@ -20,6 +20,8 @@ from .ports import Clock
 REF_LABEL = b"bailing.agent-knowledge.v1/ref"
 CURSOR_LABEL = b"bailing.agent-knowledge.v1/cursor"
 REFERENCE_TTL_SECONDS = 300
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+_DECODER = json.JSONDecoder()
 
 
 def _b64(data: bytes) -> str:
@@ -121,9 +123,8 @@ class TokenCodec:
     # --- sealing --------------------------------------------------------------------------------
     @staticmethod
     def _seal(key: bytes, payload: dict) -> str:
-        body = _b64(json.dumps(payload, separators=(",", ":"), ensure_ascii=True).encode("ascii"))
-        mac = _b64(hmac.new(key, body.encode("ascii"), hashlib.sha256).digest())
-        return f"{body}.{mac}"
+        body = _b64(_ENCODER.encode(payload).encode("ascii"))
+        return f"{body}.{_b64(hmac.digest(key, body.encode('ascii'), 'sha256'))}"
 
     @staticmethod
     def _unseal(key: bytes, token: str, kind: str) -> dict:
@@ -131,12 +132,12 @@ class TokenCodec:
         body, sep, mac = token.partition(".")
         if not sep or not body or not mac or not token.isascii():
             raise invalid
-        expected = _b64(hmac.new(key, body.encode("ascii"), hashlib.sha256).digest())
+        expected = _b64(hmac.digest(key, body.encode("ascii"), "sha256"))
         if not hmac.compare_digest(mac, expected):
             raise invalid
         try:
-            payload = json.loads(_unb64(body))
-        except (ValueError, binascii.Error):
+            payload = _DECODER.decode(_unb64(body).decode("ascii"))
+        except (ValueError, binascii.Error, UnicodeDecodeError):
             raise invalid from None
         if not isinstance(payload, dict) or payload.get("t") != kind:
             raise invalid

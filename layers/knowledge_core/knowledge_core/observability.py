@@ -1,11 +1,53 @@
-"""One Logger, Tracer and Metrics shared by every function."""
+"""One Logger, Tracer and Metrics shared by every function.
+
+The Powertools Tracer is built on first use: constructing it imports the X-Ray SDK, which imports
+botocore — hundreds of milliseconds a cold import would otherwise pay before any handler runs."""
 
 from __future__ import annotations
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
 
 SERVICE = "agent-knowledge"
 
 logger = Logger(service=SERVICE)
-tracer = Tracer(service=SERVICE)
 metrics = Metrics(namespace="AgentKnowledge", service=SERVICE)
+
+
+class LazyTracer:
+    """Delegates to `aws_lambda_powertools.Tracer`, constructed once, on the first traced call."""
+
+    def __init__(self, service: str) -> None:
+        self._service = service
+        self._tracer: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        if self._tracer is None:
+            with self._lock:
+                if self._tracer is None:
+                    from aws_lambda_powertools import Tracer
+
+                    self._tracer = Tracer(service=self._service)
+        return self._tracer
+
+    def capture_lambda_handler(self, handler: Callable[..., Any]) -> Callable[..., Any]:
+        traced: list[Callable[..., Any]] = []
+
+        @functools.wraps(handler)
+        def wrapper(event: Any, context: Any) -> Any:
+            if not traced:
+                traced.append(self.get().capture_lambda_handler(handler))
+            return traced[0](event, context)
+
+        return wrapper
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
+
+
+tracer = LazyTracer(SERVICE)

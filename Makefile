@@ -1,0 +1,48 @@
+# The README's two commands are `make serve` and `make test`; everything else is a convenience.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STATE ?= .kb-state
+PORT ?= 3000
+
+.PHONY: venv dev serve test unit lint sam bench services-start services-stop clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+venv: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+dev: $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+
+serve: venv
+	$(BIN)/kb serve --state $(STATE) --port $(PORT)
+
+test: dev
+	bash scripts/test.sh
+
+unit: dev
+	$(BIN)/python -m pytest -q tests/unit
+
+lint: dev
+	$(BIN)/ruff check .
+	$(BIN)/sam validate --lint
+
+sam: dev
+	SAM_CLI_TELEMETRY=0 $(BIN)/sam validate --lint
+	SAM_CLI_TELEMETRY=0 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build --build-dir .aws-sam/build
+
+bench: dev
+	$(BIN)/python bench/cold_import.py
+	$(BIN)/python bench/api_latency.py
+
+services-start: dev
+	$(BIN)/kb services start --state $(STATE)
+
+services-stop:
+	$(BIN)/kb services stop --state $(STATE)
+
+clean:
+	rm -rf .aws-sam .pytest_cache .ruff_cache bench/results

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite: starts the real OpenSearch node and DynamoDB-API server on loopback (resolved
+# from Maven Central and the Go module proxy on first use), runs every test layer, stops the servers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+STATE=${KB_SERVICES_STATE:-$PWD/.kb-state}
+export KB_SERVICES_STATE="$STATE"
+export KB_REQUIRE_REAL_BACKENDS=${KB_REQUIRE_REAL_BACKENDS:-1}
+export SAM_CLI_TELEMETRY=0
+
+started_here=0
+if ! $BIN/kb services status --state "$STATE" 2>/dev/null | grep -q "running=True.*running=True"; then
+  started_here=1
+fi
+cleanup() { if [ "$started_here" = 1 ]; then $BIN/kb services stop --state "$STATE" >/dev/null 2>&1 || true; fi; }
+trap cleanup EXIT
+
+eval "$($BIN/kb services start --state "$STATE")"
+export OPENSEARCH_URL DYNAMODB_ENDPOINT
+echo "real backends: OpenSearch $OPENSEARCH_URL, DynamoDB API $DYNAMODB_ENDPOINT"
+
+$BIN/ruff check .
+$BIN/python -m pytest -q -p no:cacheprovider "$@"
