@@ -9,9 +9,9 @@ export KB_SERVICES_STATE="$STATE"
 export KB_REQUIRE_REAL_BACKENDS=${KB_REQUIRE_REAL_BACKENDS:-1}
 export SAM_CLI_TELEMETRY=0
 
-started_here=0
-if ! $BIN/kb services status --state "$STATE" 2>/dev/null | grep -q "running=True.*running=True"; then
-  started_here=1
+started_here=1
+if $BIN/kb services status --state "$STATE" >/dev/null 2>&1; then
+  started_here=0  # already running: leave them running afterwards
 fi
 cleanup() { if [ "$started_here" = 1 ]; then $BIN/kb services stop --state "$STATE" >/dev/null 2>&1 || true; fi; }
 trap cleanup EXIT
