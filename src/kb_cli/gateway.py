@@ -85,9 +85,11 @@ class Handlers:
 
 def is_loopback(address: str) -> bool:
     try:
-        return ipaddress.ip_address(address).is_loopback
+        ip = ipaddress.ip_address(address)
     except ValueError:
         return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
 
 
 class LocalGateway:
@@ -106,12 +108,12 @@ class LocalGateway:
             if params is None:
                 continue
             params = {k: unquote(v) for k, v in params.items()}
-            route_key = f"{route.method} {route.path}"
+            route_key = "$default" if route.path == "$default" else f"{route.method} {route.path}"
             context = self._request_context(method, path, route_key, source_ip, headers)
             if route.iam:
                 if not is_loopback(source_ip):
                     return _plain(403, {"message": "Forbidden"})
-            elif self.authorizer:
+            elif route.authorizer and self.authorizer:
                 decision = self._authorize(route_key, raw_path, query, headers, params, context)
                 if decision is None:
                     return _plain(403, {"message": "Forbidden"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -95,11 +96,18 @@ def cmd_invoke(args: argparse.Namespace) -> int:
         from . import demo
         from .gateway import Handlers
 
-        with tempfile.TemporaryDirectory(prefix="kb-invoke-") as tmp:
+        # Handler output (EMF metrics, logs) goes to stderr, as with `sam local invoke`: stdout is the result.
+        with tempfile.TemporaryDirectory(prefix="kb-invoke-") as tmp, contextlib.redirect_stdout(sys.stderr):
             demo.seed(local_container(Path(tmp)), with_token=False)
             result = Handlers().invoke(args.function, event)
     print(json.dumps(result, ensure_ascii=False, indent=2))
     return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from . import evaluation
+
+    return evaluation.run(args)
 
 
 def cmd_services(args: argparse.Namespace) -> int:
@@ -122,12 +130,28 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _path_doc_id(name: str) -> str:
+    """A file's doc_id: its relative path when that is a valid id, else an ASCII slug of it plus a digest of
+    the original (a directory may hold `阀门.md` or `my notes.md`)."""
+    import hashlib
+    import re
+
+    from knowledge_core.domain.models import DOC_ID_PATTERN
+
+    if re.fullmatch(DOC_ID_PATTERN, name):
+        return name
+    slug = re.sub(r"[^A-Za-z0-9._:-]+", "-", name).strip("-._:")[:180]
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:12]
+    return f"{slug}-{digest}" if slug else digest
+
+
 def _ingest_files(args: argparse.Namespace) -> list[tuple[str, Path]]:
     path = Path(args.file)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".md", ".txt") and p.is_file())
         prefix = f"{args.doc_id}-" if args.doc_id else ""
-        return [(prefix + "-".join(p.relative_to(path).with_suffix("").parts), p) for p in files]
+        return [(_path_doc_id(prefix + "-".join(p.relative_to(path).with_suffix("").parts)), p)
+                for p in files]
     if not args.doc_id:
         raise SystemExit("kb ingest: --doc-id is required for a single file")
     return [(args.doc_id, path)]
@@ -164,7 +188,7 @@ def cmd_doc(args: argparse.Namespace) -> int:
         call(args.endpoint, "DELETE", base)
     else:
         call(args.endpoint, "POST", f"{base}/{args.action}", {})
-    print(f"{args.action}d {args.source} {args.doc_id}" if args.action != "disable" else f"disabled {args.doc_id}")
+    print(f"{args.action.removesuffix('e')}ed {args.source} {args.doc_id}")
     return 0
 
 
@@ -274,6 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-e", "--event", required=True)
     p.add_argument("--endpoint", help="a running kb serve; default: in-process on fresh embedded state")
     p.set_defaults(func=cmd_invoke)
+
+    p = sub.add_parser("eval", help="retrieval quality (nDCG@10, Recall@3/100) of the search path on a test "
+                                    "collection, beside a same-run BM25 baseline")
+    from .evaluation import add_arguments as add_eval_arguments
+
+    add_eval_arguments(p)
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("services", help="real OpenSearch and DynamoDB-API servers on loopback")
     p.add_argument("action", choices=["start", "stop", "status"])

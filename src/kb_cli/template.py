@@ -42,9 +42,10 @@ class Route:
     iam: bool
     pattern: re.Pattern = field(compare=False)
     literals: int = 0
+    authorizer: bool = True
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
-        if method != self.method:
+        if self.method not in ("*", method):
             return None
         m = self.pattern.fullmatch(path)
         return m.groupdict() if m else None
@@ -84,10 +85,16 @@ def routes(template: dict | None = None) -> list[Route]:
                 continue
             props = event["Properties"]
             path = props["Path"]
-            regex = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(path))
-            literals = sum(1 for seg in path.split("/") if seg and not seg.startswith("{"))
-            iam = (props.get("Auth") or {}).get("Authorizer") == "AWS_IAM"
-            out.append(Route(props["Method"].upper(), path, logical_id, iam, re.compile(regex), literals))
+            if path == "$default":  # API Gateway's catch-all route: matched only when nothing else is
+                regex, literals = ".*", -1
+            else:
+                regex = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(path))
+                literals = sum(1 for seg in path.split("/") if seg and not seg.startswith("{"))
+            authorizer = (props.get("Auth") or {}).get("Authorizer")
+            iam = authorizer == "AWS_IAM"
+            method = props["Method"].upper()
+            out.append(Route("*" if method == "ANY" else method, path, logical_id, iam, re.compile(regex), literals,
+                             authorizer not in ("NONE", "AWS_IAM")))
     return sorted(out, key=lambda r: -r.literals)
 
 

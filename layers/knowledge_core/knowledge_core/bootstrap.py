@@ -29,6 +29,10 @@ class Container:
         config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5)
         client = boto3.client("dynamodb", region_name=self.settings.region,
                               endpoint_url=self.settings.dynamodb_endpoint, config=config)
+        if self.settings.state_backend == "embedded":
+            from .adapters.ledger_dynamodb import SerializedClient
+
+            client = SerializedClient(client)  # moto in-process is not safe for concurrent transactions
         state = DynamoState(client, self.settings.table_name)
         if self.settings.state_backend == "embedded":
             state.create_table()
@@ -44,7 +48,8 @@ class Container:
 
         if not self.settings.opensearch_url:
             raise RuntimeError("KB_OPENSEARCH_URL is required for the opensearch backend")
-        return OpenSearchBackend(self.settings.opensearch_url, region=self.settings.region)
+        return OpenSearchBackend(self.settings.opensearch_url, region=self.settings.region,
+                                 index_prefix=self.settings.opensearch_index_prefix)
 
     @cached_property
     def codec(self) -> TokenCodec:
@@ -79,6 +84,31 @@ class Container:
         from .services.admin import AdminService
 
         return AdminService(self.state, self.backend, self.scopes, self.state, self.run_guard)
+
+    @cached_property
+    def turn_store(self) -> Any:
+        from .adapters.turns_dynamodb import DynamoTurnStore
+
+        return DynamoTurnStore(self.state.client, self.state.table_name)
+
+    @cached_property
+    def turns(self) -> Any:
+        from .services.turns import TurnService
+
+        return TurnService(self.scopes, self.knowledge, self.backend, self.state, self.run_guard,
+                           self.turn_store, self.clock)
+
+    @cached_property
+    def ledger(self) -> Any:
+        from .adapters.ledger_dynamodb import DynamoLedger
+
+        return DynamoLedger(self.state.client, self.state.table_name)
+
+    @cached_property
+    def tools(self) -> Any:
+        from .services.tools import ToolsService
+
+        return ToolsService(self.state, self.scopes, self.backend, self.ledger, self.clock)
 
 
 def _token_secret(settings: Settings) -> bytes:

@@ -48,6 +48,15 @@ class DynamoState(Registry, SessionStore, RunStore):
         self._client_error = ClientError
         self._botocore_error = BotoCoreError
 
+    @property
+    def client(self) -> Any:
+        """The boto3 client, shared with the other stores of this table (turns, ledger)."""
+        return self._client
+
+    @property
+    def table_name(self) -> str:
+        return self._table
+
     # --- table lifecycle ------------------------------------------------------------------------
     def create_table(self) -> None:
         try:

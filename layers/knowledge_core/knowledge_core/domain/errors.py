@@ -93,3 +93,64 @@ class SourceFailure(Exception):
     @property
     def transient(self) -> bool:
         return self.kind in self.TRANSIENT
+
+
+class TurnInProgress(KnowledgeError):
+    """An identical request for this turn is still being assembled; retry the same request shortly."""
+
+    code, status, default_message = "turn_in_progress", 409, "this turn is still being prepared; retry shortly"
+
+
+# --- the agent tool (SPEC §3): returned as a Lambda result {"error": {...}}, never as HTTP ---------
+
+
+class ToolError(KnowledgeError):
+    """An error of the `agent_tools` function. `transient` errors may be skipped under SKIP_TRANSIENT."""
+
+    code, status, default_message = "PROTOCOL_ERROR", 400, "invalid tool call"
+    transient = False
+
+
+class ProtocolError(ToolError):
+    code, status, default_message = "PROTOCOL_ERROR", 400, "invalid tool call"
+
+
+class SourceDenied(ToolError):
+    code, status, default_message = "KNOWLEDGE_SOURCE_DENIED", 403, "knowledge source not allowed"
+
+
+class AccessDenied(ToolError):
+    code, status, default_message = "KNOWLEDGE_ACCESS_DENIED", 403, "access to the knowledge source denied"
+
+
+class BudgetExceeded(ToolError):
+    code, status, default_message = "KNOWLEDGE_BUDGET_EXCEEDED", 429, "knowledge budget exceeded"
+
+
+class SourceUnavailable(ToolError):
+    code, status, default_message = "KNOWLEDGE_UNAVAILABLE", 503, "knowledge source unavailable"
+    transient = True
+
+
+class SourceTimeout(ToolError):
+    code, status, default_message = "KNOWLEDGE_TIMEOUT", 504, "knowledge source timed out"
+    transient = True
+
+
+class SourceThrottled(ToolError):
+    code, status, default_message = "KNOWLEDGE_THROTTLED", 429, "knowledge source throttled"
+    transient = True
+
+
+class SourceError(ToolError):
+    """A source failed in a way that is neither transient nor a denial (e.g. it rejected the request)."""
+
+    code, status, default_message = "KNOWLEDGE_SOURCE_ERROR", 502, "knowledge source failed"
+
+
+def tool_error_for(failure: SourceFailure) -> ToolError:
+    """The tool error a failing source request reports (SourceFailure.kind -> code)."""
+    kinds: dict[str, type[ToolError]] = {"timeout": SourceTimeout, "unavailable": SourceUnavailable,
+                                         "throttled": SourceThrottled, "access_denied": AccessDenied,
+                                         "forbidden": AccessDenied}
+    return kinds.get(failure.kind, SourceError)()

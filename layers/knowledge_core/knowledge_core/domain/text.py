@@ -30,29 +30,30 @@ def fit_text(text: str, budget: int) -> str:
     """Longest prefix of `text` whose JSON-escaped size is <= budget bytes, cut on a code point."""
     if budget <= 0:
         return ""
-    if escaped_size(text) <= budget:
-        return text
-    # Every character escapes to >= 1 byte: dropping `over` characters always removes >= `over` bytes.
-    end = min(len(text), budget)
-    while end > 0:
-        over = escaped_size(text[:end]) - budget
-        if over <= 0:
-            return text[:end]
-        end -= over
-    return ""
+    # Every character escapes to >= 1 byte, so at most `budget` characters can fit.
+    hi = min(len(text), budget)
+    over = escaped_size(text[:hi]) - budget
+    if over <= 0:
+        return text[:hi]
+    # Dropping `over` characters removes >= `over` bytes, so text[:lo] fits. JSON escapes each character on
+    # its own, so sizes add up: search the short tail between lo and hi instead of re-encoding the prefix.
+    lo = max(0, hi - over)
+    room = budget - escaped_size(text[:lo])
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        cost = escaped_size(text[lo:mid])
+        if cost <= room:
+            lo, room = mid, room - cost
+        else:
+            hi = mid
+    return text[:lo]
 
 
 def fit_bytes(body: bytes, start: int, budget: int) -> int:
     """End offset (exclusive) of the longest slice body[start:end] that is whole code points and whose
     JSON-escaped size is <= budget. `start` must be on a code point boundary."""
-    end = min(len(body), start + max(budget, 0))
-    end = _boundary_before(body, end)
-    while end > start:
-        over = escaped_size(body[start:end].decode("utf-8")) - budget
-        if over <= 0:
-            return end
-        end = _boundary_before(body, end - over)
-    return start
+    end = _boundary_before(body, min(len(body), start + max(budget, 0)))
+    return start + len(fit_text(body[start:end].decode("utf-8"), budget).encode("utf-8"))
 
 
 def _boundary_before(body: bytes, pos: int) -> int:

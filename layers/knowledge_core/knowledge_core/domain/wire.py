@@ -80,6 +80,8 @@ def parse_request(model: type[M], raw: str | bytes | None) -> M:
         err = exc.errors(include_url=False, include_input=False)[0]
         field = ".".join(str(p) for p in err["loc"]) or "body"
         if err["type"] == "extra_forbidden":
+            # An unknown name is the client's own input: echo a bounded prefix, never all of it.
+            field = field if len(field) <= 64 else field[:64] + "…"
             raise InvalidRequest(f"{field}: unknown field", field=field) from None
         if err["type"].startswith("json") or err["type"] == "model_type":
             raise InvalidRequest("body: must be a JSON object", field="body") from None

@@ -9,7 +9,7 @@ from ..codec import TokenCodec, identity_digest
 from ..domain.analyzer import unique_terms
 from ..domain.errors import KnowledgeChanged, KnowledgeUnavailable, ReferenceInvalid, ScopeChanged, SourceFailure
 from ..domain.models import Principal
-from ..domain.router import plan_search
+from ..domain.router import PlannedSource, plan_search
 from ..domain.scope import KnowledgeScope
 from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
 from ..domain.wire import (
@@ -29,6 +29,7 @@ from .scope import ScopeResolver
 SUMMARY_MAX_CHARS = 320
 MIN_SUMMARY_BYTES = 120
 HEALTH_CACHE_SECONDS = 10.0
+MAX_RANK_DEPTH = 1000
 
 
 def iso(epoch: float) -> str:
@@ -78,26 +79,56 @@ class KnowledgeService:
         if not scope.searchable():
             response.status = "disabled"
             return to_wire(response)
-        planned = plan_search(scope, request.query)
-        if not planned:
-            return to_wire(response)
-        timeout = float(scope.routing.source_timeout_seconds)
-        results = self._backend.search(
-            [SourceQuery(p.key, p.source.definition.top_k, p.source.definition.min_score, timeout) for p in planned],
-            request.query, principal.viewer)
-        failed = sum(1 for r in results if r.error is not None)
-        response.status = "unavailable" if failed == len(results) else "partial" if failed else "ok"
-        # Several sources merge by raw score; ties break on source key then doc id for determinism.
-        hits = sorted((h for r in results for h in r.hits), key=lambda h: (-h.score, h.source_key, h.doc_id))
+        response.status, hits = self._ranked_hits(scope, request.query, principal, depth=None)
         identity = identity_digest(principal, route, request.run_id)
         query_terms = unique_terms(request.query)
         hints = [self._hint(h, identity, scope.revision, query_terms) for h in hits[: request.limit]]
         response.hints, response.truncated = _fit_hints(response, hints)
         return to_wire(response)
 
+    def rank(self, principal: Principal, route: str, query: str, depth: int) -> list[tuple[str, str, float]]:
+        """Internal evaluation path (not exposed over HTTP): the same planning, backend search and merge as
+        `search`, but the top-`depth` (source_key, doc_id, score) instead of at most 3 bounded hints."""
+        if not 1 <= depth <= MAX_RANK_DEPTH:
+            raise ValueError(f"depth must be 1..{MAX_RANK_DEPTH}")
+        scope = self._enter(principal, route, None)
+        if not scope.searchable():
+            return []
+        status, hits = self._ranked_hits(scope, query, principal, depth=depth)
+        if status != "ok":
+            # A measurement must not count a failing source as "no results".
+            raise KnowledgeUnavailable()
+        return [(h.source_key, h.doc_id, h.score) for h in hits[:depth]]
+
+    def retrieve(self, scope: KnowledgeScope, query: str, principal: Principal,
+                 planned: list[PlannedSource]) -> tuple[str, list[Hit]]:
+        """(status, merged hits) over sources someone else planned: a turn's startup retrieval (R-MODE)."""
+        return self._ranked_hits(scope, query, principal, depth=None, planned=planned)
+
+    def mint_ref(self, hit: Hit, identity: str, scope_revision: str) -> tuple[str, int]:
+        """A signed ref (and its expiry) for a hit's parent document, bound to `identity` (A-REF)."""
+        return self._codec.issue_ref(identity=identity, scope_revision=scope_revision,
+                                     source_key=hit.source_key, doc_id=hit.doc_id, revision=hit.revision)
+
+    def _ranked_hits(self, scope: KnowledgeScope, query: str, principal: Principal,
+                     depth: int | None, planned: list[PlannedSource] | None = None) -> tuple[str, list[Hit]]:
+        """(status, merged hits): each planned source asked for its `topK` (or `depth` documents)."""
+        planned = plan_search(scope, query) if planned is None else planned
+        if not planned:
+            return "ok", []
+        timeout = float(scope.routing.source_timeout_seconds)
+        results = self._backend.search(
+            [SourceQuery(p.key, depth or p.source.definition.top_k, p.source.definition.min_score, timeout)
+             for p in planned],
+            query, principal.viewer)
+        failed = sum(1 for r in results if r.error is not None)
+        status = "unavailable" if failed == len(results) else "partial" if failed else "ok"
+        # Several sources merge by raw score; ties break on source key then doc id for determinism.
+        hits = sorted((h for r in results for h in r.hits), key=lambda h: (-h.score, h.source_key, h.doc_id))
+        return status, hits
+
     def _hint(self, hit: Hit, identity: str, scope_revision: str, query_terms: list[str]) -> Hint:
-        ref, expires_at = self._codec.issue_ref(identity=identity, scope_revision=scope_revision,
-                                                source_key=hit.source_key, doc_id=hit.doc_id, revision=hit.revision)
+        ref, expires_at = self.mint_ref(hit, identity, scope_revision)
         return Hint(ref=ref, title=cut_title(hit.title), summary=excerpt(hit.passage, query_terms, SUMMARY_MAX_CHARS),
                     revision=hit.revision, score=round(hit.score, 6), expires_at=iso(expires_at))
 
@@ -125,6 +156,9 @@ class KnowledgeService:
     def _page(self, scope: KnowledgeScope, route: str, request: ReadRequest, title: str, revision: str,
               body: bytes, offset: int, expires_at: int) -> dict:
         chain_end = min(len(body), LIMITS.read_chain_max_bytes)
+        # The chain limit may fall inside a code point: the chain then ends before it.
+        while chain_end < len(body) and (body[chain_end] & 0xC0) == 0x80:
+            chain_end -= 1
         if offset > chain_end or (offset < len(body) and (body[offset] & 0xC0) == 0x80):
             raise ReferenceInvalid("cursor is invalid")
         page = ReadResponse(route=route, run_id=request.run_id, knowledge_scope_revision=scope.revision,

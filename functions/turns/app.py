@@ -1,0 +1,31 @@
+"""POST /agent-api/v1/workspaces/{route}/turns — turn context and knowledge_delivery negotiation (A-TURN)."""
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from knowledge_core import bootstrap
+from knowledge_core.domain.turn_wire import TurnRequest
+from knowledge_core.domain.wire import parse_request
+from knowledge_core.edge import body_of, json_response, make_resolver, principal_of
+from knowledge_core.observability import logger, metrics, tracer
+
+app = make_resolver()
+
+
+@app.post("/agent-api/v1/workspaces/<route>/turns")
+def turns(route: str) -> Response:
+    principal = principal_of(app)
+    request = parse_request(TurnRequest, body_of(app))
+    body = bootstrap.container().turns.start(principal, route, request)
+    metrics.add_metric(
+        name="TurnKnowledgeItems", unit=MetricUnit.Count, value=len(body["context"]["knowledge"])
+    )
+    return json_response(body)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
+    return app.resolve(event, context)

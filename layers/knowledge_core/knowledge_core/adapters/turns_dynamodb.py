@@ -1,0 +1,163 @@
+"""Turn idempotency records in the single DynamoDB table (A-TURN).
+
+Item: pk=`TURN#<route>#<digest of client, session, turn_id>`, sk=`TURN`; `request_hash`, `state`
+(pending | done), `claim`, `claimed_at`, optional `run_id`, the stored response as zlib-compressed
+JSON (`turn_response`, binary: an inline context can approach the 400 KB item limit), and `ttl`."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..domain.errors import StateUnavailable
+from ..ports import TurnRecord, TurnStore
+from .dynamodb import _UNAVAILABLE_CODES, TTL_ATTRIBUTE
+
+_SK = "TURN"
+
+
+def _s(value: str) -> dict:
+    return {"S": value}
+
+
+def _n(value: float) -> dict:
+    return {"N": repr(value) if isinstance(value, float) else str(value)}
+
+
+class DynamoTurnStore(TurnStore):
+    def __init__(self, client: Any, table_name: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError  # lazy: botocore is heavy
+
+        self._client = client
+        self._table = table_name
+        self._client_error = ClientError
+        self._botocore_error = BotoCoreError
+
+    @contextmanager
+    def _call(self) -> Iterator[None]:
+        try:
+            yield
+        except self._client_error as exc:
+            if exc.response.get("Error", {}).get("Code") in _UNAVAILABLE_CODES:
+                raise StateUnavailable() from exc
+            raise
+        except self._botocore_error as exc:
+            raise StateUnavailable() from exc
+
+    def _conditional(self, **kwargs: Any) -> bool:
+        """A conditional write; False when its condition does not hold."""
+        with self._call():
+            try:
+                getattr(self._client, kwargs.pop("op"))(TableName=self._table, **kwargs)
+                return True
+            except self._client_error as exc:
+                if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                    return False
+                raise
+
+    @staticmethod
+    def _key(key: str) -> dict:
+        return {"pk": _s(key), "sk": _s(_SK)}
+
+    @staticmethod
+    def _record(item: dict) -> TurnRecord:
+        raw = item.get("turn_response", {}).get("B")
+        return TurnRecord(
+            key=item["pk"]["S"],
+            request_hash=item["request_hash"]["S"],
+            state=item["state"]["S"],
+            claim=item["claim"]["S"],
+            claimed_at=float(item["claimed_at"]["N"]),
+            expires_at=int(item[TTL_ATTRIBUTE]["N"]),
+            run_id=item.get("run_id", {}).get("S"),
+            response=json.loads(zlib.decompress(raw)) if raw is not None else None,
+        )
+
+    def claim_turn(
+        self, key: str, request_hash: str, claim: str, now: float, expires_at: int
+    ) -> TurnRecord | None:
+        item = {
+            **self._key(key),
+            "request_hash": _s(request_hash),
+            "state": _s("pending"),
+            "claim": _s(claim),
+            "claimed_at": _n(now),
+            TTL_ATTRIBUTE: _n(expires_at),
+        }
+        for _ in range(3):
+            # DynamoDB deletes expired items lazily: an expired record must not block a new claim.
+            if self._conditional(
+                op="put_item",
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk) OR #ttl <= :now",
+                ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
+                ExpressionAttributeValues={":now": _n(int(now))},
+            ):
+                return None
+            existing = self.get_turn(key, now)
+            if existing is not None:
+                return existing
+            # Expired or released between the two calls: claim again.
+        raise StateUnavailable()
+
+    def get_turn(self, key: str, now: float) -> TurnRecord | None:
+        with self._call():
+            item = self._client.get_item(TableName=self._table, Key=self._key(key), ConsistentRead=True).get(
+                "Item"
+            )
+        if item is None or int(item[TTL_ATTRIBUTE]["N"]) <= now:
+            return None
+        return self._record(item)
+
+    def set_turn_run(self, key: str, claim: str, run_id: str) -> bool:
+        return self._conditional(
+            op="update_item",
+            Key=self._key(key),
+            UpdateExpression="SET run_id = :r",
+            ConditionExpression="#st = :pending AND claim = :c",
+            ExpressionAttributeNames={"#st": "state"},
+            ExpressionAttributeValues={":r": _s(run_id), ":pending": _s("pending"), ":c": _s(claim)},
+        )
+
+    def complete_turn(self, key: str, claim: str, response: dict) -> bool:
+        blob = zlib.compress(json.dumps(response, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        return self._conditional(
+            op="update_item",
+            Key=self._key(key),
+            UpdateExpression="SET #st = :done, turn_response = :resp",
+            ConditionExpression="#st = :pending AND claim = :c",
+            ExpressionAttributeNames={"#st": "state"},
+            ExpressionAttributeValues={
+                ":done": _s("done"),
+                ":resp": {"B": blob},
+                ":pending": _s("pending"),
+                ":c": _s(claim),
+            },
+        )
+
+    def release_turn(self, key: str, claim: str) -> None:
+        self._conditional(
+            op="delete_item",
+            Key=self._key(key),
+            ConditionExpression="#st = :pending AND claim = :c",
+            ExpressionAttributeNames={"#st": "state"},
+            ExpressionAttributeValues={":pending": _s("pending"), ":c": _s(claim)},
+        )
+
+    def take_over_turn(self, key: str, old_claim: str, new_claim: str, now: float) -> bool:
+        return self._conditional(
+            op="update_item",
+            Key=self._key(key),
+            UpdateExpression="SET claim = :new, claimed_at = :now",
+            ConditionExpression="#st = :pending AND claim = :old",
+            ExpressionAttributeNames={"#st": "state"},
+            ExpressionAttributeValues={
+                ":new": _s(new_claim),
+                ":now": _n(now),
+                ":pending": _s("pending"),
+                ":old": _s(old_claim),
+            },
+        )

@@ -1,0 +1,98 @@
+"""Wire models of the turn endpoint (A-TURN, SPEC §2.2): the strict request, its idempotency hash, and
+the `bailing.agent-turn.v1` response with the optional `knowledge_delivery` echo."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, StringConstraints, field_validator
+
+from .wire import PROTOCOL, SearchStatus, StrictRequest, _run_id
+
+TURN_SCHEMA = "bailing.agent-turn.v1"
+DELIVERY_SCHEMA = "bailing.agent-knowledge-delivery.v1"
+TURN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+MESSAGE_MAX_CHARS = 32768
+
+DeliveryMode = Literal["inline", "on_demand"]
+
+
+class TurnRequest(StrictRequest):
+    """`knowledge_delivery` absent = inline (legacy hosts); `"on_demand"` for hosts that negotiated it.
+    `"inline"` (advertised in capabilities `delivery_modes`) is accepted as the explicit spelling."""
+
+    turn_id: Annotated[str, StringConstraints(pattern=TURN_ID_PATTERN)]
+    message: Annotated[str, Field(max_length=MESSAGE_MAX_CHARS)]
+    run_id: str | None = None
+    knowledge_delivery: DeliveryMode | None = None
+
+    @field_validator("message")
+    @classmethod
+    def _non_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("run_id")
+    @classmethod
+    def _run(cls, value: str | None) -> str | None:
+        return _run_id(value)
+
+    @property
+    def mode(self) -> DeliveryMode:
+        return self.knowledge_delivery or "inline"
+
+    def request_hash(self) -> str:
+        """SHA-256 of the canonical JSON of the whole request, the delivery mode included (absent and
+        `"inline"` mean the same request, so they hash alike)."""
+        doc = {
+            "turn_id": self.turn_id,
+            "message": self.message,
+            "run_id": self.run_id,
+            "knowledge_delivery": self.mode,
+        }
+        canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class KnowledgeItem(BaseModel):
+    ref: str
+    title: str
+    content: str
+    revision: str
+
+
+class TurnContext(BaseModel):
+    instructions: str
+    knowledge: list[KnowledgeItem]
+    knowledge_refs: list[str]
+    # Memory and tool schemas are separate from knowledge delivery and never depend on the mode.
+    memory: list[dict] = []
+    tools: list[dict] = []
+    knowledge_status: SearchStatus = "ok"
+
+
+class KnowledgeDelivery(BaseModel):
+    schema_version: str = DELIVERY_SCHEMA
+    mode: Literal["on_demand"] = "on_demand"
+    protocol: str = PROTOCOL
+    knowledge_scope_revision: str
+    status: SearchStatus
+    hints: list[dict] = []
+
+
+class TurnResponse(BaseModel):
+    schema_: Annotated[str, Field(alias="schema")] = TURN_SCHEMA
+    turn_id: str
+    run_id: str
+    run_state: Literal["context_ready"] = "context_ready"
+    context: TurnContext
+    knowledge_delivery: KnowledgeDelivery | None = None
+
+    def wire(self) -> dict:
+        data = self.model_dump(mode="json", by_alias=True)
+        if data["knowledge_delivery"] is None:
+            del data["knowledge_delivery"]
+        return data

@@ -1,0 +1,244 @@
+"""Turns (A-TURN, SPEC §2.2): run creation or resumption, `knowledge_delivery` negotiation, the
+inline startup retrieval, and idempotency by request hash.
+
+Exactly-once per turn: the turn record is claimed first with a conditional put (`pending`), then the
+run is created and the context assembled, then the response is stored (`done`). A duplicate that finds
+`pending` polls briefly for the stored response; one that finds a different hash gets `turn_conflict`."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+
+from ..codec import identity_digest
+from ..domain.errors import RunNotFound, RunNotReady, SourceFailure, TurnConflict, TurnInProgress
+from ..domain.models import Principal, Run
+from ..domain.router import plan_startup
+from ..domain.scope import KnowledgeScope
+from ..domain.text import cut_title
+from ..domain.turn_wire import KnowledgeDelivery, KnowledgeItem, TurnContext, TurnRequest, TurnResponse
+from ..domain.wire import SearchStatus
+from ..ports import Clock, RunStore, SearchBackend, TurnRecord, TurnStore
+from .access import RunGuard, authorize_route
+from .knowledge import KnowledgeService
+from .scope import ScopeResolver
+
+TURN_TTL_SECONDS = 2 * 86400  # records live >= 24 h; DynamoDB TTL deletion is lazy, reads check expiry
+STARTUP_QUERY_MAX_CHARS = 2000  # same bound as a search query
+
+
+def turn_key(route: str, principal: Principal, turn_id: str) -> str:
+    """Turn ids are the host's: scope them to the caller's client and session (digested, ids may hold '#')."""
+    parts = json.dumps([principal.client_id, principal.session_id, turn_id], separators=(",", ":"))
+    digest = base64.urlsafe_b64encode(hashlib.sha256(parts.encode("utf-8")).digest()).rstrip(b"=").decode()
+    return f"TURN#{route}#{digest}"
+
+
+class TurnService:
+    def __init__(
+        self,
+        scopes: ScopeResolver,
+        knowledge: KnowledgeService,
+        backend: SearchBackend,
+        runs: RunStore,
+        run_guard: RunGuard,
+        turns: TurnStore,
+        clock: Clock,
+        *,
+        wait_seconds: float = 10.0,
+        claim_lease_seconds: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._scopes = scopes
+        self._knowledge = knowledge
+        self._backend = backend
+        self._runs = runs
+        self._run_guard = run_guard
+        self._turns = turns
+        self._clock = clock
+        self._wait = wait_seconds
+        self._lease = claim_lease_seconds
+        self._sleep = sleep
+
+    def start(self, principal: Principal, route: str, request: TurnRequest) -> dict:
+        authorize_route(principal, route)
+        scope = self._scopes.resolve(route)
+        key = turn_key(route, principal, request.turn_id)
+        request_hash = request.request_hash()
+        claim = uuid.uuid4().hex
+        now = self._clock.now()
+        record = self._turns.claim_turn(key, request_hash, claim, now, int(now) + TURN_TTL_SECONDS)
+        if record is None:
+            return self._assemble(principal, route, scope, request, key, claim, None)
+        return self._await(principal, route, scope, request, key, claim, request_hash, record)
+
+    # --- duplicates -----------------------------------------------------------------------------------
+    def _await(
+        self,
+        principal: Principal,
+        route: str,
+        scope: KnowledgeScope,
+        request: TurnRequest,
+        key: str,
+        claim: str,
+        request_hash: str,
+        record: TurnRecord | None,
+    ) -> dict:
+        """Same turn seen before: the stored response, a conflict, or (briefly) wait for the claimer."""
+        deadline = time.monotonic() + self._wait
+        pause = 0.02
+        while True:
+            now = self._clock.now()
+            if record is None:  # the claimer failed and released the turn: start over
+                record = self._turns.claim_turn(key, request_hash, claim, now, int(now) + TURN_TTL_SECONDS)
+                if record is None:
+                    return self._assemble(principal, route, scope, request, key, claim, None)
+                continue
+            if record.request_hash != request_hash:
+                raise TurnConflict()
+            if record.state == "done" and record.response is not None:
+                return record.response
+            if now - record.claimed_at > self._lease and self._turns.take_over_turn(
+                key, record.claim, claim, now
+            ):
+                # Its holder died: finish the turn, on the run it had already created if any.
+                return self._assemble(principal, route, scope, request, key, claim, record.run_id)
+            if time.monotonic() >= deadline:
+                raise TurnInProgress()
+            self._sleep(pause)
+            pause = min(pause * 1.5, 0.25)
+            record = self._turns.get_turn(key, self._clock.now())
+
+    # --- the one assembly -------------------------------------------------------------------------------
+    def _assemble(
+        self,
+        principal: Principal,
+        route: str,
+        scope: KnowledgeScope,
+        request: TurnRequest,
+        key: str,
+        claim: str,
+        orphan_run_id: str | None,
+    ) -> dict:
+        created: str | None = None
+        try:
+            if request.run_id is not None:
+                run_id = self._resume(principal, route, request.run_id)
+            elif orphan_run_id is not None:
+                run_id = orphan_run_id
+            else:
+                run_id = created = str(uuid.uuid4())
+                self._runs.create_run(
+                    Run(
+                        run_id=run_id,
+                        session_id=principal.session_id,
+                        client_id=principal.client_id,
+                        route=route,
+                        state="preparing",
+                        turn_id=request.turn_id,
+                    )
+                )
+                if not self._turns.set_turn_run(key, claim, run_id):
+                    raise TurnInProgress()
+            response = self._context(principal, route, scope, request, run_id)
+            if self._runs.transition_run(run_id, ("preparing", "context_ready"), "context_ready") is None:
+                raise RunNotReady()
+            self._run_guard.forget(run_id)
+            body = response.wire()
+        except BaseException:
+            self._turns.release_turn(key, claim)
+            if created is not None:
+                self._runs.transition_run(created, ("preparing",), "failed")
+            raise
+        if not self._turns.complete_turn(key, claim, body):
+            # Our claim was taken over as stale meanwhile: the record's response is the turn's answer.
+            stored = self._turns.get_turn(key, self._clock.now())
+            if stored is not None and stored.state == "done" and stored.response is not None:
+                return stored.response
+        return body
+
+    def _resume(self, principal: Principal, route: str, run_id: str) -> str:
+        run = self._runs.get_run(run_id)
+        if run is None or (run.session_id, run.client_id, run.route) != (
+            principal.session_id,
+            principal.client_id,
+            route,
+        ):
+            raise RunNotFound()
+        if run.state not in ("preparing", "context_ready"):
+            raise RunNotReady()
+        return run_id
+
+    def _context(
+        self, principal: Principal, route: str, scope: KnowledgeScope, request: TurnRequest, run_id: str
+    ) -> TurnResponse:
+        delivery: KnowledgeDelivery | None = None
+        if request.mode == "on_demand":
+            items: list[KnowledgeItem] = []
+            status = self._delivery_status(scope)
+            delivery = KnowledgeDelivery(knowledge_scope_revision=scope.revision, status=status)
+        else:
+            status, items = self._startup_knowledge(principal, route, scope, request.message, run_id)
+        context = TurnContext(
+            instructions=scope.agent.system_prompt,
+            knowledge=items,
+            knowledge_refs=[i.ref for i in items],
+            knowledge_status=status,
+        )
+        return TurnResponse(
+            turn_id=request.turn_id, run_id=run_id, context=context, knowledge_delivery=delivery
+        )
+
+    def _delivery_status(self, scope: KnowledgeScope) -> SearchStatus:
+        if not scope.searchable():
+            return "disabled"
+        return "ok" if self._knowledge.backend_healthy() else "unavailable"
+
+    def _startup_knowledge(
+        self, principal: Principal, route: str, scope: KnowledgeScope, message: str, run_id: str
+    ) -> tuple[SearchStatus, list[KnowledgeItem]]:
+        """The agent's startup retrieval (R-MODE), bounded by `maxContextChars` of body characters in
+        total and `sourceMaxChars` per source; every item's ref is bound to this run."""
+        if not scope.searchable():
+            return "disabled", []
+        query = message[:STARTUP_QUERY_MAX_CHARS]
+        planned = plan_startup(scope, query)
+        if not planned:
+            return "ok", []
+        status, hits = self._knowledge.retrieve(scope, query, principal, planned)
+        routing = scope.routing
+        remaining = routing.max_context_chars
+        per_source: dict[str, int] = {}
+        identity = identity_digest(principal, route, run_id)
+        items: list[KnowledgeItem] = []
+        for hit in hits[: routing.top_k]:
+            allowance = min(remaining, routing.source_max_chars - per_source.get(hit.source_key, 0))
+            if allowance <= 0:
+                if remaining <= 0:
+                    break
+                continue
+            try:
+                doc = self._backend.get_document(hit.source_key, hit.doc_id)
+            except SourceFailure:
+                status = "partial" if status == "ok" else status
+                continue
+            # The document may have changed since the hit: never pair a newer body with the hit's revision.
+            if (
+                doc is None
+                or doc.status != "ready"
+                or doc.revision != hit.revision
+                or not doc.acl.visible_to(principal.viewer)
+            ):
+                continue
+            content = doc.body[:allowance]
+            ref, _ = self._knowledge.mint_ref(hit, identity, scope.revision)
+            items.append(
+                KnowledgeItem(ref=ref, title=cut_title(doc.title), content=content, revision=doc.revision)
+            )
+            remaining -= len(content)
+            per_source[hit.source_key] = per_source.get(hit.source_key, 0) + len(content)
+        return status, items

@@ -1,0 +1,133 @@
+"""e2e fixtures: one `kb serve` subprocess per test session on a free loopback port with its own state
+directory, and small HTTP helpers. Every test here is marked `e2e`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# The installed console script when there is one (it is what users run), else the module.
+_SCRIPT = Path(sys.executable).parent / "kb"
+KB = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kb_cli.main"]
+START_TIMEOUT_S = 120
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: dict[str, str]
+    raw: bytes
+
+    @property
+    def json(self) -> dict:
+        return json.loads(self.raw)
+
+
+@dataclass(frozen=True)
+class KbServer:
+    endpoint: str
+    port: int
+    token: str  # the demo token, route `demo`
+    state: Path
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        token: str | None = None,
+        raw_body: bytes | None = None,
+    ) -> Response:
+        data = (
+            raw_body
+            if raw_body is not None
+            else (None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8"))
+        )
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        request = urllib.request.Request(self.endpoint + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                return Response(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read())
+        except urllib.error.HTTPError as exc:
+            return Response(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+
+    def knowledge(self, route: str, action: str, body: object = None, token: str | None = None) -> Response:
+        method = "GET" if action == "capabilities" else "POST"
+        return self.request(
+            method,
+            f"/agent-api/v1/workspaces/{route}/knowledge/{action}",
+            body,
+            self.token if token is None else token,
+        )
+
+    def kb(self, *args: str, endpoint: bool = True) -> subprocess.CompletedProcess:
+        """Run the `kb` console script against this server."""
+        argv = [*KB, *args, *(["--endpoint", self.endpoint] if endpoint else [])]
+        return subprocess.run(
+            argv,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR"},
+            check=False,
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def kb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KbServer]:
+    state = tmp_path_factory.mktemp("kb-serve")
+    port = free_port()
+    env = {**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_TABLE_NAME": f"kb-e2e-{uuid.uuid4().hex[:8]}"}
+    log = (state / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [*KB, "serve", "--state", str(state), "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        # The port opens before the demo is seeded; the "listening" line comes after it.
+        while "listening on" not in (state / "serve.log").read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("kb serve did not start:\n" + (state / "serve.log").read_text())
+            time.sleep(0.1)
+        token = (state / "demo-token").read_text().strip()
+        yield KbServer(f"http://127.0.0.1:{port}", port, token, state)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

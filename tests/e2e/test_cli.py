@@ -1,0 +1,113 @@
+"""e2e of the `kb` CLI against `kb serve` (R-ADMIN, §5): `kb token issue`, `kb ingest` of a file and of
+a directory, `kb doc delete` — and search sees each change at once, old refs answer 409; plus
+`kb invoke` in-process and against the server."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from tests.e2e.conftest import KbServer
+
+SOURCE = "demo-docs@1.0.0"
+
+
+def titles(server: KbServer, query: str, token: str | None = None) -> list[str]:
+    response = server.knowledge("demo", "search", {"query": query}, token=token)
+    assert response.status == 200 and response.json["status"] == "ok", response.raw
+    return [h["title"] for h in response.json["hints"]]
+
+
+def test_kb_token_issue(kb_server):
+    done = kb_server.kb(
+        "token",
+        "issue",
+        "--route",
+        "demo",
+        "--client",
+        "cli-e2e",
+        "--subject",
+        "alice",
+        "--tenant",
+        "demo",
+        "--ttl",
+        "600",
+    )
+    assert done.returncode == 0, done.stderr
+    token = done.stdout.strip()
+    assert token.startswith("kbt_")
+    assert kb_server.knowledge("demo", "capabilities", token=token).status == 200
+    other = kb_server.kb("token", "issue", "--route", "elsewhere")
+    assert kb_server.knowledge("demo", "capabilities", token=other.stdout.strip()).status == 403
+
+
+def test_kb_ingest_file_then_delete(kb_server, tmp_path):
+    term = f"zz{uuid.uuid4().hex[:10]}"
+    path = tmp_path / "note.md"
+    path.write_text(
+        f"# Pump maintenance {term}\n\nThe {term} pump needs new seals every 90 days.\n", encoding="utf-8"
+    )
+    assert titles(kb_server, term) == []
+    done = kb_server.kb("ingest", "--source", SOURCE, "--doc-id", f"cli-{term}", str(path))
+    assert done.returncode == 0, done.stderr
+    assert titles(kb_server, term) == [f"Pump maintenance {term}"]
+    hint = kb_server.knowledge("demo", "search", {"query": term}).json["hints"][0]
+    page = kb_server.knowledge("demo", "read", {"ref": hint["ref"]}).json
+    assert page["content"].rstrip("\n") == f"The {term} pump needs new seals every 90 days."
+
+    done = kb_server.kb("doc", "delete", "--source", SOURCE, "--doc-id", f"cli-{term}")
+    assert done.returncode == 0, done.stderr
+    assert titles(kb_server, term) == []
+    gone = kb_server.knowledge("demo", "read", {"ref": hint["ref"]})
+    assert gone.status == 409 and gone.json["error"]["code"] == "knowledge_changed"
+    again = kb_server.kb("doc", "delete", "--source", SOURCE, "--doc-id", f"cli-{term}")
+    assert again.returncode == 1 and "404" in again.stderr
+
+
+def test_kb_ingest_directory(kb_server, tmp_path):
+    term = f"zz{uuid.uuid4().hex[:10]}"
+    (tmp_path / "guides" / "nested").mkdir(parents=True)
+    (tmp_path / "guides" / "valve.md").write_text(
+        f"# Valve guide\n\n{term} valve torque is 12 Nm.\n", "utf-8"
+    )
+    (tmp_path / "guides" / "nested" / "阀门.txt").write_text(f"阀门检修 {term} 每季度一次。\n", "utf-8")
+    (tmp_path / "guides" / "ignored.bin").write_bytes(b"\x00\x01")
+    done = kb_server.kb("ingest", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides"))
+    assert done.returncode == 0, done.stderr
+    assert "2 document(s)" in done.stdout
+    found = sorted(titles(kb_server, term))
+    # A file without a heading is titled by its doc_id; a non-ASCII path still yields a valid doc_id.
+    assert len(found) == 2 and found[0] == "Valve guide" and found[1].startswith(f"{term}-nested-")
+    nested_id = found[1]
+    assert nested_id.isascii()
+    # Replacing a document: its old ref answers 409, search shows the new text.
+    old = kb_server.knowledge("demo", "search", {"query": f"{term} torque"}).json["hints"][0]
+    (tmp_path / "guides" / "valve.md").write_text(
+        f"# Valve guide\n\n{term} valve torque is 15 Nm.\n", "utf-8"
+    )
+    assert (
+        kb_server.kb("ingest", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")).returncode == 0
+    )
+    changed = kb_server.knowledge("demo", "read", {"ref": old["ref"]})
+    assert changed.status == 409 and changed.json["error"]["code"] == "knowledge_changed"
+    new = kb_server.knowledge("demo", "search", {"query": f"{term} torque"}).json["hints"][0]
+    assert "15 Nm" in kb_server.knowledge("demo", "read", {"ref": new["ref"]}).json["content"]
+    for doc_id in (f"{term}-valve", nested_id):
+        assert kb_server.kb("doc", "delete", "--source", SOURCE, "--doc-id", doc_id).returncode == 0
+    assert titles(kb_server, term) == []
+
+
+def test_kb_invoke_in_process_prints_a_200_result(kb_server):
+    done = kb_server.kb("invoke", "search", "-e", "events/search/search.json", endpoint=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["statusCode"] == 200 and result["headers"]["Cache-Control"] == "no-store"
+    body = json.loads(result["body"])
+    assert body["status"] == "ok" and body["hints"]
+
+
+def test_kb_invoke_against_the_server(kb_server):
+    done = kb_server.kb("invoke", "CapabilitiesFunction", "-e", "events/capabilities/get.json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["statusCode"] == 200 and json.loads(result["body"])["enabled"] is True
