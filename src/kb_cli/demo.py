@@ -17,6 +17,22 @@ AGENT = {"id": "demo-agent", "version": "1.0.0",
          "modelProfile": {"candidates": [{"model": "model-a", "toolCalling": True}]},
          "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}]}
 PRINCIPAL = {"client_id": "demo-client", "subject": "demo-user", "tenant": "demo"}
+_TOOL_MODEL = {"candidates": [{"model": "model-a", "toolCalling": True}]}
+# Agents of the agent_tools examples (events/agent_tools/): definitions only, so route `demo` is unchanged.
+TOOL_AGENTS = [
+    {"id": "demo-router", "version": "1.0.0", "systemPrompt": "Route knowledge by rules (AUTO).",
+     "modelProfile": _TOOL_MODEL, "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
+     "knowledgeRouting": {"mode": "AUTO", "maxSources": 2, "topK": 5, "maxContextChars": 4000,
+                          "failurePolicy": "SKIP_TRANSIENT", "rerank": "LEXICAL",
+                          "rules": [{"knowledge": {"id": "demo-docs", "version": "1.0.0"}, "always": True,
+                                     "contextEquals": {"projectType": "monitor"}, "priority": 10}]}},
+    {"id": "demo-ondemand", "version": "1.0.0", "systemPrompt": "Search knowledge only when needed.",
+     "modelProfile": _TOOL_MODEL, "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
+     "knowledgeRouting": {"mode": "ON_DEMAND", "topK": 5}},
+    {"id": "demo-eager", "version": "1.0.0", "systemPrompt": "Retrieve at startup (EAGER).",
+     "modelProfile": _TOOL_MODEL, "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
+     "knowledgeRouting": {"mode": "EAGER", "maxSources": 1, "topK": 3}},
+]
 
 
 def markdown_document(source_key: str, doc_id: str, text: str, title: str | None = None) -> Document:
@@ -33,11 +49,13 @@ def demo_documents() -> list[Document]:
             for path in sorted(CORPUS.glob("*.md")) if path.name != "LICENSE.md"]
 
 
-def seed(container, *, with_token: bool = True, ttl_seconds: int = 7 * 86400) -> str | None:  # noqa: ANN001
+def seed(container, *, with_token: bool = True, ttl_seconds: int = 7 * 86400) -> str | None:
     """Publish the demo source and agent, point route `demo` at it, ingest the corpus; return a token."""
     admin = container.admin
     admin.publish_source(SourceDefinition.model_validate(SOURCE))
     admin.publish_agent(AgentDefinition.model_validate(AGENT))
+    for agent in TOOL_AGENTS:
+        admin.publish_agent(AgentDefinition.model_validate(agent))
     admin.set_workspace(ROUTE, f"{AGENT['id']}@{AGENT['version']}")
     admin.put_documents(demo_documents())
     if not with_token:

@@ -110,6 +110,8 @@ class RoutingRule(Strict):
         lowered = [v.lower() for v in value]
         if len(set(lowered)) != len(lowered):
             raise ValueError("queryTerms must be distinct (case-insensitive)")
+        if any(not v.strip() for v in value):
+            raise ValueError("queryTerms must not be blank")  # a blank term would match almost any query
         return value
 
     @model_validator(mode="after")

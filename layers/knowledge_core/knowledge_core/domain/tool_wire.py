@@ -1,0 +1,177 @@
+"""Wire models of the `agent_tools` function (SPEC §3.6): the invocation envelope the agent runtime sends,
+the strict model arguments of `knowledge_search` / `startup`, and the result and error shapes.
+
+The runtime fills `invocation` (identity, chain, deadline, trusted context); the model fills only
+`arguments`, which accept exactly `query` and optional `sources` — anything else is PROTOCOL_ERROR."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .budget import MAX_CHAIN_DEPTH
+from .errors import ProtocolError, ToolError
+from .models import split_key
+
+INVOCATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+QUERY_MAX_CHARS = 2000
+
+InvocationId = Annotated[str, Field(pattern=INVOCATION_ID_PATTERN)]
+Name = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _exact_key(value: str) -> str:
+    try:
+        split_key(value)
+    except ValueError:
+        raise ValueError("must be an exact id@version key") from None
+    return value
+
+
+class Ancestor(_Strict):
+    invocation_id: InvocationId
+    agent: str
+
+    _agent = field_validator("agent")(classmethod(lambda cls, v: _exact_key(v)))
+
+
+class Invocation(_Strict):
+    tenant: Name
+    app: Name
+    subject: Name
+    agent: str
+    invocation_id: InvocationId
+    ancestors: Annotated[list[Ancestor], Field(max_length=MAX_CHAIN_DEPTH - 1)] = []
+    deadline: str | None = None
+    trusted_context: Annotated[dict[str, str], Field(max_length=64)] = {}
+    groups: Annotated[list[Name], Field(max_length=64)] = []
+
+    _agent = field_validator("agent")(classmethod(lambda cls, v: _exact_key(v)))
+
+    @field_validator("deadline")
+    @classmethod
+    def _iso(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError("must be an ISO-8601 timestamp") from None
+            if parsed.tzinfo is None:
+                raise ValueError("must carry a time zone (e.g. Z)")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct_chain(self) -> Invocation:
+        ids = [a.invocation_id for a in self.ancestors] + [self.invocation_id]
+        if len(set(ids)) != len(ids):
+            raise ValueError("ancestors: an invocation appears twice in the chain")
+        return self
+
+    @property
+    def deadline_epoch(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return datetime.fromisoformat(self.deadline.replace("Z", "+00:00")).timestamp()
+
+    @property
+    def root_id(self) -> str:
+        return self.ancestors[0].invocation_id if self.ancestors else self.invocation_id
+
+
+class SearchArguments(_Strict):
+    """The model's arguments: exactly `query` and optional `sources` (exact keys, checked by the router)."""
+
+    query: Annotated[str, Field(max_length=QUERY_MAX_CHARS)]
+    sources: (
+        Annotated[list[Annotated[str, Field(max_length=200)]], Field(min_length=1, max_length=16)] | None
+    ) = None
+
+    @field_validator("query")
+    @classmethod
+    def _non_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+
+class StartupArguments(_Strict):
+    query: Annotated[str, Field(max_length=QUERY_MAX_CHARS)]
+
+    @field_validator("query")
+    @classmethod
+    def _non_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+
+class _Envelope(_Strict):
+    operation: Literal["knowledge_search", "startup"]
+    invocation: Invocation
+    arguments: dict[str, Any]
+
+
+class ToolEnvelope(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    operation: Literal["knowledge_search", "startup"]
+    invocation: Invocation
+    arguments: SearchArguments | StartupArguments
+
+
+def _protocol_error(exc: ValidationError, prefix: str) -> ProtocolError:
+    error = exc.errors()[0]
+    field = ".".join([prefix, *(str(p) for p in error.get("loc", ()))]).strip(".") or "event"
+    reason = "unknown field" if error.get("type") == "extra_forbidden" else str(error.get("msg", "invalid"))
+    return ProtocolError(f"{field}: {reason}", field=field)
+
+
+def parse_envelope(event: Any) -> ToolEnvelope:
+    """The envelope, or ProtocolError naming the first offending field (never echoing its value)."""
+    if not isinstance(event, dict):
+        raise ProtocolError("event: must be a JSON object")
+    try:
+        outer = _Envelope.model_validate(event)
+    except ValidationError as exc:
+        raise _protocol_error(exc, "") from None
+    model = StartupArguments if outer.operation == "startup" else SearchArguments
+    try:
+        arguments = model.model_validate(outer.arguments)
+    except ValidationError as exc:
+        raise _protocol_error(exc, "arguments") from None
+    return ToolEnvelope(operation=outer.operation, invocation=outer.invocation, arguments=arguments)
+
+
+class KnowledgeId(BaseModel):
+    id: str
+    version: str
+
+
+class Reference(BaseModel):
+    """One cited passage: untrusted tool data for the model's next step."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    citation_id: str = Field(alias="citationId")
+    knowledge: KnowledgeId
+    content: str
+    source: dict[str, Any] | None = None
+    fusion_score: float = Field(alias="fusionScore")
+    score: float
+
+
+def success(references: list[Reference], events: list[dict]) -> dict:
+    return {
+        "references": [r.model_dump(by_alias=True, exclude_none=True) for r in references],
+        "events": events,
+    }
+
+
+def failure(error: ToolError, events: list[dict]) -> dict:
+    return {"error": {"code": error.code, "message": error.message}, "events": events}

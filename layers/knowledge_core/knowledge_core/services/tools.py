@@ -1,0 +1,373 @@
+"""The agent tool calls (SPEC §3): `startup` retrieval and the model-callable `knowledge_search`.
+
+Order of one call: validate (mode, explicit sources) -> plan (R-ROUTE) -> open the invocation chain's
+ledger -> leases and deadline of the selected sources -> charge every request to the whole chain in one
+transaction (R-BUDGET) -> query -> check each document live -> failure policy (R-FAIL) -> fuse (R-FUSE)
+-> cut to sourceMaxChars and the remaining chars, cite (ids unique per root) -> events (R-EVENT)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from ..domain.budget import ChainLink, LedgerEntry, Limits, cut_to_source_max, source_timeout
+from ..domain.errors import (
+    ProtocolError,
+    SourceFailure,
+    SourceTimeout,
+    SourceUnavailable,
+    StateUnavailable,
+    ToolError,
+    tool_error_for,
+)
+from ..domain.fusion import Candidate, Fused, RankedList, content_fingerprint, fuse
+from ..domain.models import AgentDefinition, Viewer
+from ..domain.router import PlannedSource, expired_leases, plan_startup, plan_tool
+from ..domain.scope import KnowledgeScope
+from ..domain.tool_wire import KnowledgeId, Reference, SearchArguments, ToolEnvelope, failure, success
+from ..ports import (
+    BudgetLedger,
+    CitationDraft,
+    Clock,
+    Hit,
+    Registry,
+    SearchBackend,
+    SourceQuery,
+    SourceResult,
+)
+from .scope import ScopeResolver
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Events:
+    """The R-EVENT record of one call, in order."""
+
+    def __init__(self, clock: Clock, invocation_id: str) -> None:
+        self._clock = clock
+        self._invocation_id = invocation_id
+        self.items: list[dict] = []
+
+    def add(self, type_: str, **fields: Any) -> None:
+        self.items.append(
+            {"type": type_, "at": _iso(self._clock.now()), "invocationId": self._invocation_id, **fields}
+        )
+
+
+class ToolsService:
+    def __init__(
+        self,
+        registry: Registry,
+        agents: ScopeResolver,
+        backend: SearchBackend,
+        ledger: BudgetLedger,
+        clock: Clock,
+    ) -> None:
+        self._registry = registry
+        self._agents = agents
+        self._backend = backend
+        self._ledger = ledger
+        self._clock = clock
+
+    # --- entry point ---------------------------------------------------------------------------------
+    def call(self, envelope: ToolEnvelope) -> dict:
+        """A Lambda result: {"references", "events"} or {"error": {code, message}, "events"}."""
+        events = Events(self._clock, envelope.invocation.invocation_id)
+        try:
+            result = success(self._run(envelope, events), events.items)
+        except ToolError as error:
+            result = failure(error, events.items)
+        except StateUnavailable:
+            # The ledger cannot be kept: nothing may be retrieved without it.
+            result = failure(SourceUnavailable("knowledge budget ledger unavailable"), events.items)
+        _log(envelope, result)
+        return result
+
+    # --- one call --------------------------------------------------------------------------------------
+    def _agent(self, key: str) -> AgentDefinition:
+        agent = self._agents.agent(key)
+        if agent is None:
+            raise ProtocolError(f"agent {key} is not published")
+        return agent
+
+    def _run(self, envelope: ToolEnvelope, events: Events) -> list[Reference]:
+        inv = envelope.invocation
+        now = self._clock.now()
+        agent = self._agent(inv.agent)
+        scope = KnowledgeScope(route="", agent=agent, sources=self._registry.get_sources(agent.allowed_keys))
+        routing = scope.routing
+        query = envelope.arguments.query
+        if envelope.operation == "knowledge_search":
+            sources = envelope.arguments.sources if isinstance(envelope.arguments, SearchArguments) else None
+            planned = plan_tool(scope, query, inv.trusted_context, sources)
+        else:
+            planned = plan_startup(scope, query, inv.trusted_context)
+        links = [
+            ChainLink(a.invocation_id, a.agent, Limits.of(self._agent(a.agent).routing))
+            for a in inv.ancestors
+        ]
+        links.append(ChainLink(inv.invocation_id, agent.key, Limits.of(routing), inv.deadline_epoch))
+        chain = self._ledger.open_chain(inv.root_id, links, now)
+        events.add("knowledge.planned", sources=[{"knowledge": p.key, "reason": p.reason} for p in planned])
+        if not planned:
+            self._fused(events, inv.root_id, inv.invocation_id, 0, routing.rerank)
+            return []
+
+        # Leases and the chain's deadline fail a source before it is asked or charged.
+        expired = expired_leases(scope, planned, now)
+        timeout = source_timeout(
+            now, routing.source_timeout_seconds, [e.deadline for e in chain] + [inv.deadline_epoch]
+        )
+        retrieval_ids = {p.key: "ret-" + uuid.uuid4().hex[:16] for p in planned}
+        failures: dict[str, ToolError] = {}
+        for p in planned:
+            if p.key in expired:
+                failures[p.key] = SourceUnavailable(f"lease of {p.key} expired")
+            elif timeout <= 0:
+                failures[p.key] = SourceTimeout("the invocation deadline has passed")
+        to_call = [p for p in planned if p.key not in failures]
+        if failures and (routing.failure_policy == "FAIL_FAST" or not to_call):
+            self._retrieved_failures(events, planned, failures, retrieval_ids)
+            raise next(failures[p.key] for p in planned if p.key in failures)
+
+        self._ledger.charge_retrievals(inv.root_id, chain, [p.key for p in to_call])
+        viewer = Viewer(tenant=inv.tenant, subject=inv.subject, groups=inv.groups)
+        results = self._backend.search(
+            [
+                SourceQuery(p.key, p.source.definition.top_k, p.source.definition.min_score, timeout)
+                for p in to_call
+            ],
+            query,
+            viewer,
+        )
+        lists: list[RankedList] = []
+        for p, result in zip(to_call, results, strict=True):
+            visible = self._live_check(result, viewer) if result.error is None else []
+            if result.error is not None:
+                failures[p.key] = tool_error_for(result.error)
+            else:
+                lists.append(
+                    RankedList(
+                        p.key,
+                        [_candidate(h) for h in visible],
+                        p.source.definition.top_k,
+                        p.source.definition.min_score,
+                    )
+                )
+        self._retrieved(events, planned, results, to_call, failures, retrieval_ids, lists)
+        self._apply_policy(routing.failure_policy, planned, failures)
+
+        fused = fuse(lists, query=query, top_k=routing.top_k, rerank=routing.rerank)
+        references = self._cite(
+            inv.root_id,
+            [link.invocation_id for link in links],
+            inv.invocation_id,
+            fused,
+            retrieval_ids,
+            routing.source_max_chars,
+            events,
+            now,
+        )
+        self._fused(events, inv.root_id, inv.invocation_id, len(references), routing.rerank)
+        return references
+
+    def _live_check(self, result: SourceResult, viewer: Viewer) -> list[Hit]:
+        """Each hit's document, now: still in that source, ready, visible to the viewer, same revision."""
+        kept: list[Hit] = []
+        for hit in result.hits:
+            try:
+                doc = self._backend.get_document(hit.source_key, hit.doc_id)
+            except SourceFailure as exc:
+                result.error = exc
+                return []
+            if (
+                doc is not None
+                and doc.source_key == hit.source_key
+                and doc.status == "ready"
+                and doc.acl.visible_to(viewer)
+                and doc.revision == hit.revision
+            ):
+                kept.append(hit)
+        return kept
+
+    @staticmethod
+    def _apply_policy(policy: str, planned: list[PlannedSource], failures: dict[str, ToolError]) -> None:
+        """R-FAIL: denials and protocol errors always end the call; FAIL_FAST ends it on any failure;
+        SKIP_TRANSIENT skips timeouts, unavailability and throttling — unless no source answered at all,
+        which is a failure, never "no results"."""
+        ordered = [failures[p.key] for p in planned if p.key in failures]
+        if not ordered:
+            return
+        fatal = [e for e in ordered if not e.transient]
+        if fatal:
+            raise fatal[0]
+        if policy == "FAIL_FAST" or len(ordered) == len(planned):
+            raise ordered[0]
+
+    def _cite(
+        self,
+        root_id: str,
+        chain_ids: list[str],
+        invocation_id: str,
+        fused: list[Fused],
+        retrieval_ids: dict[str, str],
+        source_max_chars: int,
+        events: Events,
+        now: float,
+    ) -> list[Reference]:
+        by_source: dict[str, list[int]] = {}
+        for i, item in enumerate(fused):
+            by_source.setdefault(item.candidate.source_key, []).append(i)
+        contents = [item.candidate.content for item in fused]
+        for indexes in by_source.values():
+            for i, cut in zip(
+                indexes, cut_to_source_max([contents[i] for i in indexes], source_max_chars), strict=True
+            ):
+                contents[i] = cut
+        drafts: list[CitationDraft] = []
+        cited: list[Fused] = []
+        for item, content in zip(fused, contents, strict=True):
+            if not content:
+                continue
+            cand = item.candidate
+            fingerprint = hashlib.sha256(
+                f"{cand.source_key}\0{cand.doc_id}\0{content_fingerprint(content)}".encode()
+            ).hexdigest()
+            drafts.append(
+                CitationDraft(
+                    fingerprint,
+                    cand.source_key,
+                    cand.doc_id,
+                    content,
+                    retrieval_ids[cand.source_key],
+                    invocation_id,
+                )
+            )
+            cited.append(item)
+        references: list[Reference] = []
+        for item, citation in zip(
+            cited, self._ledger.record_citations(root_id, chain_ids, drafts, now), strict=True
+        ):
+            if citation is None:
+                continue  # no chars left: no new citation
+            cand = item.candidate
+            knowledge_id, _, version = cand.source_key.partition("@")
+            fusion_score = round(item.fusion_score, 6)
+            source: dict[str, Any] = {"title": cand.title, "docId": cand.doc_id, "revision": cand.revision}
+            if cand.structured_source is not None:
+                source["structured"] = cand.structured_source
+            references.append(
+                Reference(
+                    citation_id=citation.citation_id,
+                    knowledge=KnowledgeId(id=knowledge_id, version=version),
+                    content=citation.content,
+                    source=source,
+                    fusion_score=fusion_score,
+                    score=round(cand.score, 6),
+                )
+            )
+            if citation.created:
+                events.add(
+                    "citation.created",
+                    citationId=citation.citation_id,
+                    retrievalId=citation.retrieval_id,
+                    knowledgeVersion=citation.knowledge,
+                    fusionScore=fusion_score,
+                )
+        return references
+
+    # --- events ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _retrieved_failures(
+        events: Events,
+        planned: list[PlannedSource],
+        failures: dict[str, ToolError],
+        retrieval_ids: dict[str, str],
+    ) -> None:
+        for p in planned:
+            if p.key in failures:
+                events.add(
+                    "knowledge.retrieved",
+                    retrievalId=retrieval_ids[p.key],
+                    knowledge=p.key,
+                    status=failures[p.key].code,
+                    count=0,
+                    ms=0,
+                )
+
+    @staticmethod
+    def _retrieved(
+        events: Events,
+        planned: list[PlannedSource],
+        results: list[SourceResult],
+        to_call: list[PlannedSource],
+        failures: dict[str, ToolError],
+        retrieval_ids: dict[str, str],
+        lists: list[RankedList],
+    ) -> None:
+        answered = {p.key: r for p, r in zip(to_call, results, strict=True)}
+        counts = {ranked.source_key: len(ranked.candidates) for ranked in lists}
+        for p in planned:
+            result = answered.get(p.key)
+            if p.key in failures:
+                status, count = failures[p.key].code, 0
+            else:
+                count = counts.get(p.key, 0)
+                status = "OK" if count else "EMPTY"
+            events.add(
+                "knowledge.retrieved",
+                retrievalId=retrieval_ids[p.key],
+                knowledge=p.key,
+                status=status,
+                count=count,
+                ms=round(result.ms, 3) if result else 0,
+            )
+
+    def _fused(self, events: Events, root_id: str, invocation_id: str, count: int, rerank: str) -> None:
+        entry: LedgerEntry | None = self._ledger.entry(root_id, invocation_id)
+        assert entry is not None  # opened at the start of the call
+        events.add(
+            "knowledge.fused",
+            count=count,
+            rerank=rerank,
+            retrievalsUsed=entry.retrievals,
+            retrievalsRemaining=entry.retrievals_remaining,
+            charsUsed=entry.chars,
+            charsRemaining=entry.chars_remaining,
+        )
+
+
+def _candidate(hit: Hit) -> Candidate:
+    return Candidate(
+        hit.source_key, hit.doc_id, hit.title, hit.revision, hit.score, hit.passage, hit.structured_source
+    )
+
+
+def _log(envelope: ToolEnvelope, result: dict) -> None:
+    from ..observability import logger
+
+    inv = envelope.invocation
+    for event in result["events"]:
+        logger.info(
+            event["type"],
+            extra={
+                "knowledge_event": event,
+                "operation": envelope.operation,
+                "agent": inv.agent,
+                "root_invocation": inv.root_id,
+            },
+        )
+    if "error" in result:
+        logger.info(
+            "knowledge tool refused",
+            extra={
+                "code": result["error"]["code"],
+                "operation": envelope.operation,
+                "agent": inv.agent,
+                "invocation_id": inv.invocation_id,
+            },
+        )
