@@ -310,3 +310,21 @@ def test_a_search_acl_many_restricted_hits_do_not_hide_a_visible_one(tmp_path, c
     container = setup_world(embedded_container(tmp_path, clock), {A: 0.0}, [*restricted, visible])
     result = search(container, "zzcrowd")
     assert [h["title"] for h in result["hints"]] == ["visible"]
+
+
+def test_search_expired_lease_is_unavailable_not_empty(demo_container, clock):
+    """R-ROUTE / A-SEARCH: a selected source whose runtime lease expired is not searched and the search
+    says `unavailable` — never `ok` with no hints."""
+    from knowledge_core.domain.models import Principal, SourceState
+    from knowledge_core.domain.wire import SearchRequest
+
+    key = "demo-docs@1.0.0"
+    demo_container.state.update_source_state(key, SourceState(lease_until="2000-01-01T00:00:00Z"))
+    demo_container.scopes.invalidate()
+    principal = Principal(client_id="c", session_id="s", subject="u", tenant="demo", routes=["demo"])
+    result = demo_container.knowledge.search(principal, "demo", SearchRequest(query="网关离线"))
+    assert result["status"] == "unavailable" and result["hints"] == []
+    demo_container.state.update_source_state(key, SourceState(lease_until="2999-01-01T00:00:00Z"))
+    demo_container.scopes.invalidate()
+    result = demo_container.knowledge.search(principal, "demo", SearchRequest(query="网关离线"))
+    assert result["status"] == "ok" and result["hints"]

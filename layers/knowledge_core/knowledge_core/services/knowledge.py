@@ -9,7 +9,7 @@ from ..codec import TokenCodec, identity_digest
 from ..domain.analyzer import unique_terms
 from ..domain.errors import KnowledgeChanged, KnowledgeUnavailable, ReferenceInvalid, ScopeChanged, SourceFailure
 from ..domain.models import Principal
-from ..domain.router import PlannedSource, plan_search
+from ..domain.router import PlannedSource, expired_leases, plan_search
 from ..domain.scope import KnowledgeScope
 from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
 from ..domain.wire import (
@@ -116,13 +116,15 @@ class KnowledgeService:
         planned = plan_search(scope, query) if planned is None else planned
         if not planned:
             return "ok", []
+        # An expired runtime lease makes a source unavailable without querying it (R-ROUTE).
+        expired = expired_leases(scope, planned, self._clock.now())
         timeout = float(scope.routing.source_timeout_seconds)
         results = self._backend.search(
             [SourceQuery(p.key, depth or p.source.definition.top_k, p.source.definition.min_score, timeout)
-             for p in planned],
-            query, principal.viewer)
-        failed = sum(1 for r in results if r.error is not None)
-        status = "unavailable" if failed == len(results) else "partial" if failed else "ok"
+             for p in planned if p.key not in expired],
+            query, principal.viewer) if len(expired) < len(planned) else []
+        failed = len(expired) + sum(1 for r in results if r.error is not None)
+        status = "unavailable" if failed == len(planned) else "partial" if failed else "ok"
         # Several sources merge by raw score; ties break on source key then doc id for determinism.
         hits = sorted((h for r in results for h in r.hits), key=lambda h: (-h.score, h.source_key, h.doc_id))
         return status, hits
