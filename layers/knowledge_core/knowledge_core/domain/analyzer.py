@@ -34,3 +34,54 @@ def terms(text: str) -> list[str]:
 def unique_terms(text: str) -> list[str]:
     """`terms` without repeats, first occurrence order."""
     return list(dict.fromkeys(terms(text)))
+
+
+# --- search-index analysis (the backends' index and query terms; the router keeps `terms`) ---------------
+
+# Lucene's English stop set: words too common to rank by.
+ENGLISH_STOPWORDS = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no",
+    "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to",
+    "was", "will", "with"))
+_STEM_CACHE_MAX = 200_000
+_stem_cache: dict[str, str] = {}
+_stemmer = None
+
+
+def stem(word: str) -> str:
+    """Snowball English (Porter2) stem of a lower-cased word; ASCII-letter words only (codes, numbers and
+    other scripts stay as they are)."""
+    cached = _stem_cache.get(word)
+    if cached is not None:
+        return cached
+    global _stemmer
+    if _stemmer is None:
+        import snowballstemmer
+
+        _stemmer = snowballstemmer.stemmer("english")
+    out = _stemmer.stemWord(word) if word.isascii() and word.isalpha() else word
+    if len(_stem_cache) < _STEM_CACHE_MAX:
+        _stem_cache[word] = out
+    return out
+
+
+def index_terms(text: str, cjk_unigrams: bool = False) -> list[str]:
+    """Terms a search index stores and matches: English words minus stop words, Snowball-stemmed; CJK runs as
+    character bigrams (plus each character when `cjk_unigrams`; a lone character is always kept)."""
+    out: list[str] = []
+    for run in _TOKEN_RE.findall(text.lower()):
+        if is_cjk(run):
+            if len(run) == 1:
+                out.append(run)
+                continue
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+            if cjk_unigrams:
+                out.extend(run)
+        elif run not in ENGLISH_STOPWORDS:
+            out.append(stem(run))
+    return out
+
+
+def query_terms(text: str, cjk_unigrams: bool = False) -> list[str]:
+    """`index_terms` of a query without repeats, first occurrence order."""
+    return list(dict.fromkeys(index_terms(text, cjk_unigrams)))

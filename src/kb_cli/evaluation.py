@@ -1,0 +1,436 @@
+"""Retrieval quality evaluation (`kb eval`, bench/quality.py): test collections, ranking metrics, an
+independent in-memory BM25 baseline, and a harness that ingests a collection through the normal admin
+path and ranks every query through KnowledgeService (the same planning, backend search and merge the
+search API uses)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import io
+import json
+import math
+import re
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+import tokenize
+import uuid
+import zipfile
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEMO_QUERIES = Path(__file__).parent / "demo_corpus" / "queries.jsonl"
+
+
+def _scifact_zip() -> Path:
+    """KB_SCIFACT_ZIP, else shared/eval/scifact/scifact.zip beside the checkout (as CI lays it out)."""
+    import os
+
+    if os.environ.get("KB_SCIFACT_ZIP"):
+        return Path(os.environ["KB_SCIFACT_ZIP"])
+    beside = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "scifact" / "scifact.zip"
+    return beside if beside.exists() else Path("/work/shared/eval/scifact/scifact.zip")
+
+
+SCIFACT_ZIP = _scifact_zip()
+SCIFACT_TEST = "claims_validation.csv"  # the BEIR test split; claims_train.csv is for tuning only
+SCIFACT_TRAIN = "claims_train.csv"
+PUBLISHED_BASELINES = {"scifact": {"name": "BM25 flat (Anserini, BEIR v1.0.0)", "ndcg@10": 0.6789,
+                                   "recall@100": 0.9253}}
+RANK_DEPTH = 100
+BATCH_DOCS = 200
+
+
+# --- metrics ----------------------------------------------------------------------------------------
+
+
+def dcg_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
+    """Discounted cumulative gain with linear gains (trec_eval / BEIR): sum rel_i / log2(i + 1), i from 1."""
+    return sum(relevant.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(ranked[:k]))
+
+
+def ndcg_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int = 10) -> float:
+    """DCG@k over the ideal DCG@k of the judged relevant documents; 0 when nothing is relevant."""
+    ideal = sorted((g for g in relevant.values() if g > 0), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg_at_k(list(dict.fromkeys(ranked)), relevant, k) / idcg if idcg else 0.0
+
+
+def recall_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
+    """Share of the relevant documents found in the top k (BEIR's definition: over all relevant)."""
+    wanted = {d for d, g in relevant.items() if g > 0}
+    if not wanted:
+        return 0.0
+    return len(wanted & set(ranked[:k])) / len(wanted)
+
+
+@dataclass
+class Metrics:
+    ndcg_at_10: float
+    recall_at_3: float
+    recall_at_100: float
+    queries: int
+
+    @classmethod
+    def over(cls, rankings: list[list[str]], qrels: list[dict[str, int]]) -> Metrics:
+        n = len(qrels)
+        if n == 0:
+            return cls(0.0, 0.0, 0.0, 0)
+        pairs = list(zip(rankings, qrels, strict=True))
+        return cls(ndcg_at_10=sum(ndcg_at_k(r, q, 10) for r, q in pairs) / n,
+                   recall_at_3=sum(recall_at_k(r, q, 3) for r, q in pairs) / n,
+                   recall_at_100=sum(recall_at_k(r, q, 100) for r, q in pairs) / n,
+                   queries=n)
+
+
+# --- collections ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalDocument:
+    doc_id: str
+    title: str
+    body: str
+
+
+@dataclass(frozen=True)
+class EvalQuery:
+    qid: str
+    text: str
+    relevant: dict[str, int]
+
+
+@dataclass
+class Collection:
+    name: str
+    lang: str
+    documents: list[EvalDocument]
+    queries: list[EvalQuery]
+
+
+def _abstract_text(literal_list: str) -> str:
+    """SciFact abstracts are numpy-style lists of string literals with no commas between them."""
+    parts: list[str] = []
+    for tok in tokenize.generate_tokens(io.StringIO(literal_list).readline):
+        if tok.type == tokenize.STRING:
+            parts.append(ast.literal_eval(tok.string))
+    return " ".join(parts)
+
+
+def load_scifact(path: Path = SCIFACT_ZIP, split: str = "test", limit: int | None = None) -> Collection:
+    """The SciFact corpus and claims read in place from the zip; `split` test (300 claims) or train
+    (809, for tuning only); `limit` takes the first claims in file order."""
+    csv.field_size_limit(sys.maxsize)
+    with zipfile.ZipFile(path) as zf:
+        corpus_rows = list(csv.DictReader(io.TextIOWrapper(zf.open("corpus_train.csv"), encoding="utf-8")))
+        claims_file = {"test": SCIFACT_TEST, "train": SCIFACT_TRAIN}[split]
+        claim_rows = list(csv.DictReader(io.TextIOWrapper(zf.open(claims_file), encoding="utf-8")))
+    documents = [EvalDocument(r["doc_id"], r["title"].strip(), _abstract_text(r["abstract"]))
+                 for r in corpus_rows]
+    # A claim repeats once per evidence row; its relevant documents are the union of cited_doc_ids.
+    claims: dict[str, EvalQuery] = {}
+    for row in claim_rows:
+        cited = {d: 1 for d in re.findall(r"\d+", row["cited_doc_ids"])}
+        known = claims.get(row["id"])
+        if known is None:
+            claims[row["id"]] = EvalQuery(row["id"], row["claim"], cited)
+        else:
+            known.relevant.update(cited)
+    queries = [q for q in claims.values() if q.relevant]
+    if limit:
+        queries = queries[:limit]
+    return Collection(f"scifact-{split}" + (f"-{limit}" if limit else ""), "en", documents, queries)
+
+
+def load_demo(lang: str | None = "zh") -> Collection:
+    """The demo corpus with its hand-labelled queries (demo_corpus/queries.jsonl), one language or all."""
+    from .demo import demo_documents
+
+    documents = [EvalDocument(d.doc_id, d.title, d.body) for d in demo_documents()]
+    queries = []
+    for i, line in enumerate(DEMO_QUERIES.read_text(encoding="utf-8").splitlines()):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if lang is None or row["lang"] == lang:
+            queries.append(EvalQuery(f"q{i + 1}", row["query"], {d: 1 for d in row["relevant"]}))
+    return Collection(f"demo-{lang or 'all'}", lang or "mixed", documents, queries)
+
+
+def load_collection(name: str, *, limit: int | None = None, scifact_zip: Path = SCIFACT_ZIP) -> Collection:
+    if name == "scifact":
+        return load_scifact(scifact_zip, "test", limit)
+    if name == "scifact-train":
+        return load_scifact(scifact_zip, "train", limit)
+    if name.startswith("demo"):
+        lang = name.partition("-")[2] or "zh"
+        collection = load_demo(None if lang == "all" else lang)
+        if limit:
+            collection.queries = collection.queries[:limit]
+        return collection
+    raise ValueError(f"unknown collection {name!r} (scifact, scifact-train, demo-zh, demo-en, demo-all)")
+
+
+# --- an independent baseline ------------------------------------------------------------------------
+
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+
+
+def bigram_tokens(text: str) -> list[str]:
+    """Plain character bigrams of every run of word characters (a one-character run stays a unigram)."""
+    out: list[str] = []
+    for run in _WORD_RE.findall(text.lower()):
+        out.extend([run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)])
+    return out
+
+
+def word_tokens(text: str) -> list[str]:
+    """Plain lower-cased words: no stemming, no stop words."""
+    return _WORD_RE.findall(text.lower())
+
+
+class Bm25Baseline:
+    """A small in-memory BM25 (Lucene idf) over title + body as one field; shares nothing with the
+    backends' analyzers so that it measures them."""
+
+    def __init__(self, documents: Iterable[EvalDocument], tokens: Callable[[str], list[str]],
+                 k1: float = 0.9, b: float = 0.4) -> None:
+        self._tokens, self._k1, self._b = tokens, k1, b
+        self._postings: dict[str, list[tuple[int, int]]] = {}
+        self._ids: list[str] = []
+        lengths: list[int] = []
+        for n, doc in enumerate(documents):
+            counts = Counter(tokens(f"{doc.title}\n{doc.body}"))
+            self._ids.append(doc.doc_id)
+            lengths.append(sum(counts.values()))
+            for term, tf in counts.items():
+                self._postings.setdefault(term, []).append((n, tf))
+        avg = (sum(lengths) / len(lengths)) if lengths else 1.0
+        self._norm = [k1 * (1 - b + b * length / avg) for length in lengths]
+
+    def rank(self, query: str, depth: int = RANK_DEPTH) -> list[str]:
+        return [doc_id for doc_id, _ in self.scores(query)[:depth]]
+
+    def scores(self, query: str) -> list[tuple[str, float]]:
+        """Every matching document with its score, best first (ties by doc_id)."""
+        scores: dict[int, float] = {}
+        n_docs = len(self._ids)
+        for term, qtf in Counter(self._tokens(query)).items():
+            postings = self._postings.get(term)
+            if not postings:
+                continue
+            idf = math.log(1 + (n_docs - len(postings) + 0.5) / (len(postings) + 0.5))
+            for n, tf in postings:
+                scores[n] = scores.get(n, 0.0) + qtf * idf * tf * (self._k1 + 1) / (tf + self._norm[n])
+        return sorted(((self._ids[n], score) for n, score in scores.items()), key=lambda kv: (-kv[1], kv[0]))
+
+
+def baseline_for(collection: Collection) -> tuple[str, Bm25Baseline]:
+    if collection.lang == "en":
+        return "BM25 words k1=0.9 b=0.4 (in-run)", Bm25Baseline(collection.documents, word_tokens)
+    return "BM25 char bigrams k1=0.9 b=0.4 (in-run)", Bm25Baseline(collection.documents, bigram_tokens)
+
+
+# --- the harness --------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvalResult:
+    collection: str
+    backend: str
+    documents: int
+    queries: int
+    metrics: Metrics
+    baseline_name: str
+    baseline: Metrics
+    published_baseline: dict[str, Any] | None
+    ingest_seconds: float
+    query_seconds: float
+    query_ms_p50: float
+    query_ms_p95: float
+    wall_seconds: float
+    per_query: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_container(backend: str, workdir: Path, opensearch_url: str | None = None) -> Any:
+    """A fresh bootstrap Container: embedded state (moto), the chosen search backend."""
+    import os
+
+    from knowledge_core.bootstrap import Container
+    from knowledge_core.ports import SystemClock
+    from knowledge_core.settings import Settings
+
+    os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "AgentKnowledgeEval")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    if backend == "opensearch" and not opensearch_url:
+        raise ValueError("--opensearch-url is required for the opensearch backend")
+    settings = Settings(state_backend="embedded", search_backend=backend,
+                        sqlite_path=str(workdir / "eval.sqlite3"), opensearch_url=opensearch_url,
+                        token_secret=secrets.token_urlsafe(32), table_name=f"kb-eval-{uuid.uuid4().hex[:12]}",
+                        registry_cache_seconds=60)
+    container = Container(settings=settings, clock=SystemClock())
+    if backend == "opensearch":
+        from knowledge_core.adapters.opensearch import OpenSearchBackend
+
+        # Own indices per run: a shared node never mixes runs, and they are dropped afterwards.
+        container.__dict__["backend"] = OpenSearchBackend(
+            str(opensearch_url), region=settings.region, index_prefix=f"kb-eval-{uuid.uuid4().hex[:8]}")
+    return container
+
+
+def _publish(container: Any, collection: Collection) -> tuple[str, str, Any]:
+    """A fresh source (unique id, so a shared OpenSearch never mixes runs), agent and workspace."""
+    from knowledge_core.domain.models import AgentDefinition, Principal, SourceDefinition
+
+    run = uuid.uuid4().hex[:8]
+    source_id = re.sub(r"[^a-z0-9-]", "-", f"eval-{collection.name}-{run}".lower())[:64]
+    source = SourceDefinition.model_validate({"id": source_id, "version": "1", "topK": 10, "minScore": 0.0,
+                                              "description": f"evaluation collection {collection.name}"})
+    agent = AgentDefinition.model_validate({
+        "id": f"eval-agent-{run}", "version": "1", "systemPrompt": "evaluation",
+        "modelProfile": {"candidates": [{"model": "eval", "toolCalling": True}]},
+        "allowedKnowledge": [{"id": source_id, "version": "1"}]})
+    route = f"eval-{run}"
+    container.admin.publish_source(source)
+    container.admin.publish_agent(agent)
+    container.admin.set_workspace(route, agent.key)
+    principal = Principal(client_id="eval", session_id=f"eval-{run}", subject="eval", tenant="eval",
+                          routes=[route])
+    return source.key, route, principal
+
+
+def evaluate(collection: Collection, container: Any, backend: str, *, depth: int = RANK_DEPTH,
+             progress: bool = True, keep_per_query: bool = True) -> EvalResult:
+    """Ingest `collection` through AdminService.put_documents, rank each query through
+    KnowledgeService.rank, and measure it beside the in-run baseline."""
+    from knowledge_core.domain.models import Document
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    source_key, route, principal = _publish(container, collection)
+    with tqdm(total=len(collection.documents), unit="doc", desc=f"ingest {collection.name}",
+              disable=not progress, file=sys.stderr) as bar:
+        for i in range(0, len(collection.documents), BATCH_DOCS):
+            batch = collection.documents[i : i + BATCH_DOCS]
+            container.admin.put_documents([Document(source_key=source_key, doc_id=d.doc_id, title=d.title,
+                                                    body=d.body) for d in batch])
+            bar.update(len(batch))
+    ingest_seconds = time.perf_counter() - started
+
+    rankings: list[list[str]] = []
+    latencies: list[float] = []
+    for query in tqdm(collection.queries, unit="q", desc=f"query {collection.name}", disable=not progress,
+                      file=sys.stderr):
+        t0 = time.perf_counter()
+        ranked = container.knowledge.rank(principal, route, query.text, depth)
+        latencies.append((time.perf_counter() - t0) * 1000)
+        rankings.append([doc_id for key, doc_id, _ in ranked if key == source_key])
+    query_seconds = sum(latencies) / 1000
+    qrels = [q.relevant for q in collection.queries]
+
+    baseline_name, baseline = baseline_for(collection)
+    baseline_rankings = [baseline.rank(q.text, depth) for q in collection.queries]
+    published = next((v for k, v in PUBLISHED_BASELINES.items() if collection.name.startswith(f"{k}-test")),
+                     None)
+    per_query = [{"qid": q.qid, "query": q.text, "relevant": sorted(q.relevant),
+                  "ndcg@10": round(ndcg_at_k(r, q.relevant, 10), 4),
+                  "baseline_ndcg@10": round(ndcg_at_k(b, q.relevant, 10), 4), "top": r[:10]}
+                 for q, r, b in zip(collection.queries, rankings, baseline_rankings, strict=True)]
+    return EvalResult(
+        collection=collection.name, backend=backend, documents=len(collection.documents),
+        queries=len(collection.queries), metrics=Metrics.over(rankings, qrels), baseline_name=baseline_name,
+        baseline=Metrics.over(baseline_rankings, qrels), published_baseline=published,
+        ingest_seconds=round(ingest_seconds, 3), query_seconds=round(query_seconds, 3),
+        query_ms_p50=round(statistics.median(latencies), 3) if latencies else 0.0,
+        query_ms_p95=round(_percentile(latencies, 95), 3),
+        wall_seconds=round(time.perf_counter() - started, 3),
+        per_query=per_query if keep_per_query else [])
+
+
+def _percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(pct / 100 * len(ordered)) - 1)]
+
+
+def format_table(results: list[EvalResult]) -> str:
+    head = (f"{'collection':<18} {'backend':<10} {'docs':>6} {'queries':>7} {'nDCG@10':>8} {'R@3':>7} "
+            f"{'R@100':>7}  {'base nDCG@10':>12} {'base R@3':>8} {'base R@100':>10} {'p50 ms':>7} "
+            f"{'wall s':>7}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        m, b = r.metrics, r.baseline
+        lines.append(f"{r.collection:<18} {r.backend:<10} {r.documents:>6} {r.queries:>7} "
+                     f"{m.ndcg_at_10:>8.4f} {m.recall_at_3:>7.4f} {m.recall_at_100:>7.4f}  "
+                     f"{b.ndcg_at_10:>12.4f} {b.recall_at_3:>8.4f} {b.recall_at_100:>10.4f} "
+                     f"{r.query_ms_p50:>7.2f} {r.wall_seconds:>7.1f}")
+    for r in results:
+        lines.append(f"  {r.collection}: baseline = {r.baseline_name}")
+        if r.published_baseline:
+            p = r.published_baseline
+            lines.append(f"  {r.collection}: published {p['name']}: nDCG@10 {p['ndcg@10']:.4f}, "
+                         f"R@100 {p['recall@100']:.4f}")
+    return "\n".join(lines)
+
+
+def default_opensearch_url() -> str:
+    """The loopback OpenSearch that `kb services start` runs (started if needed)."""
+    from . import services  # type: ignore[attr-defined]
+
+    return str(services.ensure_running(Path(".kb-state"))["OPENSEARCH_URL"])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--collection", action="append", dest="collections",
+                        help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, "
+                             "demo-all; repeatable (default: scifact and demo-zh)")
+    parser.add_argument("--backend", choices=["sqlite", "opensearch"], default="sqlite")
+    parser.add_argument("--opensearch-url", help="default: the loopback node of `kb services`")
+    parser.add_argument("--limit", type=int, help="first N queries only")
+    parser.add_argument("--scifact-zip", default=str(SCIFACT_ZIP))
+    parser.add_argument("--depth", type=int, default=RANK_DEPTH, help="ranking depth per query (>= 100)")
+    parser.add_argument("--out", help="results JSON (default bench/results/quality-<backend>-<time>.json)")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    names = args.collections or ["scifact", "demo-zh"]
+    opensearch_url = args.opensearch_url
+    if args.backend == "opensearch" and not opensearch_url:
+        opensearch_url = default_opensearch_url()
+    results: list[EvalResult] = []
+    for name in names:
+        collection = load_collection(name, limit=args.limit, scifact_zip=Path(args.scifact_zip))
+        with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
+            container = build_container(args.backend, Path(tmp), opensearch_url)
+            try:
+                results.append(evaluate(collection, container, args.backend, depth=args.depth,
+                                        progress=not args.no_progress))
+            finally:
+                if args.backend == "opensearch":
+                    container.backend.drop_indices()
+    print(format_table(results))
+    out = Path(args.out) if args.out else Path("bench/results") / (
+        f"quality-{args.backend}-{time.strftime('%Y%m%dT%H%M%S')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([r.to_json() for r in results], ensure_ascii=False, indent=1), encoding="utf-8")
+    print(f"results: {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kb eval", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
