@@ -12,8 +12,9 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
-def interleaved(subject: Callable[[], object], baseline: Callable[[], object], rounds: int,
-                warmup: int = 20) -> tuple[list[float], list[float]]:
+def interleaved(
+    subject: Callable[[], object], baseline: Callable[[], object], rounds: int, warmup: int = 20
+) -> tuple[list[float], list[float]]:
     """Alternate subject and baseline calls so drift and noise hit both alike; seconds per call."""
     for _ in range(warmup):
         subject()
@@ -30,12 +31,23 @@ def interleaved(subject: Callable[[], object], baseline: Callable[[], object], r
     return s, b
 
 
-def report(name: str, subject: list[float], baseline: list[float], baseline_name: str,
-           target: str = "") -> dict:
+def report(
+    name: str, subject: list[float], baseline: list[float], baseline_name: str, target: str = ""
+) -> dict:
     sp50, sp99 = percentile(subject, 50) * 1000, percentile(subject, 99) * 1000
     bp50, bp99 = percentile(baseline, 50) * 1000, percentile(baseline, 99) * 1000
     ratio = sp50 / bp50 if bp50 else float("inf")
-    print(f"{name:<34} p50 {sp50:8.3f} ms  p99 {sp99:8.3f} ms | {baseline_name:<28} p50 {bp50:8.3f} ms "
-          f"p99 {bp99:8.3f} ms | ratio p50 {ratio:5.2f}x {target}")
-    return {"name": name, "p50_ms": sp50, "p99_ms": sp99, "baseline": baseline_name, "baseline_p50_ms": bp50,
-            "baseline_p99_ms": bp99, "ratio_p50": ratio, "mean_ms": statistics.fmean(subject) * 1000}
+    print(
+        f"{name:<34} p50 {sp50:8.3f} ms  p99 {sp99:8.3f} ms | {baseline_name:<28} p50 {bp50:8.3f} ms "
+        f"p99 {bp99:8.3f} ms | ratio p50 {ratio:5.2f}x {target}"
+    )
+    return {
+        "name": name,
+        "p50_ms": sp50,
+        "p99_ms": sp99,
+        "baseline": baseline_name,
+        "baseline_p50_ms": bp50,
+        "baseline_p99_ms": bp99,
+        "ratio_p50": ratio,
+        "mean_ms": statistics.fmean(subject) * 1000,
+    }

@@ -21,7 +21,6 @@ sys.path[:0] = [str(ROOT / "layers" / "knowledge_core"), str(ROOT / "src"), str(
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 
 from _util import interleaved, report  # noqa: E402
-from kb_cli import demo  # noqa: E402
 from knowledge_core.bootstrap import Container  # noqa: E402
 from knowledge_core.codec import identity_digest  # noqa: E402
 from knowledge_core.domain.models import Principal, Viewer  # noqa: E402
@@ -29,8 +28,18 @@ from knowledge_core.domain.wire import ReadRequest, SearchRequest  # noqa: E402
 from knowledge_core.ports import SourceQuery, SystemClock  # noqa: E402
 from knowledge_core.settings import Settings  # noqa: E402
 
-QUERIES = ["网关离线怎么排查", "webhook signature verification", "退款窗口设为0会怎样", "database failover",
-           "固件升级失败", "API rate limit 429", "传感器校准", "SSO SAML setup"]
+from kb_cli import demo  # noqa: E402
+
+QUERIES = [
+    "网关离线怎么排查",
+    "webhook signature verification",
+    "退款窗口设为0会怎样",
+    "database failover",
+    "固件升级失败",
+    "API rate limit 429",
+    "传感器校准",
+    "SSO SAML setup",
+]
 
 
 def main() -> int:
@@ -38,11 +47,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=400)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(state_backend="embedded", search_backend="sqlite", sqlite_path=f"{tmp}/kb.sqlite3",
-                            token_secret="bench-secret-0123456789abcdef", table_name=f"bench-{uuid.uuid4().hex[:8]}")
+        settings = Settings(
+            state_backend="embedded",
+            search_backend="sqlite",
+            sqlite_path=f"{tmp}/kb.sqlite3",
+            token_secret="bench-secret-0123456789abcdef",
+            table_name=f"bench-{uuid.uuid4().hex[:8]}",
+        )
         c = Container(settings=settings, clock=SystemClock())
         demo.seed(c, with_token=False)
-        principal = Principal(client_id="bench", session_id="s1", subject="u1", tenant="demo", routes=["demo"])
+        principal = Principal(
+            client_id="bench", session_id="s1", subject="u1", tenant="demo", routes=["demo"]
+        )
         svc, backend = c.knowledge, c.backend
         scope = c.scopes.resolve("demo")
         source = scope.searchable()[0]
@@ -60,7 +76,9 @@ def main() -> int:
 
         results = []
         s, b = interleaved(search, raw_search, args.rounds)
-        results.append(report("search (service, 3 hints)", s, b, "raw backend.search", "(target p50 <= 5 ms)"))
+        results.append(
+            report("search (service, 3 hints)", s, b, "raw backend.search", "(target p50 <= 5 ms)")
+        )
 
         hint = svc.search(principal, "demo", SearchRequest(query="database failover runbook"))["hints"][0]
         doc_id = json.loads(__import__("base64").urlsafe_b64decode(hint["ref"].split(".")[0] + "=="))["d"]
@@ -72,15 +90,22 @@ def main() -> int:
             backend.get_document(source.key, doc_id)
 
         s, b = interleaved(read, raw_get, args.rounds)
-        results.append(report("read (service, 16 KiB page)", s, b, "raw backend.get_document", "(target p50 <= 3 ms)"))
+        results.append(
+            report("read (service, 16 KiB page)", s, b, "raw backend.get_document", "(target p50 <= 3 ms)")
+        )
 
         codec = c.codec
         identity = identity_digest(principal, "demo", None)
         key = hashlib.sha256(b"k").digest()
 
         def sign_verify() -> None:
-            ref, _ = codec.issue_ref(identity=identity, scope_revision=scope.revision, source_key=source.key,
-                                     doc_id=doc_id, revision=hint["revision"])
+            ref, _ = codec.issue_ref(
+                identity=identity,
+                scope_revision=scope.revision,
+                source_key=source.key,
+                doc_id=doc_id,
+                revision=hint["revision"],
+            )
             codec.open_ref(ref, identity=identity)
 
         message = b"x" * 300  # about the size of a ref payload

@@ -50,7 +50,10 @@ def main() -> int:
         ratio = s / b
         worst = max(worst, ratio)
         results[path.parent.name] = {"import_ms": s, "boto3_ms": b, "ratio": ratio}
-        print(f"  {path.parent.name:<14} {s:7.1f} ms   import boto3 {b:7.1f} ms   ratio {ratio:4.2f}x (target <= 1.30x)")
+        print(
+            f"  {path.parent.name:<14} {s:7.1f} ms   import boto3 {b:7.1f} ms   "
+            f"ratio {ratio:4.2f}x (target <= 1.30x)"
+        )
     print(f"worst ratio {worst:.2f}x")
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)

@@ -13,9 +13,9 @@ os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "AgentKnowledgeTests")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
-from knowledge_core.bootstrap import Container  # noqa: E402
-from knowledge_core.ports import Clock  # noqa: E402
-from knowledge_core.settings import Settings  # noqa: E402
+from knowledge_core.bootstrap import Container
+from knowledge_core.ports import Clock
+from knowledge_core.settings import Settings
 
 TEST_SECRET = "test-secret-0123456789abcdef-0123456789"
 
@@ -37,9 +37,15 @@ def clock() -> FakeClock:
 
 
 def embedded_container(tmp_path: Path, clock: Clock, **overrides: object) -> Container:
-    settings = Settings(state_backend="embedded", search_backend="sqlite", sqlite_path=str(tmp_path / "kb.sqlite3"),
-                        token_secret=TEST_SECRET, table_name=f"kb-{uuid.uuid4().hex[:12]}",
-                        registry_cache_seconds=0, **overrides)
+    settings = Settings(
+        state_backend="embedded",
+        search_backend="sqlite",
+        sqlite_path=str(tmp_path / "kb.sqlite3"),
+        token_secret=TEST_SECRET,
+        table_name=f"kb-{uuid.uuid4().hex[:12]}",
+        registry_cache_seconds=0,
+        **overrides,
+    )
     return Container(settings=settings, clock=clock)
 
 

@@ -1,4 +1,5 @@
-"""Admin API (IAM auth on AWS; loopback only under `kb serve`): publish, workspaces, documents, tokens, runs."""
+"""Admin API (IAM auth on AWS; loopback only under `kb serve`): publish, workspaces, documents, tokens,
+runs."""
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
@@ -72,7 +73,9 @@ def put_documents(source: str) -> Response:
     request = parse_request(BulkDocumentsRequest, body_of(app))
     docs = [Document(source_key=_key(source), **d.model_dump()) for d in request.documents]
     bootstrap.container().admin.put_documents(docs)
-    return json_response({"source": source, "documents": [{"doc_id": d.doc_id, "revision": d.revision} for d in docs]})
+    return json_response(
+        {"source": source, "documents": [{"doc_id": d.doc_id, "revision": d.revision} for d in docs]}
+    )
 
 
 @app.delete("/admin/v1/sources/<source>/documents/<doc_id>")
@@ -97,7 +100,9 @@ def disable_document(source: str, doc_id: str) -> Response:
 def issue_token() -> Response:
     request = parse_request(TokenRequest, body_of(app))
     token, session = bootstrap.container().access.issue_token(**request.model_dump())
-    return json_response({"token": token, "session_id": session.session_id, "expires_at": session.expires_at}, 201)
+    return json_response(
+        {"token": token, "session_id": session.session_id, "expires_at": session.expires_at}, 201
+    )
 
 
 @app.post("/admin/v1/runs/<run_id>/end")

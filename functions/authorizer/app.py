@@ -23,4 +23,6 @@ def lambda_handler(event: APIGatewayAuthorizerEventV2, context: LambdaContext) -
         logger.info("unauthenticated request")
         return APIGatewayAuthorizerResponseV2(authorize=True, context={}).asdict()
     logger.append_keys(client_id=principal.client_id, session_id=principal.session_id)
-    return APIGatewayAuthorizerResponseV2(authorize=True, context={"principal": principal.model_dump_json()}).asdict()
+    return APIGatewayAuthorizerResponseV2(
+        authorize=True, context={"principal": principal.model_dump_json()}
+    ).asdict()

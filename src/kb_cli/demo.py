@@ -9,29 +9,64 @@ from knowledge_core.domain.models import AgentDefinition, Document, SourceDefini
 
 CORPUS = Path(__file__).parent / "demo_corpus"
 ROUTE = "demo"
-SOURCE = {"id": "demo-docs", "version": "1.0.0",
-          "description": "Lumen Device Cloud 产品支持与运维知识库 product support, operations, billing, devices",
-          "tags": ["支持", "运维", "support", "operations"], "topK": 5, "minScore": 0.0}
-AGENT = {"id": "demo-agent", "version": "1.0.0",
-         "systemPrompt": "You are the Lumen Device Cloud support agent. Cite the knowledge you use.",
-         "modelProfile": {"candidates": [{"model": "model-a", "toolCalling": True}]},
-         "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}]}
+SOURCE = {
+    "id": "demo-docs",
+    "version": "1.0.0",
+    "description": "Lumen Device Cloud 产品支持与运维知识库 product support, operations, billing, devices",
+    "tags": ["支持", "运维", "support", "operations"],
+    "topK": 5,
+    "minScore": 0.0,
+}
+AGENT = {
+    "id": "demo-agent",
+    "version": "1.0.0",
+    "systemPrompt": "You are the Lumen Device Cloud support agent. Cite the knowledge you use.",
+    "modelProfile": {"candidates": [{"model": "model-a", "toolCalling": True}]},
+    "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
+}
 PRINCIPAL = {"client_id": "demo-client", "subject": "demo-user", "tenant": "demo"}
 _TOOL_MODEL = {"candidates": [{"model": "model-a", "toolCalling": True}]}
 # Agents of the agent_tools examples (events/agent_tools/): definitions only, so route `demo` is unchanged.
 TOOL_AGENTS = [
-    {"id": "demo-router", "version": "1.0.0", "systemPrompt": "Route knowledge by rules (AUTO).",
-     "modelProfile": _TOOL_MODEL, "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
-     "knowledgeRouting": {"mode": "AUTO", "maxSources": 2, "topK": 5, "maxContextChars": 4000,
-                          "failurePolicy": "SKIP_TRANSIENT", "rerank": "LEXICAL",
-                          "rules": [{"knowledge": {"id": "demo-docs", "version": "1.0.0"}, "always": True,
-                                     "contextEquals": {"projectType": "monitor"}, "priority": 10}]}},
-    {"id": "demo-ondemand", "version": "1.0.0", "systemPrompt": "Search knowledge only when needed.",
-     "modelProfile": _TOOL_MODEL, "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
-     "knowledgeRouting": {"mode": "ON_DEMAND", "topK": 5}},
-    {"id": "demo-eager", "version": "1.0.0", "systemPrompt": "Retrieve at startup (EAGER).",
-     "modelProfile": _TOOL_MODEL, "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
-     "knowledgeRouting": {"mode": "EAGER", "maxSources": 1, "topK": 3}},
+    {
+        "id": "demo-router",
+        "version": "1.0.0",
+        "systemPrompt": "Route knowledge by rules (AUTO).",
+        "modelProfile": _TOOL_MODEL,
+        "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
+        "knowledgeRouting": {
+            "mode": "AUTO",
+            "maxSources": 2,
+            "topK": 5,
+            "maxContextChars": 4000,
+            "failurePolicy": "SKIP_TRANSIENT",
+            "rerank": "LEXICAL",
+            "rules": [
+                {
+                    "knowledge": {"id": "demo-docs", "version": "1.0.0"},
+                    "always": True,
+                    "contextEquals": {"projectType": "monitor"},
+                    "priority": 10,
+                }
+            ],
+        },
+    },
+    {
+        "id": "demo-ondemand",
+        "version": "1.0.0",
+        "systemPrompt": "Search knowledge only when needed.",
+        "modelProfile": _TOOL_MODEL,
+        "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
+        "knowledgeRouting": {"mode": "ON_DEMAND", "topK": 5},
+    },
+    {
+        "id": "demo-eager",
+        "version": "1.0.0",
+        "systemPrompt": "Retrieve at startup (EAGER).",
+        "modelProfile": _TOOL_MODEL,
+        "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
+        "knowledgeRouting": {"mode": "EAGER", "maxSources": 1, "topK": 3},
+    },
 ]
 
 
@@ -45,8 +80,11 @@ def markdown_document(source_key: str, doc_id: str, text: str, title: str | None
 
 def demo_documents() -> list[Document]:
     source_key = f"{SOURCE['id']}@{SOURCE['version']}"
-    return [markdown_document(source_key, path.stem, path.read_text(encoding="utf-8"))
-            for path in sorted(CORPUS.glob("*.md")) if path.name != "LICENSE.md"]
+    return [
+        markdown_document(source_key, path.stem, path.read_text(encoding="utf-8"))
+        for path in sorted(CORPUS.glob("*.md"))
+        if path.name != "LICENSE.md"
+    ]
 
 
 def seed(container, *, with_token: bool = True, ttl_seconds: int = 7 * 86400) -> str | None:

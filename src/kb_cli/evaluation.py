@@ -42,8 +42,9 @@ def _scifact_zip() -> Path:
 SCIFACT_ZIP = _scifact_zip()
 SCIFACT_TEST = "claims_validation.csv"  # the BEIR test split; claims_train.csv is for tuning only
 SCIFACT_TRAIN = "claims_train.csv"
-PUBLISHED_BASELINES = {"scifact": {"name": "BM25 flat (Anserini, BEIR v1.0.0)", "ndcg@10": 0.6789,
-                                   "recall@100": 0.9253}}
+PUBLISHED_BASELINES = {
+    "scifact": {"name": "BM25 flat (Anserini, BEIR v1.0.0)", "ndcg@10": 0.6789, "recall@100": 0.9253}
+}
 RANK_DEPTH = 100
 BATCH_DOCS = 200
 
@@ -84,10 +85,12 @@ class Metrics:
         if n == 0:
             return cls(0.0, 0.0, 0.0, 0)
         pairs = list(zip(rankings, qrels, strict=True))
-        return cls(ndcg_at_10=sum(ndcg_at_k(r, q, 10) for r, q in pairs) / n,
-                   recall_at_3=sum(recall_at_k(r, q, 3) for r, q in pairs) / n,
-                   recall_at_100=sum(recall_at_k(r, q, 100) for r, q in pairs) / n,
-                   queries=n)
+        return cls(
+            ndcg_at_10=sum(ndcg_at_k(r, q, 10) for r, q in pairs) / n,
+            recall_at_3=sum(recall_at_k(r, q, 3) for r, q in pairs) / n,
+            recall_at_100=sum(recall_at_k(r, q, 100) for r, q in pairs) / n,
+            queries=n,
+        )
 
 
 # --- collections ------------------------------------------------------------------------------------
@@ -132,8 +135,9 @@ def load_scifact(path: Path = SCIFACT_ZIP, split: str = "test", limit: int | Non
         corpus_rows = list(csv.DictReader(io.TextIOWrapper(zf.open("corpus_train.csv"), encoding="utf-8")))
         claims_file = {"test": SCIFACT_TEST, "train": SCIFACT_TRAIN}[split]
         claim_rows = list(csv.DictReader(io.TextIOWrapper(zf.open(claims_file), encoding="utf-8")))
-    documents = [EvalDocument(r["doc_id"], r["title"].strip(), _abstract_text(r["abstract"]))
-                 for r in corpus_rows]
+    documents = [
+        EvalDocument(r["doc_id"], r["title"].strip(), _abstract_text(r["abstract"])) for r in corpus_rows
+    ]
     # A claim repeats once per evidence row; its relevant documents are the union of cited_doc_ids.
     claims: dict[str, EvalQuery] = {}
     for row in claim_rows:
@@ -200,8 +204,13 @@ class Bm25Baseline:
     """A small in-memory BM25 (Lucene idf) over title + body as one field; shares nothing with the
     backends' analyzers so that it measures them."""
 
-    def __init__(self, documents: Iterable[EvalDocument], tokens: Callable[[str], list[str]],
-                 k1: float = 0.9, b: float = 0.4) -> None:
+    def __init__(
+        self,
+        documents: Iterable[EvalDocument],
+        tokens: Callable[[str], list[str]],
+        k1: float = 0.9,
+        b: float = 0.4,
+    ) -> None:
         self._tokens, self._k1, self._b = tokens, k1, b
         self._postings: dict[str, list[tuple[int, int]]] = {}
         self._ids: list[str] = []
@@ -275,17 +284,23 @@ def build_container(backend: str, workdir: Path, opensearch_url: str | None = No
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     if backend == "opensearch" and not opensearch_url:
         raise ValueError("--opensearch-url is required for the opensearch backend")
-    settings = Settings(state_backend="embedded", search_backend=backend,
-                        sqlite_path=str(workdir / "eval.sqlite3"), opensearch_url=opensearch_url,
-                        token_secret=secrets.token_urlsafe(32), table_name=f"kb-eval-{uuid.uuid4().hex[:12]}",
-                        registry_cache_seconds=60)
+    settings = Settings(
+        state_backend="embedded",
+        search_backend=backend,
+        sqlite_path=str(workdir / "eval.sqlite3"),
+        opensearch_url=opensearch_url,
+        token_secret=secrets.token_urlsafe(32),
+        table_name=f"kb-eval-{uuid.uuid4().hex[:12]}",
+        registry_cache_seconds=60,
+    )
     container = Container(settings=settings, clock=SystemClock())
     if backend == "opensearch":
         from knowledge_core.adapters.opensearch import OpenSearchBackend
 
         # Own indices per run: a shared node never mixes runs, and they are dropped afterwards.
         container.__dict__["backend"] = OpenSearchBackend(
-            str(opensearch_url), region=settings.region, index_prefix=f"kb-eval-{uuid.uuid4().hex[:8]}")
+            str(opensearch_url), region=settings.region, index_prefix=f"kb-eval-{uuid.uuid4().hex[:8]}"
+        )
     return container
 
 
@@ -295,23 +310,43 @@ def _publish(container: Any, collection: Collection) -> tuple[str, str, Any]:
 
     run = uuid.uuid4().hex[:8]
     source_id = re.sub(r"[^a-z0-9-]", "-", f"eval-{collection.name}-{run}".lower())[:64]
-    source = SourceDefinition.model_validate({"id": source_id, "version": "1", "topK": 10, "minScore": 0.0,
-                                              "description": f"evaluation collection {collection.name}"})
-    agent = AgentDefinition.model_validate({
-        "id": f"eval-agent-{run}", "version": "1", "systemPrompt": "evaluation",
-        "modelProfile": {"candidates": [{"model": "eval", "toolCalling": True}]},
-        "allowedKnowledge": [{"id": source_id, "version": "1"}]})
+    source = SourceDefinition.model_validate(
+        {
+            "id": source_id,
+            "version": "1",
+            "topK": 10,
+            "minScore": 0.0,
+            "description": f"evaluation collection {collection.name}",
+        }
+    )
+    agent = AgentDefinition.model_validate(
+        {
+            "id": f"eval-agent-{run}",
+            "version": "1",
+            "systemPrompt": "evaluation",
+            "modelProfile": {"candidates": [{"model": "eval", "toolCalling": True}]},
+            "allowedKnowledge": [{"id": source_id, "version": "1"}],
+        }
+    )
     route = f"eval-{run}"
     container.admin.publish_source(source)
     container.admin.publish_agent(agent)
     container.admin.set_workspace(route, agent.key)
-    principal = Principal(client_id="eval", session_id=f"eval-{run}", subject="eval", tenant="eval",
-                          routes=[route])
+    principal = Principal(
+        client_id="eval", session_id=f"eval-{run}", subject="eval", tenant="eval", routes=[route]
+    )
     return source.key, route, principal
 
 
-def evaluate(collection: Collection, container: Any, backend: str, *, depth: int = RANK_DEPTH,
-             progress: bool = True, keep_per_query: bool = True) -> EvalResult:
+def evaluate(
+    collection: Collection,
+    container: Any,
+    backend: str,
+    *,
+    depth: int = RANK_DEPTH,
+    progress: bool = True,
+    keep_per_query: bool = True,
+) -> EvalResult:
     """Ingest `collection` through AdminService.put_documents, rank each query through
     KnowledgeService.rank, and measure it beside the in-run baseline."""
     from knowledge_core.domain.models import Document
@@ -319,19 +354,26 @@ def evaluate(collection: Collection, container: Any, backend: str, *, depth: int
 
     started = time.perf_counter()
     source_key, route, principal = _publish(container, collection)
-    with tqdm(total=len(collection.documents), unit="doc", desc=f"ingest {collection.name}",
-              disable=not progress, file=sys.stderr) as bar:
+    with tqdm(
+        total=len(collection.documents),
+        unit="doc",
+        desc=f"ingest {collection.name}",
+        disable=not progress,
+        file=sys.stderr,
+    ) as bar:
         for i in range(0, len(collection.documents), BATCH_DOCS):
             batch = collection.documents[i : i + BATCH_DOCS]
-            container.admin.put_documents([Document(source_key=source_key, doc_id=d.doc_id, title=d.title,
-                                                    body=d.body) for d in batch])
+            container.admin.put_documents(
+                [Document(source_key=source_key, doc_id=d.doc_id, title=d.title, body=d.body) for d in batch]
+            )
             bar.update(len(batch))
     ingest_seconds = time.perf_counter() - started
 
     rankings: list[list[str]] = []
     latencies: list[float] = []
-    for query in tqdm(collection.queries, unit="q", desc=f"query {collection.name}", disable=not progress,
-                      file=sys.stderr):
+    for query in tqdm(
+        collection.queries, unit="q", desc=f"query {collection.name}", disable=not progress, file=sys.stderr
+    ):
         t0 = time.perf_counter()
         ranked = container.knowledge.rank(principal, route, query.text, depth)
         latencies.append((time.perf_counter() - t0) * 1000)
@@ -341,21 +383,36 @@ def evaluate(collection: Collection, container: Any, backend: str, *, depth: int
 
     baseline_name, baseline = baseline_for(collection)
     baseline_rankings = [baseline.rank(q.text, depth) for q in collection.queries]
-    published = next((v for k, v in PUBLISHED_BASELINES.items() if collection.name.startswith(f"{k}-test")),
-                     None)
-    per_query = [{"qid": q.qid, "query": q.text, "relevant": sorted(q.relevant),
-                  "ndcg@10": round(ndcg_at_k(r, q.relevant, 10), 4),
-                  "baseline_ndcg@10": round(ndcg_at_k(b, q.relevant, 10), 4), "top": r[:10]}
-                 for q, r, b in zip(collection.queries, rankings, baseline_rankings, strict=True)]
+    published = next(
+        (v for k, v in PUBLISHED_BASELINES.items() if collection.name.startswith(f"{k}-test")), None
+    )
+    per_query = [
+        {
+            "qid": q.qid,
+            "query": q.text,
+            "relevant": sorted(q.relevant),
+            "ndcg@10": round(ndcg_at_k(r, q.relevant, 10), 4),
+            "baseline_ndcg@10": round(ndcg_at_k(b, q.relevant, 10), 4),
+            "top": r[:10],
+        }
+        for q, r, b in zip(collection.queries, rankings, baseline_rankings, strict=True)
+    ]
     return EvalResult(
-        collection=collection.name, backend=backend, documents=len(collection.documents),
-        queries=len(collection.queries), metrics=Metrics.over(rankings, qrels), baseline_name=baseline_name,
-        baseline=Metrics.over(baseline_rankings, qrels), published_baseline=published,
-        ingest_seconds=round(ingest_seconds, 3), query_seconds=round(query_seconds, 3),
+        collection=collection.name,
+        backend=backend,
+        documents=len(collection.documents),
+        queries=len(collection.queries),
+        metrics=Metrics.over(rankings, qrels),
+        baseline_name=baseline_name,
+        baseline=Metrics.over(baseline_rankings, qrels),
+        published_baseline=published,
+        ingest_seconds=round(ingest_seconds, 3),
+        query_seconds=round(query_seconds, 3),
         query_ms_p50=round(statistics.median(latencies), 3) if latencies else 0.0,
         query_ms_p95=round(_percentile(latencies, 95), 3),
         wall_seconds=round(time.perf_counter() - started, 3),
-        per_query=per_query if keep_per_query else [])
+        per_query=per_query if keep_per_query else [],
+    )
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -366,22 +423,28 @@ def _percentile(values: list[float], pct: float) -> float:
 
 
 def format_table(results: list[EvalResult]) -> str:
-    head = (f"{'collection':<18} {'backend':<10} {'docs':>6} {'queries':>7} {'nDCG@10':>8} {'R@3':>7} "
-            f"{'R@100':>7}  {'base nDCG@10':>12} {'base R@3':>8} {'base R@100':>10} {'p50 ms':>7} "
-            f"{'wall s':>7}")
+    head = (
+        f"{'collection':<18} {'backend':<10} {'docs':>6} {'queries':>7} {'nDCG@10':>8} {'R@3':>7} "
+        f"{'R@100':>7}  {'base nDCG@10':>12} {'base R@3':>8} {'base R@100':>10} {'p50 ms':>7} "
+        f"{'wall s':>7}"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         m, b = r.metrics, r.baseline
-        lines.append(f"{r.collection:<18} {r.backend:<10} {r.documents:>6} {r.queries:>7} "
-                     f"{m.ndcg_at_10:>8.4f} {m.recall_at_3:>7.4f} {m.recall_at_100:>7.4f}  "
-                     f"{b.ndcg_at_10:>12.4f} {b.recall_at_3:>8.4f} {b.recall_at_100:>10.4f} "
-                     f"{r.query_ms_p50:>7.2f} {r.wall_seconds:>7.1f}")
+        lines.append(
+            f"{r.collection:<18} {r.backend:<10} {r.documents:>6} {r.queries:>7} "
+            f"{m.ndcg_at_10:>8.4f} {m.recall_at_3:>7.4f} {m.recall_at_100:>7.4f}  "
+            f"{b.ndcg_at_10:>12.4f} {b.recall_at_3:>8.4f} {b.recall_at_100:>10.4f} "
+            f"{r.query_ms_p50:>7.2f} {r.wall_seconds:>7.1f}"
+        )
     for r in results:
         lines.append(f"  {r.collection}: baseline = {r.baseline_name}")
         if r.published_baseline:
             p = r.published_baseline
-            lines.append(f"  {r.collection}: published {p['name']}: nDCG@10 {p['ndcg@10']:.4f}, "
-                         f"R@100 {p['recall@100']:.4f}")
+            lines.append(
+                f"  {r.collection}: published {p['name']}: nDCG@10 {p['ndcg@10']:.4f}, "
+                f"R@100 {p['recall@100']:.4f}"
+            )
     return "\n".join(lines)
 
 
@@ -393,9 +456,13 @@ def default_opensearch_url() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--collection", action="append", dest="collections",
-                        help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, "
-                             "demo-all; repeatable (default: scifact and demo-zh)")
+    parser.add_argument(
+        "--collection",
+        action="append",
+        dest="collections",
+        help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, "
+        "demo-all; repeatable (default: scifact and demo-zh)",
+    )
     parser.add_argument("--backend", choices=["sqlite", "opensearch"], default="sqlite")
     parser.add_argument("--opensearch-url", help="default: the loopback node of `kb services`")
     parser.add_argument("--limit", type=int, help="first N queries only")
@@ -416,14 +483,20 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
             container = build_container(args.backend, Path(tmp), opensearch_url)
             try:
-                results.append(evaluate(collection, container, args.backend, depth=args.depth,
-                                        progress=not args.no_progress))
+                results.append(
+                    evaluate(
+                        collection, container, args.backend, depth=args.depth, progress=not args.no_progress
+                    )
+                )
             finally:
                 if args.backend == "opensearch":
                     container.backend.drop_indices()
     print(format_table(results))
-    out = Path(args.out) if args.out else Path("bench/results") / (
-        f"quality-{args.backend}-{time.strftime('%Y%m%dT%H%M%S')}.json")
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("bench/results") / (f"quality-{args.backend}-{time.strftime('%Y%m%dT%H%M%S')}.json")
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps([r.to_json() for r in results], ensure_ascii=False, indent=1), encoding="utf-8")
     print(f"results: {out}")

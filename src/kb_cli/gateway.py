@@ -100,8 +100,9 @@ class LocalGateway:
         self.authorizer = tpl.authorizer_function(template)
 
     # --- HTTP API ---------------------------------------------------------------------------------
-    def http(self, method: str, raw_path: str, query: str, headers: dict[str, str], body: bytes,
-             source_ip: str) -> tuple[int, dict[str, str], bytes]:
+    def http(
+        self, method: str, raw_path: str, query: str, headers: dict[str, str], body: bytes, source_ip: str
+    ) -> tuple[int, dict[str, str], bytes]:
         path = unquote(raw_path)
         for route in self.routes:
             params = route.match(method, raw_path)
@@ -119,9 +120,15 @@ class LocalGateway:
                     return _plain(403, {"message": "Forbidden"})
                 context["authorizer"] = {"lambda": decision}
             event = {
-                "version": "2.0", "routeKey": route_key, "rawPath": raw_path, "rawQueryString": query,
-                "headers": headers, "queryStringParameters": dict(parse_qsl(query)) or None,
-                "pathParameters": params, "requestContext": context, "stageVariables": None,
+                "version": "2.0",
+                "routeKey": route_key,
+                "rawPath": raw_path,
+                "rawQueryString": query,
+                "headers": headers,
+                "queryStringParameters": dict(parse_qsl(query)) or None,
+                "pathParameters": params,
+                "requestContext": context,
+                "stageVariables": None,
                 "body": body.decode("utf-8") if _is_text(body) else base64.b64encode(body).decode("ascii"),
                 "isBase64Encoded": not _is_text(body),
             }
@@ -132,15 +139,27 @@ class LocalGateway:
             return _from_proxy_result(result)
         return _plain(404, {"message": "Not Found"})
 
-    def _authorize(self, route_key: str, raw_path: str, query: str, headers: dict[str, str],
-                   params: dict[str, str], context: dict) -> dict | None:
+    def _authorize(
+        self,
+        route_key: str,
+        raw_path: str,
+        query: str,
+        headers: dict[str, str],
+        params: dict[str, str],
+        context: dict,
+    ) -> dict | None:
         method, _, path = route_key.partition(" ")
         event = {
-            "version": "2.0", "type": "REQUEST",
+            "version": "2.0",
+            "type": "REQUEST",
             "routeArn": f"arn:aws:execute-api:{REGION}:{ACCOUNT}:local/$default/{method}{path}",
             "identitySource": [headers["authorization"]] if "authorization" in headers else [],
-            "routeKey": route_key, "rawPath": raw_path, "rawQueryString": query, "headers": headers,
-            "requestContext": context, "pathParameters": params,
+            "routeKey": route_key,
+            "rawPath": raw_path,
+            "rawQueryString": query,
+            "headers": headers,
+            "requestContext": context,
+            "pathParameters": params,
         }
         try:
             result = self.handlers.invoke(self.authorizer or "", event)
@@ -151,14 +170,27 @@ class LocalGateway:
         return result.get("context") or {}
 
     @staticmethod
-    def _request_context(method: str, path: str, route_key: str, source_ip: str, headers: dict[str, str]) -> dict:
+    def _request_context(
+        method: str, path: str, route_key: str, source_ip: str, headers: dict[str, str]
+    ) -> dict:
         now = time.time()
         return {
-            "accountId": ACCOUNT, "apiId": "local", "domainName": headers.get("host", "localhost"),
-            "domainPrefix": "localhost", "requestId": str(uuid.uuid4()), "routeKey": route_key, "stage": "$default",
-            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)), "timeEpoch": int(now * 1000),
-            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": source_ip,
-                     "userAgent": headers.get("user-agent", "")},
+            "accountId": ACCOUNT,
+            "apiId": "local",
+            "domainName": headers.get("host", "localhost"),
+            "domainPrefix": "localhost",
+            "requestId": str(uuid.uuid4()),
+            "routeKey": route_key,
+            "stage": "$default",
+            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "timeEpoch": int(now * 1000),
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": source_ip,
+                "userAgent": headers.get("user-agent", ""),
+            },
         }
 
     # --- Lambda Invoke API ----------------------------------------------------------------------
@@ -166,20 +198,32 @@ class LocalGateway:
         try:
             self.handlers.resolve(name)
         except KeyError:
-            return _plain(404, {"Type": "User", "Message": f"Function not found: {name}"},
-                          {"x-amzn-errortype": "ResourceNotFoundException"})
+            return _plain(
+                404,
+                {"Type": "User", "Message": f"Function not found: {name}"},
+                {"x-amzn-errortype": "ResourceNotFoundException"},
+            )
         try:
             event = json.loads(body or b"{}")
         except ValueError:
-            return _plain(400, {"Type": "User", "Message": "payload is not JSON"},
-                          {"x-amzn-errortype": "InvalidRequestContentException"})
+            return _plain(
+                400,
+                {"Type": "User", "Message": "payload is not JSON"},
+                {"x-amzn-errortype": "InvalidRequestContentException"},
+            )
         try:
             result = self.handlers.invoke(name, event)
         except FunctionError as exc:
-            return _plain(200, {"errorMessage": str(exc), "errorType": exc.error_type},
-                          {"X-Amz-Function-Error": "Unhandled"})
-        return 200, {"Content-Type": "application/json", "X-Amz-Executed-Version": "$LATEST"}, json.dumps(
-            result, ensure_ascii=False).encode("utf-8")
+            return _plain(
+                200,
+                {"errorMessage": str(exc), "errorType": exc.error_type},
+                {"X-Amz-Function-Error": "Unhandled"},
+            )
+        return (
+            200,
+            {"Content-Type": "application/json", "X-Amz-Executed-Version": "$LATEST"},
+            json.dumps(result, ensure_ascii=False).encode("utf-8"),
+        )
 
 
 def _is_text(body: bytes) -> bool:
@@ -190,7 +234,9 @@ def _is_text(body: bytes) -> bool:
         return False
 
 
-def _plain(status: int, body: dict, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def _plain(
+    status: int, body: dict, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     return status, {"Content-Type": "application/json", **(headers or {})}, json.dumps(body).encode("utf-8")
 
 
@@ -214,7 +260,11 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
         client_ip = self.client_address[0]
-        if url.path.startswith(INVOKE_PREFIX) and url.path.endswith("/invocations") and self.command == "POST":
+        if (
+            url.path.startswith(INVOKE_PREFIX)
+            and url.path.endswith("/invocations")
+            and self.command == "POST"
+        ):
             if not is_loopback(client_ip):
                 status, headers, raw = _plain(403, {"message": "Forbidden"})
             else:
@@ -222,7 +272,9 @@ class _Handler(BaseHTTPRequestHandler):
                 status, headers, raw = self.gateway.lambda_invoke(name, body)
         else:
             lowered = {k.lower(): v for k, v in self.headers.items()}
-            status, headers, raw = self.gateway.http(self.command, url.path, url.query, lowered, body, client_ip)
+            status, headers, raw = self.gateway.http(
+                self.command, url.path, url.query, lowered, body, client_ip
+            )
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
@@ -232,7 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -20,13 +20,23 @@ class ApiError(Exception):
         super().__init__(f"HTTP {status}: {error.get('code', '')} {error.get('message', body)}".strip())
 
 
-def call(endpoint: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
-         timeout: float = 120) -> Any:
+def call(
+    endpoint: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> Any:
     data = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
-    request = urllib.request.Request(endpoint.rstrip("/") + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+    request = urllib.request.Request(
+        endpoint.rstrip("/") + path,
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - operator-given endpoint
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             raw = resp.read()
     except urllib.error.HTTPError as exc:
         raw = exc.read()

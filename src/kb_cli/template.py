@@ -31,7 +31,7 @@ _CfnLoader.add_multi_constructor("!", _intrinsic)
 
 
 def load_template(path: Path = TEMPLATE) -> dict:
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=_CfnLoader)  # noqa: S506 - safe loader subclass
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_CfnLoader)
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,9 @@ def functions(template: dict | None = None) -> dict[str, Function]:
     for logical_id, res in template["Resources"].items():
         if res["Type"] == "AWS::Serverless::Function":
             props = res["Properties"]
-            out[logical_id] = Function(logical_id, ROOT / props["CodeUri"], props.get("Handler", default_handler))
+            out[logical_id] = Function(
+                logical_id, ROOT / props["CodeUri"], props.get("Handler", default_handler)
+            )
     return out
 
 
@@ -93,8 +95,17 @@ def routes(template: dict | None = None) -> list[Route]:
             authorizer = (props.get("Auth") or {}).get("Authorizer")
             iam = authorizer == "AWS_IAM"
             method = props["Method"].upper()
-            out.append(Route("*" if method == "ANY" else method, path, logical_id, iam, re.compile(regex), literals,
-                             authorizer not in ("NONE", "AWS_IAM")))
+            out.append(
+                Route(
+                    "*" if method == "ANY" else method,
+                    path,
+                    logical_id,
+                    iam,
+                    re.compile(regex),
+                    literals,
+                    authorizer not in ("NONE", "AWS_IAM"),
+                )
+            )
     return sorted(out, key=lambda r: -r.literals)
 
 

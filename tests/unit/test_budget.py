@@ -30,9 +30,7 @@ SMALL = Limits(4, 2, 100)
 # --- pure rules -------------------------------------------------------------------------------------
 
 
-def _entry(
-    inv: str, r: int = 0, c: int = 0, per: dict | None = None, limits: Limits = SMALL
-) -> LedgerEntry:
+def _entry(inv: str, r: int = 0, c: int = 0, per: dict | None = None, limits: Limits = SMALL) -> LedgerEntry:
     return LedgerEntry(inv, "a@1", None, limits, r, c, per or {})
 
 

@@ -84,8 +84,11 @@ def test_bigram_and_word_tokens_are_plain():
 
 
 def test_bm25_baseline_hand_computed():
-    docs = [EvalDocument("d1", "", "apple apple banana"), EvalDocument("d2", "", "banana cherry"),
-            EvalDocument("d3", "", "cherry")]
+    docs = [
+        EvalDocument("d1", "", "apple apple banana"),
+        EvalDocument("d2", "", "banana cherry"),
+        EvalDocument("d3", "", "cherry"),
+    ]
     bm25 = Bm25Baseline(docs, word_tokens, k1=0.9, b=0.4)
     # "apple": n=1 of N=3 -> idf = ln(1 + 2.5/1.5); d1 length 3, avg 2 -> norm = 0.9 * (0.6 + 0.4 * 1.5).
     idf = math.log(1 + 2.5 / 1.5)

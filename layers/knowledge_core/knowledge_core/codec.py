@@ -34,8 +34,14 @@ def _unb64(text: str) -> bytes:
 
 def identity_digest(principal: Principal, route: str, run_id: str | None) -> str:
     """Binds client, session, subject/on_behalf_of, route and the optional run."""
-    parts = [principal.client_id, principal.session_id, principal.subject, principal.on_behalf_of or "",
-             route, run_id or ""]
+    parts = [
+        principal.client_id,
+        principal.session_id,
+        principal.subject,
+        principal.on_behalf_of or "",
+        route,
+        run_id or "",
+    ]
     return _b64(hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode("utf-8")).digest())
 
 
@@ -70,21 +76,40 @@ class TokenCodec:
         self.ttl_seconds = ttl_seconds
 
     # --- refs ---------------------------------------------------------------------------------
-    def issue_ref(self, *, identity: str, scope_revision: str, source_key: str, doc_id: str,
-                  revision: str) -> tuple[str, int]:
+    def issue_ref(
+        self, *, identity: str, scope_revision: str, source_key: str, doc_id: str, revision: str
+    ) -> tuple[str, int]:
         expires_at = int(self._clock.now()) + self.ttl_seconds
-        payload = {"t": "ref", "i": identity, "s": _scope_tag(scope_revision), "k": source_key, "d": doc_id,
-                   "r": revision.removeprefix("sha256:"), "e": expires_at}
+        payload = {
+            "t": "ref",
+            "i": identity,
+            "s": _scope_tag(scope_revision),
+            "k": source_key,
+            "d": doc_id,
+            "r": revision.removeprefix("sha256:"),
+            "e": expires_at,
+        }
         return self._seal(self._ref_key, payload), expires_at
 
     def open_ref(self, token: str, *, identity: str) -> RefClaims:
         """MAC, shape and identity first (400), then expiry (410). Scope and document are the caller's."""
         p = self._unseal(self._ref_key, token, "ref")
         try:
-            claims = RefClaims(identity=p["i"], scope=p["s"], source_key=p["k"], doc_id=p["d"],
-                               revision="sha256:" + p["r"], expires_at=p["e"])
-            if not all(isinstance(v, str) for v in (claims.identity, claims.scope, claims.source_key,
-                                                   claims.doc_id, p["r"])) or type(claims.expires_at) is not int:
+            claims = RefClaims(
+                identity=p["i"],
+                scope=p["s"],
+                source_key=p["k"],
+                doc_id=p["d"],
+                revision="sha256:" + p["r"],
+                expires_at=p["e"],
+            )
+            if (
+                not all(
+                    isinstance(v, str)
+                    for v in (claims.identity, claims.scope, claims.source_key, claims.doc_id, p["r"])
+                )
+                or type(claims.expires_at) is not int
+            ):
                 raise TypeError
         except (KeyError, TypeError):
             raise ReferenceInvalid() from None
@@ -100,7 +125,9 @@ class TokenCodec:
 
     # --- cursors --------------------------------------------------------------------------------
     def issue_cursor(self, *, ref: str, offset: int, expires_at: int) -> str:
-        return self._seal(self._cursor_key, {"t": "cur", "f": self.ref_digest(ref), "o": offset, "e": expires_at})
+        return self._seal(
+            self._cursor_key, {"t": "cur", "f": self.ref_digest(ref), "o": offset, "e": expires_at}
+        )
 
     def open_cursor(self, cursor: str, *, ref: str) -> CursorClaims:
         p = self._unseal(self._cursor_key, cursor, "cur")

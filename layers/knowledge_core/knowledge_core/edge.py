@@ -17,8 +17,12 @@ NO_STORE = {"Cache-Control": "no-store"}
 
 
 def json_response(body: dict, status: int = 200) -> Response:
-    return Response(status_code=status, content_type="application/json",
-                    body=json.dumps(body, ensure_ascii=False, separators=(",", ":")), headers=dict(NO_STORE))
+    return Response(
+        status_code=status,
+        content_type="application/json",
+        body=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
+        headers=dict(NO_STORE),
+    )
 
 
 def error_response(error: KnowledgeError) -> Response:

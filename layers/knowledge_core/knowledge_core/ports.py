@@ -8,7 +8,16 @@ from dataclasses import dataclass, field
 
 from .domain.budget import ChainLink, LedgerEntry
 from .domain.errors import SourceFailure
-from .domain.models import AgentDefinition, Document, Run, Session, Source, SourceDefinition, SourceState, Viewer
+from .domain.models import (
+    AgentDefinition,
+    Document,
+    Run,
+    Session,
+    Source,
+    SourceDefinition,
+    SourceState,
+    Viewer,
+)
 
 
 class Clock(ABC):
@@ -138,8 +147,9 @@ class TurnRecord:
 
 class TurnStore(ABC):
     @abstractmethod
-    def claim_turn(self, key: str, request_hash: str, claim: str, now: float,
-                   expires_at: int) -> TurnRecord | None:
+    def claim_turn(
+        self, key: str, request_hash: str, claim: str, now: float, expires_at: int
+    ) -> TurnRecord | None:
         """Conditional put of a `pending` record. None when this call claimed the turn, else the live
         record that exists (an expired record counts as absent)."""
 
@@ -199,8 +209,9 @@ class BudgetLedger(ABC):
         BudgetExceeded (and nothing charged anywhere) when any entry would go over a limit."""
 
     @abstractmethod
-    def record_citations(self, root_id: str, chain_ids: list[str], drafts: list[CitationDraft],
-                         now: float) -> list[Citation | None]:
+    def record_citations(
+        self, root_id: str, chain_ids: list[str], drafts: list[CitationDraft], now: float
+    ) -> list[Citation | None]:
         """Per draft: the existing citation of the same content (no new chars), a new one cut to the
         smallest remaining char budget of the chain, or None when no chars remain. Atomic per call."""
 

@@ -26,10 +26,17 @@ TABLE_DEFINITION: dict[str, Any] = {
     "BillingMode": "PAY_PER_REQUEST",
 }
 TTL_ATTRIBUTE = "ttl"
-_UNAVAILABLE_CODES = frozenset({
-    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
-    "InternalServerError", "ServiceUnavailable", "LimitExceededException", "ResourceNotFoundException",
-})
+_UNAVAILABLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "LimitExceededException",
+        "ResourceNotFoundException",
+    }
+)
 T = TypeVar("T")
 
 
@@ -67,7 +74,8 @@ class DynamoState(Registry, SessionStore, RunStore):
         self._client.get_waiter("table_exists").wait(TableName=self._table, WaiterConfig={"Delay": 0.2})
         try:
             self._client.update_time_to_live(
-                TableName=self._table, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
+                TableName=self._table,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
             )
         except self._client_error as exc:
             if "already enabled" not in str(exc).lower():
@@ -87,16 +95,18 @@ class DynamoState(Registry, SessionStore, RunStore):
 
     def _get(self, pk: str, sk: str) -> dict | None:
         with self._call():
-            item = self._client.get_item(TableName=self._table, Key={"pk": _s(pk), "sk": _s(sk)},
-                                         ConsistentRead=True).get("Item")
+            item = self._client.get_item(
+                TableName=self._table, Key={"pk": _s(pk), "sk": _s(sk)}, ConsistentRead=True
+            ).get("Item")
         return item
 
     def _put_new(self, item: dict) -> bool:
         """Put unless the key exists; False when it does."""
         with self._call():
             try:
-                self._client.put_item(TableName=self._table, Item=item,
-                                      ConditionExpression="attribute_not_exists(pk)")
+                self._client.put_item(
+                    TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)"
+                )
                 return True
             except self._client_error as exc:
                 if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
@@ -105,7 +115,9 @@ class DynamoState(Registry, SessionStore, RunStore):
 
     def _publish(self, pk: str, definition: str, parse: Callable[[str], T]) -> bool:
         """Immutable versions: identical re-publish is a no-op, different content a conflict."""
-        if self._put_new({"pk": _s(pk), "sk": _s("DEF"), "doc": _s(definition), "created_at": {"N": str(int(time.time()))}}):
+        if self._put_new(
+            {"pk": _s(pk), "sk": _s("DEF"), "doc": _s(definition), "created_at": {"N": str(int(time.time()))}}
+        ):
             return True
         existing = self._get(pk, "DEF")
         if existing is None or parse(existing["doc"]["S"]) != parse(definition):
@@ -115,7 +127,9 @@ class DynamoState(Registry, SessionStore, RunStore):
     # --- registry -------------------------------------------------------------------------------
     def get_sources(self, keys: list[str]) -> dict[str, Source | None]:
         found: dict[str, dict[str, dict]] = {k: {} for k in keys}
-        wanted = [{"pk": _s(f"SRC#{k}"), "sk": _s(sk)} for k in dict.fromkeys(keys) for sk in ("DEF", "STATE")]
+        wanted = [
+            {"pk": _s(f"SRC#{k}"), "sk": _s(sk)} for k in dict.fromkeys(keys) for sk in ("DEF", "STATE")
+        ]
         for i in range(0, len(wanted), 100):
             request = {self._table: {"Keys": wanted[i : i + 100], "ConsistentRead": True}}
             while request:
@@ -129,26 +143,40 @@ class DynamoState(Registry, SessionStore, RunStore):
             if "DEF" not in parts:
                 out[key] = None
                 continue
-            state = SourceState.model_validate_json(parts["STATE"]["doc"]["S"]) if "STATE" in parts else SourceState()
-            out[key] = Source(definition=SourceDefinition.model_validate_json(parts["DEF"]["doc"]["S"]), state=state)
+            state = (
+                SourceState.model_validate_json(parts["STATE"]["doc"]["S"])
+                if "STATE" in parts
+                else SourceState()
+            )
+            out[key] = Source(
+                definition=SourceDefinition.model_validate_json(parts["DEF"]["doc"]["S"]), state=state
+            )
         return out
 
     def put_source(self, definition: SourceDefinition) -> bool:
-        return self._publish(f"SRC#{definition.key}", definition.model_dump_json(by_alias=True),
-                             SourceDefinition.model_validate_json)
+        return self._publish(
+            f"SRC#{definition.key}",
+            definition.model_dump_json(by_alias=True),
+            SourceDefinition.model_validate_json,
+        )
 
     def update_source_state(self, key: str, state: SourceState) -> None:
         with self._call():
-            self._client.put_item(TableName=self._table, Item={
-                "pk": _s(f"SRC#{key}"), "sk": _s("STATE"), "doc": _s(state.model_dump_json())})
+            self._client.put_item(
+                TableName=self._table,
+                Item={"pk": _s(f"SRC#{key}"), "sk": _s("STATE"), "doc": _s(state.model_dump_json())},
+            )
 
     def get_agent(self, key: str) -> AgentDefinition | None:
         item = self._get(f"AGENT#{key}", "DEF")
         return AgentDefinition.model_validate_json(item["doc"]["S"]) if item else None
 
     def put_agent(self, definition: AgentDefinition) -> bool:
-        return self._publish(f"AGENT#{definition.key}", definition.model_dump_json(by_alias=True, exclude_none=True),
-                             AgentDefinition.model_validate_json)
+        return self._publish(
+            f"AGENT#{definition.key}",
+            definition.model_dump_json(by_alias=True, exclude_none=True),
+            AgentDefinition.model_validate_json,
+        )
 
     def get_workspace_agent(self, route: str) -> str | None:
         item = self._get(f"WS#{route}", "DEF")
@@ -156,16 +184,28 @@ class DynamoState(Registry, SessionStore, RunStore):
 
     def set_workspace_agent(self, route: str, agent_key: str) -> None:
         with self._call():
-            self._client.put_item(TableName=self._table, Item={
-                "pk": _s(f"WS#{route}"), "sk": _s("DEF"), "agent": _s(agent_key),
-                "updated_at": {"N": str(int(time.time()))}})
+            self._client.put_item(
+                TableName=self._table,
+                Item={
+                    "pk": _s(f"WS#{route}"),
+                    "sk": _s("DEF"),
+                    "agent": _s(agent_key),
+                    "updated_at": {"N": str(int(time.time()))},
+                },
+            )
 
     # --- sessions --------------------------------------------------------------------------------
     def put_session(self, token_hash: str, session: Session) -> None:
         with self._call():
-            self._client.put_item(TableName=self._table, Item={
-                "pk": _s(f"TOKEN#{token_hash}"), "sk": _s("SESSION"), "doc": _s(session.model_dump_json()),
-                TTL_ATTRIBUTE: {"N": str(session.expires_at)}})
+            self._client.put_item(
+                TableName=self._table,
+                Item={
+                    "pk": _s(f"TOKEN#{token_hash}"),
+                    "sk": _s("SESSION"),
+                    "doc": _s(session.model_dump_json()),
+                    TTL_ATTRIBUTE: {"N": str(session.expires_at)},
+                },
+            )
 
     def get_session(self, token_hash: str) -> Session | None:
         item = self._get(f"TOKEN#{token_hash}", "SESSION")
@@ -174,18 +214,29 @@ class DynamoState(Registry, SessionStore, RunStore):
     # --- runs ------------------------------------------------------------------------------------
     @staticmethod
     def _run_item(run: Run) -> dict:
-        item = {"pk": _s(f"RUN#{run.run_id}"), "sk": _s("RUN"), "session_id": _s(run.session_id),
-                "client_id": _s(run.client_id), "route": _s(run.route), "state": _s(run.state),
-                TTL_ATTRIBUTE: {"N": str(int(time.time()) + 7 * 86400)}}
+        item = {
+            "pk": _s(f"RUN#{run.run_id}"),
+            "sk": _s("RUN"),
+            "session_id": _s(run.session_id),
+            "client_id": _s(run.client_id),
+            "route": _s(run.route),
+            "state": _s(run.state),
+            TTL_ATTRIBUTE: {"N": str(int(time.time()) + 7 * 86400)},
+        }
         if run.turn_id:
             item["turn_id"] = _s(run.turn_id)
         return item
 
     @staticmethod
     def _run_from(item: dict) -> Run:
-        return Run(run_id=item["pk"]["S"][4:], session_id=item["session_id"]["S"], client_id=item["client_id"]["S"],
-                   route=item["route"]["S"], state=item["state"]["S"],
-                   turn_id=item.get("turn_id", {}).get("S"))
+        return Run(
+            run_id=item["pk"]["S"][4:],
+            session_id=item["session_id"]["S"],
+            client_id=item["client_id"]["S"],
+            route=item["route"]["S"],
+            state=item["state"]["S"],
+            turn_id=item.get("turn_id", {}).get("S"),
+        )
 
     def create_run(self, run: Run) -> None:
         if not self._put_new(self._run_item(run)):
@@ -200,7 +251,8 @@ class DynamoState(Registry, SessionStore, RunStore):
         with self._call():
             try:
                 resp = self._client.update_item(
-                    TableName=self._table, Key={"pk": _s(f"RUN#{run_id}"), "sk": _s("RUN")},
+                    TableName=self._table,
+                    Key={"pk": _s(f"RUN#{run_id}"), "sk": _s("RUN")},
                     UpdateExpression="SET #st = :to",
                     ConditionExpression=f"attribute_exists(pk) AND #st IN ({', '.join(names)})",
                     ExpressionAttributeNames={"#st": "state"},

@@ -101,8 +101,15 @@ class SqliteFtsBackend(SearchBackend):
                     if not DocumentAcl.model_validate_json(acl).visible_to(viewer):
                         hidden.add(doc_id)
                         continue
-                    best[doc_id] = Hit(q.key, doc_id, title, revision, float(score), passage,
-                                       json.loads(structured) if structured else None)
+                    best[doc_id] = Hit(
+                        q.key,
+                        doc_id,
+                        title,
+                        revision,
+                        float(score),
+                        passage,
+                        json.loads(structured) if structured else None,
+                    )
                     if len(best) == q.top_k:
                         break
                 else:
@@ -122,19 +129,29 @@ class SqliteFtsBackend(SearchBackend):
     # --- documents ------------------------------------------------------------------------------
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
         try:
-            row = self._conn().execute(
-                "SELECT title, body, status, acl, structured_source FROM documents "
-                "WHERE source_key=? AND doc_id=?",
-                (source_key, doc_id),
-            ).fetchone()
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT title, body, status, acl, structured_source FROM documents "
+                    "WHERE source_key=? AND doc_id=?",
+                    (source_key, doc_id),
+                )
+                .fetchone()
+            )
         except sqlite3.Error:
             raise SourceFailure("unavailable") from None
         if row is None:
             return None
         title, body, status, acl, structured = row
-        return Document(source_key=source_key, doc_id=doc_id, title=title, body=body, status=status,
-                        acl=DocumentAcl.model_validate_json(acl),
-                        structured_source=json.loads(structured) if structured else None)
+        return Document(
+            source_key=source_key,
+            doc_id=doc_id,
+            title=title,
+            body=body,
+            status=status,
+            acl=DocumentAcl.model_validate_json(acl),
+            structured_source=json.loads(structured) if structured else None,
+        )
 
     def put_documents(self, documents: list[Document]) -> None:
         with self._write_lock:
@@ -145,9 +162,17 @@ class SqliteFtsBackend(SearchBackend):
                     self._delete(conn, doc.source_key, doc.doc_id)
                     conn.execute(
                         "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
-                        (doc.source_key, doc.doc_id, doc.title, doc.body, doc.revision, doc.status,
-                         doc.acl.model_dump_json(), json.dumps(doc.structured_source) if doc.structured_source
-                         else None, time.time()),
+                        (
+                            doc.source_key,
+                            doc.doc_id,
+                            doc.title,
+                            doc.body,
+                            doc.revision,
+                            doc.status,
+                            doc.acl.model_dump_json(),
+                            json.dumps(doc.structured_source) if doc.structured_source else None,
+                            time.time(),
+                        ),
                     )
                     self._index(conn, doc.source_key, doc.doc_id, doc.title, doc.body)
                 conn.execute("COMMIT")
@@ -163,8 +188,10 @@ class SqliteFtsBackend(SearchBackend):
                 "INSERT INTO passage_rows (source_key, doc_id, passage_no, text) VALUES (?,?,?,?)",
                 (source_key, doc_id, i, passage),
             ).lastrowid
-            conn.execute("INSERT INTO passages (rowid, title_terms, body_terms) VALUES (?,?,?)",
-                         (row_id, title_terms, " ".join(index_terms(passage, CJK_UNIGRAMS))))
+            conn.execute(
+                "INSERT INTO passages (rowid, title_terms, body_terms) VALUES (?,?,?)",
+                (row_id, title_terms, " ".join(index_terms(passage, CJK_UNIGRAMS))),
+            )
 
     def _reindex(self, conn: sqlite3.Connection) -> None:
         """Re-split and re-analyze every stored document (the analyzer or the splitter changed)."""
@@ -173,7 +200,8 @@ class SqliteFtsBackend(SearchBackend):
             conn.execute("DELETE FROM passages")
             conn.execute("DELETE FROM passage_rows")
             for source_key, doc_id, title, body in conn.execute(
-                    "SELECT source_key, doc_id, title, body FROM documents").fetchall():
+                "SELECT source_key, doc_id, title, body FROM documents"
+            ).fetchall():
                 self._index(conn, source_key, doc_id, title, body)
             conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
             conn.execute("COMMIT")
@@ -183,11 +211,15 @@ class SqliteFtsBackend(SearchBackend):
 
     @staticmethod
     def _delete(conn: sqlite3.Connection, source_key: str, doc_id: str) -> int:
-        conn.execute("DELETE FROM passages WHERE rowid IN "
-                     "(SELECT id FROM passage_rows WHERE source_key=? AND doc_id=?)", (source_key, doc_id))
+        conn.execute(
+            "DELETE FROM passages WHERE rowid IN "
+            "(SELECT id FROM passage_rows WHERE source_key=? AND doc_id=?)",
+            (source_key, doc_id),
+        )
         conn.execute("DELETE FROM passage_rows WHERE source_key=? AND doc_id=?", (source_key, doc_id))
-        return conn.execute("DELETE FROM documents WHERE source_key=? AND doc_id=?",
-                            (source_key, doc_id)).rowcount
+        return conn.execute(
+            "DELETE FROM documents WHERE source_key=? AND doc_id=?", (source_key, doc_id)
+        ).rowcount
 
     def delete_document(self, source_key: str, doc_id: str) -> bool:
         with self._write_lock:

@@ -19,7 +19,7 @@ class TokenRequest(StrictRequest):
     subject: Annotated[str, StringConstraints(min_length=1, max_length=256)] = "user"
     on_behalf_of: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
     tenant: Annotated[str, StringConstraints(min_length=1, max_length=128)] = "default"
-    groups: Annotated[list[str], Field(max_length=64)] = []
+    groups: Annotated[list[str], Field(max_length=64)] = Field(default_factory=list)
     ttl_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 3600
 
 

@@ -18,7 +18,8 @@ def is_cjk(text: str) -> bool:
 
 
 def terms(text: str) -> list[str]:
-    """Lower-cased English/alphanumeric words and CJK character bigrams (a lone CJK character stays a unigram)."""
+    """Lower-cased English/alphanumeric words and CJK character bigrams (a lone CJK character stays a
+    unigram)."""
     out: list[str] = []
     for run in _TOKEN_RE.findall(text.lower()):
         if is_cjk(run):
@@ -39,10 +40,43 @@ def unique_terms(text: str) -> list[str]:
 # --- search-index analysis (the backends' index and query terms; the router keeps `terms`) ---------------
 
 # Lucene's English stop set: words too common to rank by.
-ENGLISH_STOPWORDS = frozenset((
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no",
-    "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to",
-    "was", "will", "with"))
+ENGLISH_STOPWORDS = frozenset(
+    (
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+    )
+)
 _STEM_CACHE_MAX = 200_000
 _stem_cache: dict[str, str] = {}
 _stemmer = None

@@ -56,7 +56,11 @@ class ReferenceInvalid(KnowledgeError):
 
 
 class ReferenceExpired(KnowledgeError):
-    code, status, default_message = "knowledge_reference_expired", 410, "knowledge reference expired; search again"
+    code, status, default_message = (
+        "knowledge_reference_expired",
+        410,
+        "knowledge reference expired; search again",
+    )
 
 
 class ScopeChanged(KnowledgeError):
@@ -68,7 +72,11 @@ class ScopeChanged(KnowledgeError):
 
 
 class KnowledgeChanged(KnowledgeError):
-    code, status, default_message = "knowledge_changed", 409, "document changed or is no longer visible; search again"
+    code, status, default_message = (
+        "knowledge_changed",
+        409,
+        "document changed or is no longer visible; search again",
+    )
 
 
 class KnowledgeUnavailable(KnowledgeError):
@@ -98,7 +106,11 @@ class SourceFailure(Exception):
 class TurnInProgress(KnowledgeError):
     """An identical request for this turn is still being assembled; retry the same request shortly."""
 
-    code, status, default_message = "turn_in_progress", 409, "this turn is still being prepared; retry shortly"
+    code, status, default_message = (
+        "turn_in_progress",
+        409,
+        "this turn is still being prepared; retry shortly",
+    )
 
 
 # --- the agent tool (SPEC §3): returned as a Lambda result {"error": {...}}, never as HTTP ---------
@@ -150,7 +162,11 @@ class SourceError(ToolError):
 
 def tool_error_for(failure: SourceFailure) -> ToolError:
     """The tool error a failing source request reports (SourceFailure.kind -> code)."""
-    kinds: dict[str, type[ToolError]] = {"timeout": SourceTimeout, "unavailable": SourceUnavailable,
-                                         "throttled": SourceThrottled, "access_denied": AccessDenied,
-                                         "forbidden": AccessDenied}
+    kinds: dict[str, type[ToolError]] = {
+        "timeout": SourceTimeout,
+        "unavailable": SourceUnavailable,
+        "throttled": SourceThrottled,
+        "access_denied": AccessDenied,
+        "forbidden": AccessDenied,
+    }
     return kinds.get(failure.kind, SourceError)()

@@ -54,7 +54,9 @@ class SourceDefinition(Strict):
     id: Ident
     version: Version
     description: Annotated[str, StringConstraints(max_length=2000)] = ""
-    tags: Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=64)]], Field(max_length=16)] = []
+    tags: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=64)]], Field(max_length=16)
+    ] = []
     top_k: Annotated[int, Field(ge=1, le=10, alias="topK")] = 5
     min_score: Annotated[float, Field(ge=0, alias="minScore")] = 0.0
 
@@ -97,9 +99,13 @@ TOOL_MODES = ("AUTO", "ON_DEMAND")
 
 class RoutingRule(Strict):
     knowledge: KnowledgeRef
-    query_terms: Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=64)]],
-                           Field(max_length=16, alias="queryTerms")] = []
-    tags: Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=64)]], Field(max_length=16)] = []
+    query_terms: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=64)]],
+        Field(max_length=16, alias="queryTerms"),
+    ] = []
+    tags: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=64)]], Field(max_length=16)
+    ] = []
     context_equals: Annotated[dict[str, str], Field(max_length=16, alias="contextEquals")] = {}
     always: bool = False
     priority: Annotated[int, Field(ge=0, le=100)] = 0
@@ -130,7 +136,9 @@ class KnowledgeRouting(Strict):
     source_timeout_seconds: Annotated[int, Field(ge=1, le=60, alias="sourceTimeoutSeconds")] = 15
     source_max_chars: Annotated[int, Field(ge=1, le=65536, alias="sourceMaxChars")] = 16000
     max_context_chars: Annotated[int, Field(ge=1, le=65536, alias="maxContextChars")] = 16000
-    failure_policy: Annotated[Literal["FAIL_FAST", "SKIP_TRANSIENT"], Field(alias="failurePolicy")] = "FAIL_FAST"
+    failure_policy: Annotated[Literal["FAIL_FAST", "SKIP_TRANSIENT"], Field(alias="failurePolicy")] = (
+        "FAIL_FAST"
+    )
     rerank: Literal["NONE", "LEXICAL"] = "NONE"
     rules: Annotated[list[RoutingRule], Field(max_length=64)] = []
 

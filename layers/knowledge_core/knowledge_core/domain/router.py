@@ -17,11 +17,46 @@ from .models import TOOL_MODES, RoutingRule, Source
 from .scope import KnowledgeScope
 
 # Function words that would make every English description "match" (no query-everything fallback).
-ROUTING_STOPWORDS = frozenset({
-    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in",
-    "is", "it", "my", "of", "on", "or", "our", "the", "this", "to", "we", "what", "when", "where", "which",
-    "who", "why", "with", "you", "your",
-})
+ROUTING_STOPWORDS = frozenset(
+    {
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "my",
+        "of",
+        "on",
+        "or",
+        "our",
+        "the",
+        "this",
+        "to",
+        "we",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "with",
+        "you",
+        "your",
+    }
+)
 
 
 @dataclass(frozen=True)

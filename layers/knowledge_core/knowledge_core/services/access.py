@@ -24,13 +24,29 @@ class AccessService:
         self._sessions = sessions
         self._clock = clock
 
-    def issue_token(self, *, routes: list[str], client_id: str, subject: str, tenant: str,
-                    session_id: str | None = None, on_behalf_of: str | None = None, groups: list[str] | None = None,
-                    ttl_seconds: int = 3600) -> tuple[str, Session]:
+    def issue_token(
+        self,
+        *,
+        routes: list[str],
+        client_id: str,
+        subject: str,
+        tenant: str,
+        session_id: str | None = None,
+        on_behalf_of: str | None = None,
+        groups: list[str] | None = None,
+        ttl_seconds: int = 3600,
+    ) -> tuple[str, Session]:
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        session = Session(client_id=client_id, session_id=session_id or str(uuid.uuid4()), subject=subject,
-                          on_behalf_of=on_behalf_of, tenant=tenant, routes=routes, groups=groups or [],
-                          expires_at=int(self._clock.now()) + ttl_seconds)
+        session = Session(
+            client_id=client_id,
+            session_id=session_id or str(uuid.uuid4()),
+            subject=subject,
+            on_behalf_of=on_behalf_of,
+            tenant=tenant,
+            routes=routes,
+            groups=groups or [],
+            expires_at=int(self._clock.now()) + ttl_seconds,
+        )
         self._sessions.put_session(token_hash(token), session)
         return token, session
 
@@ -65,7 +81,11 @@ class RunGuard:
         if run_id is None:
             return None
         run = self._get(run_id)
-        if run is None or (run.session_id, run.client_id, run.route) != (principal.session_id, principal.client_id, route):
+        if run is None or (run.session_id, run.client_id, run.route) != (
+            principal.session_id,
+            principal.client_id,
+            route,
+        ):
             raise RunNotFound()
         if run.state != "context_ready":
             raise RunNotReady()

@@ -10,8 +10,14 @@ from .scope import ScopeResolver
 
 
 class AdminService:
-    def __init__(self, registry: Registry, backend: SearchBackend, scopes: ScopeResolver, runs: RunStore,
-                 run_guard: RunGuard) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        backend: SearchBackend,
+        scopes: ScopeResolver,
+        runs: RunStore,
+        run_guard: RunGuard,
+    ) -> None:
         self._registry = registry
         self._backend = backend
         self._scopes = scopes

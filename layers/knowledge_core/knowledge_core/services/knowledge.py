@@ -7,7 +7,13 @@ from datetime import UTC, datetime
 
 from ..codec import TokenCodec, identity_digest
 from ..domain.analyzer import unique_terms
-from ..domain.errors import KnowledgeChanged, KnowledgeUnavailable, ReferenceInvalid, ScopeChanged, SourceFailure
+from ..domain.errors import (
+    KnowledgeChanged,
+    KnowledgeUnavailable,
+    ReferenceInvalid,
+    ScopeChanged,
+    SourceFailure,
+)
 from ..domain.models import Principal
 from ..domain.router import PlannedSource, expired_leases, plan_search
 from ..domain.scope import KnowledgeScope
@@ -37,8 +43,9 @@ def iso(epoch: float) -> str:
 
 
 class KnowledgeService:
-    def __init__(self, scopes: ScopeResolver, backend: SearchBackend, codec: TokenCodec, runs: RunGuard,
-                 clock: Clock) -> None:
+    def __init__(
+        self, scopes: ScopeResolver, backend: SearchBackend, codec: TokenCodec, runs: RunGuard, clock: Clock
+    ) -> None:
         self._scopes = scopes
         self._backend = backend
         self._codec = codec
@@ -69,13 +76,21 @@ class KnowledgeService:
     def capabilities(self, principal: Principal, route: str) -> dict:
         scope = self._enter(principal, route, None)
         enabled = bool(scope.searchable()) and self.backend_healthy()
-        return to_wire(CapabilitiesResponse(route=route, enabled=enabled, knowledge_scope_revision=scope.revision))
+        return to_wire(
+            CapabilitiesResponse(route=route, enabled=enabled, knowledge_scope_revision=scope.revision)
+        )
 
     # --- A-SEARCH -----------------------------------------------------------------------------------
     def search(self, principal: Principal, route: str, request: SearchRequest) -> dict:
         scope = self._enter(principal, route, request.run_id)
-        response = SearchResponse(route=route, run_id=request.run_id, knowledge_scope_revision=scope.revision,
-                                  status="ok", hints=[], truncated=False)
+        response = SearchResponse(
+            route=route,
+            run_id=request.run_id,
+            knowledge_scope_revision=scope.revision,
+            status="ok",
+            hints=[],
+            truncated=False,
+        )
         if not scope.searchable():
             response.status = "disabled"
             return to_wire(response)
@@ -100,18 +115,30 @@ class KnowledgeService:
             raise KnowledgeUnavailable()
         return [(h.source_key, h.doc_id, h.score) for h in hits[:depth]]
 
-    def retrieve(self, scope: KnowledgeScope, query: str, principal: Principal,
-                 planned: list[PlannedSource]) -> tuple[str, list[Hit]]:
+    def retrieve(
+        self, scope: KnowledgeScope, query: str, principal: Principal, planned: list[PlannedSource]
+    ) -> tuple[str, list[Hit]]:
         """(status, merged hits) over sources someone else planned: a turn's startup retrieval (R-MODE)."""
         return self._ranked_hits(scope, query, principal, depth=None, planned=planned)
 
     def mint_ref(self, hit: Hit, identity: str, scope_revision: str) -> tuple[str, int]:
         """A signed ref (and its expiry) for a hit's parent document, bound to `identity` (A-REF)."""
-        return self._codec.issue_ref(identity=identity, scope_revision=scope_revision,
-                                     source_key=hit.source_key, doc_id=hit.doc_id, revision=hit.revision)
+        return self._codec.issue_ref(
+            identity=identity,
+            scope_revision=scope_revision,
+            source_key=hit.source_key,
+            doc_id=hit.doc_id,
+            revision=hit.revision,
+        )
 
-    def _ranked_hits(self, scope: KnowledgeScope, query: str, principal: Principal,
-                     depth: int | None, planned: list[PlannedSource] | None = None) -> tuple[str, list[Hit]]:
+    def _ranked_hits(
+        self,
+        scope: KnowledgeScope,
+        query: str,
+        principal: Principal,
+        depth: int | None,
+        planned: list[PlannedSource] | None = None,
+    ) -> tuple[str, list[Hit]]:
         """(status, merged hits): each planned source asked for its `topK` (or `depth` documents)."""
         planned = plan_search(scope, query) if planned is None else planned
         if not planned:
@@ -119,10 +146,21 @@ class KnowledgeService:
         # An expired runtime lease makes a source unavailable without querying it (R-ROUTE).
         expired = expired_leases(scope, planned, self._clock.now())
         timeout = float(scope.routing.source_timeout_seconds)
-        results = self._backend.search(
-            [SourceQuery(p.key, depth or p.source.definition.top_k, p.source.definition.min_score, timeout)
-             for p in planned if p.key not in expired],
-            query, principal.viewer) if len(expired) < len(planned) else []
+        results = (
+            self._backend.search(
+                [
+                    SourceQuery(
+                        p.key, depth or p.source.definition.top_k, p.source.definition.min_score, timeout
+                    )
+                    for p in planned
+                    if p.key not in expired
+                ],
+                query,
+                principal.viewer,
+            )
+            if len(expired) < len(planned)
+            else []
+        )
         failed = len(expired) + sum(1 for r in results if r.error is not None)
         status = "unavailable" if failed == len(planned) else "partial" if failed else "ok"
         # Several sources merge by raw score; ties break on source key then doc id for determinism.
@@ -131,8 +169,14 @@ class KnowledgeService:
 
     def _hint(self, hit: Hit, identity: str, scope_revision: str, query_terms: list[str]) -> Hint:
         ref, expires_at = self.mint_ref(hit, identity, scope_revision)
-        return Hint(ref=ref, title=cut_title(hit.title), summary=excerpt(hit.passage, query_terms, SUMMARY_MAX_CHARS),
-                    revision=hit.revision, score=round(hit.score, 6), expires_at=iso(expires_at))
+        return Hint(
+            ref=ref,
+            title=cut_title(hit.title),
+            summary=excerpt(hit.passage, query_terms, SUMMARY_MAX_CHARS),
+            revision=hit.revision,
+            score=round(hit.score, 6),
+            expires_at=iso(expires_at),
+        )
 
     # --- A-READ -------------------------------------------------------------------------------------
     def read(self, principal: Principal, route: str, request: ReadRequest) -> dict:
@@ -149,25 +193,55 @@ class KnowledgeService:
             doc = self._backend.get_document(claims.source_key, claims.doc_id)
         except SourceFailure:
             raise KnowledgeUnavailable() from None
-        if (doc is None or doc.status != "ready" or doc.source_key != claims.source_key
-                or not doc.acl.visible_to(principal.viewer) or doc.revision != claims.revision):
+        if (
+            doc is None
+            or doc.status != "ready"
+            or doc.source_key != claims.source_key
+            or not doc.acl.visible_to(principal.viewer)
+            or doc.revision != claims.revision
+        ):
             raise KnowledgeChanged()
-        return self._page(scope, route, request, doc.title, doc.revision, doc.body.encode("utf-8"), offset,
-                          claims.expires_at)
+        return self._page(
+            scope,
+            route,
+            request,
+            doc.title,
+            doc.revision,
+            doc.body.encode("utf-8"),
+            offset,
+            claims.expires_at,
+        )
 
-    def _page(self, scope: KnowledgeScope, route: str, request: ReadRequest, title: str, revision: str,
-              body: bytes, offset: int, expires_at: int) -> dict:
+    def _page(
+        self,
+        scope: KnowledgeScope,
+        route: str,
+        request: ReadRequest,
+        title: str,
+        revision: str,
+        body: bytes,
+        offset: int,
+        expires_at: int,
+    ) -> dict:
         chain_end = min(len(body), LIMITS.read_chain_max_bytes)
         # The chain limit may fall inside a code point: the chain then ends before it.
         while chain_end < len(body) and (body[chain_end] & 0xC0) == 0x80:
             chain_end -= 1
         if offset > chain_end or (offset < len(body) and (body[offset] & 0xC0) == 0x80):
             raise ReferenceInvalid("cursor is invalid")
-        page = ReadResponse(route=route, run_id=request.run_id, knowledge_scope_revision=scope.revision,
-                            ref=request.ref, revision=revision, title=cut_title(title), content="",
-                            next_cursor=self._codec.issue_cursor(ref=request.ref, offset=chain_end,
-                                                                 expires_at=expires_at),
-                            truncated=False, budget_exhausted=False, total_content_bytes=len(body))
+        page = ReadResponse(
+            route=route,
+            run_id=request.run_id,
+            knowledge_scope_revision=scope.revision,
+            ref=request.ref,
+            revision=revision,
+            title=cut_title(title),
+            content="",
+            next_cursor=self._codec.issue_cursor(ref=request.ref, offset=chain_end, expires_at=expires_at),
+            truncated=False,
+            budget_exhausted=False,
+            total_content_bytes=len(body),
+        )
         # The envelope is measured with its longest cursor and flags, so the content gets the rest.
         budget = request.max_bytes - json_size(to_wire(page))
         end = fit_bytes(body[:chain_end], offset, budget)
@@ -199,5 +273,8 @@ def _fit_hints(response: SearchResponse, hints: list[Hint]) -> tuple[list[Hint],
         for n, i in enumerate(sorted(range(count), key=sizes.__getitem__)):
             budgets[i] = min(sizes[i], room // (count - n))
             room -= budgets[i]
-        return [h.model_copy(update={"summary": fit_text(h.summary, b)}) for h, b in zip(kept, budgets, strict=True)], True
+        return [
+            h.model_copy(update={"summary": fit_text(h.summary, b)})
+            for h, b in zip(kept, budgets, strict=True)
+        ], True
     return [], bool(hints)

@@ -45,7 +45,9 @@ class ScopeResolver:
         agent = self.agent(agent_key) if agent_key else None
         if agent is None:
             raise NotFound("workspace not found", field="route")
-        return KnowledgeScope(route=route, agent=agent, sources=self._registry.get_sources(agent.allowed_keys))
+        return KnowledgeScope(
+            route=route, agent=agent, sources=self._registry.get_sources(agent.allowed_keys)
+        )
 
     def invalidate(self) -> None:
         with self._lock:
