@@ -15,6 +15,7 @@ class Settings(BaseModel):
     search_backend: Literal["sqlite", "opensearch"] = "opensearch"
     sqlite_path: str = "/tmp/agent-knowledge.sqlite3"
     opensearch_url: str | None = None
+    opensearch_index_prefix: str = Field("kb", pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")
     token_secret: str | None = Field(None, repr=False)
     token_secret_arn: str | None = None
     registry_cache_seconds: float = Field(2.0, ge=0, le=60)
@@ -30,6 +31,7 @@ class Settings(BaseModel):
             "search_backend": env.get("KB_SEARCH_BACKEND"),
             "sqlite_path": env.get("KB_SQLITE_PATH"),
             "opensearch_url": env.get("KB_OPENSEARCH_URL"),
+            "opensearch_index_prefix": env.get("KB_OPENSEARCH_INDEX_PREFIX"),
             "token_secret": env.get("KB_TOKEN_SECRET"),
             "token_secret_arn": env.get("KB_TOKEN_SECRET_ARN"),
             "registry_cache_seconds": env.get("KB_REGISTRY_CACHE_SECONDS"),

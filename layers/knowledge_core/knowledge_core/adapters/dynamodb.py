@@ -44,16 +44,36 @@ def _s(value: str) -> dict:
     return {"S": value}
 
 
-class DynamoState(Registry, SessionStore, RunStore):
-    """All state of the service in one DynamoDB table, through the low-level boto3 client."""
+def _n(value: float) -> dict:
+    return {"N": str(value)}
+
+
+class TableAdapter:
+    """What every store of the single table shares: the low-level client and the fault mapping."""
 
     def __init__(self, client: Any, table_name: str) -> None:
-        self._client = client
-        self._table = table_name
         from botocore.exceptions import BotoCoreError, ClientError  # lazy: botocore is heavy
 
+        self._client = client
+        self._table = table_name
         self._client_error = ClientError
         self._botocore_error = BotoCoreError
+
+    @contextmanager
+    def _call(self) -> Iterator[None]:
+        """Storage faults become StateUnavailable (503) with no internals; logic errors propagate."""
+        try:
+            yield
+        except self._client_error as exc:
+            if exc.response.get("Error", {}).get("Code") in _UNAVAILABLE_CODES:
+                raise StateUnavailable() from exc
+            raise
+        except self._botocore_error as exc:
+            raise StateUnavailable() from exc
+
+
+class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
+    """All state of the service in one DynamoDB table, through the low-level boto3 client."""
 
     @property
     def client(self) -> Any:
@@ -80,18 +100,6 @@ class DynamoState(Registry, SessionStore, RunStore):
         except self._client_error as exc:
             if "already enabled" not in str(exc).lower():
                 raise
-
-    @contextmanager
-    def _call(self) -> Iterator[None]:
-        """Storage faults become StateUnavailable (503) with no internals; logic errors propagate."""
-        try:
-            yield
-        except self._client_error as exc:
-            if exc.response.get("Error", {}).get("Code") in _UNAVAILABLE_CODES:
-                raise StateUnavailable() from exc
-            raise
-        except self._botocore_error as exc:
-            raise StateUnavailable() from exc
 
     def _get(self, pk: str, sk: str) -> dict | None:
         with self._call():

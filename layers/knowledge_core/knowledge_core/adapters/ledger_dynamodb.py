@@ -17,36 +17,16 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from ..domain.budget import ChainLink, LedgerEntry, Limits, chars_remaining, grant_chars, retrieval_refusal
 from ..domain.errors import BudgetExceeded, ProtocolError, StateUnavailable
 from ..ports import BudgetLedger, Citation, CitationDraft
+from .dynamodb import TableAdapter, _n, _s
 
 LEDGER_TTL_SECONDS = 7 * 86400
 MAX_ATTEMPTS = 64
-_UNAVAILABLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "LimitExceededException",
-        "ResourceNotFoundException",
-    }
-)
 _RETRY_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
-
-
-def _s(value: str) -> dict:
-    return {"S": value}
-
-
-def _n(value: float) -> dict:
-    return {"N": str(value)}
 
 
 class SerializedClient:
@@ -69,28 +49,12 @@ class SerializedClient:
         return call
 
 
-class DynamoLedger(BudgetLedger):
+class DynamoLedger(TableAdapter, BudgetLedger):
     def __init__(self, client: Any, table_name: str) -> None:
-        self._client = client
-        self._table = table_name
-        from botocore.exceptions import BotoCoreError, ClientError  # lazy: botocore is heavy
-
-        self._client_error = ClientError
-        self._botocore_error = BotoCoreError
+        super().__init__(client, table_name)
         self.stats = {"transactions": 0, "retries": 0}
 
     # --- plumbing --------------------------------------------------------------------------------
-    @contextmanager
-    def _call(self) -> Iterator[None]:
-        try:
-            yield
-        except self._client_error as exc:
-            if exc.response.get("Error", {}).get("Code") in _UNAVAILABLE_CODES:
-                raise StateUnavailable() from exc
-            raise
-        except self._botocore_error as exc:
-            raise StateUnavailable() from exc
-
     @staticmethod
     def _pk(root_id: str) -> dict:
         return _s(f"LEDGER#{root_id}")

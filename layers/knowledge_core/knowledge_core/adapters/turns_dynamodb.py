@@ -8,45 +8,16 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from ..domain.errors import StateUnavailable
 from ..ports import TurnRecord, TurnStore
-from .dynamodb import _UNAVAILABLE_CODES, TTL_ATTRIBUTE
+from .dynamodb import TTL_ATTRIBUTE, TableAdapter, _n, _s
 
 _SK = "TURN"
 
 
-def _s(value: str) -> dict:
-    return {"S": value}
-
-
-def _n(value: float) -> dict:
-    return {"N": repr(value) if isinstance(value, float) else str(value)}
-
-
-class DynamoTurnStore(TurnStore):
-    def __init__(self, client: Any, table_name: str) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError  # lazy: botocore is heavy
-
-        self._client = client
-        self._table = table_name
-        self._client_error = ClientError
-        self._botocore_error = BotoCoreError
-
-    @contextmanager
-    def _call(self) -> Iterator[None]:
-        try:
-            yield
-        except self._client_error as exc:
-            if exc.response.get("Error", {}).get("Code") in _UNAVAILABLE_CODES:
-                raise StateUnavailable() from exc
-            raise
-        except self._botocore_error as exc:
-            raise StateUnavailable() from exc
-
+class DynamoTurnStore(TableAdapter, TurnStore):
     def _conditional(self, **kwargs: Any) -> bool:
         """A conditional write; False when its condition does not hold."""
         with self._call():

@@ -1,0 +1,555 @@
+"""OpenSearch search backend: passages and parent documents in two versioned indices, every selected
+source searched in one `_msearch` round trip, hits collapsed to parent documents.
+
+Indices (names start with `index_prefix`, default `kb`):
+* `<prefix>-passages-v1`, alias `<prefix>-passages`: one row per passage (the same `split_passages` as
+  the embedded backend) with the parent's title, revision, status and ACL copied in for filtering;
+  `text` and `title` analysed with the built-in `cjk` analyzer, each with an `english` sub-field.
+* `<prefix>-documents-v1`, alias `<prefix>-documents`: the parent documents (title, body stored but not
+  indexed, revision, status, ACL, structured source, passage count).
+Both come from composable index templates named after the concrete index, so a `-v2` can be created
+from a new template and the alias moved in one `_aliases` call. Everything goes through the aliases.
+
+SigV4 (`es`, or `aoss` for OpenSearch Serverless) when the endpoint is on AWS; no auth on loopback.
+opensearch-py (and boto3 for credentials) are imported where first needed, never at module import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..domain.errors import KnowledgeUnavailable, SourceFailure
+from ..domain.models import Document, DocumentAcl, Viewer
+from ..domain.passages import split_passages
+from ..ports import Hit, SearchBackend, SourceQuery, SourceResult
+
+TEMPLATE_VERSION = "v1"
+# One bulk request stays under the smallest Amazon OpenSearch Service HTTP payload limit (10 MiB).
+BULK_MAX_BYTES = 8 * 1024 * 1024
+_HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "text", "structured_source"]
+_DOC_FIELDS = ["source_key", "doc_id", "title", "body", "revision", "status", "acl", "structured_source"]
+
+
+def _analysed(analyzer: str = "cjk") -> dict:
+    return {
+        "type": "text",
+        "analyzer": analyzer,
+        "fields": {"english": {"type": "text", "analyzer": "english"}},
+    }
+
+
+_INDEX_SETTINGS = {"number_of_shards": 1, "auto_expand_replicas": "0-1"}
+PASSAGE_MAPPINGS: dict[str, Any] = {
+    "dynamic": "strict",
+    "properties": {
+        "source_key": {"type": "keyword"},
+        "doc_id": {"type": "keyword"},
+        "doc_key": {"type": "keyword"},  # parent id within the index: the collapse key
+        "passage_no": {"type": "integer"},
+        "title": _analysed(),
+        "text": _analysed(),
+        "revision": {"type": "keyword", "index": False},
+        "status": {"type": "keyword"},
+        "acl_tenant": {"type": "keyword"},
+        "acl_open": {"type": "boolean"},  # no subjects and no groups: the whole tenant
+        "acl_subjects": {"type": "keyword"},
+        "acl_groups": {"type": "keyword"},
+        "structured_source": {"type": "object", "enabled": False},
+    },
+}
+DOCUMENT_MAPPINGS: dict[str, Any] = {
+    "dynamic": "strict",
+    "properties": {
+        "source_key": {"type": "keyword"},
+        "doc_id": {"type": "keyword"},
+        "title": {"type": "text", "analyzer": "cjk"},
+        "body": {"type": "text", "index": False},
+        "revision": {"type": "keyword"},
+        "status": {"type": "keyword"},
+        "acl": {"type": "object", "enabled": False},
+        "structured_source": {"type": "object", "enabled": False},
+        "passage_count": {"type": "integer"},
+        "updated_at": {"type": "date", "format": "epoch_second"},
+    },
+}
+
+
+def doc_key(source_key: str, doc_id: str) -> str:
+    """The parent document's `_id`: a digest, so any source key / doc id pair is a safe, bounded id."""
+    return hashlib.sha256(f"{source_key}\0{doc_id}".encode()).hexdigest()[:40]
+
+
+def _passage_id(parent: str, number: int) -> str:
+    return f"{parent}-{number}"
+
+
+def aws_service(url: str) -> str | None:
+    """`aoss` for OpenSearch Serverless, `es` for an Amazon OpenSearch Service domain, None elsewhere."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host.endswith(".aoss.amazonaws.com"):
+        return "aoss"
+    if ".es.amazonaws.com" in host:
+        return "es"
+    return None
+
+
+def _failure(exc: Exception) -> SourceFailure:
+    """A transport exception as the kind of source failure it is."""
+    from opensearchpy.exceptions import ConnectionTimeout, TransportError
+
+    if isinstance(exc, ConnectionTimeout):
+        return SourceFailure("timeout", "opensearch timed out")
+    if isinstance(exc, TransportError) and exc.status_code == 429:
+        return SourceFailure("throttled", "opensearch throttled the request")
+    return SourceFailure("unavailable", f"opensearch: {type(exc).__name__}")
+
+
+def _sub_failure(response: dict) -> SourceFailure | None:
+    """The failure of one `_msearch` sub-response, if any (an error, a timeout, or failed shards)."""
+    if "error" in response:
+        status = response.get("status")
+        return SourceFailure("throttled" if status == 429 else "unavailable", f"opensearch status {status}")
+    if response.get("timed_out"):
+        return SourceFailure("timeout", "search timed out")
+    if response.get("_shards", {}).get("failed"):
+        return SourceFailure("unavailable", "shard failures")
+    return None
+
+
+def acl_filter(viewer: Viewer) -> dict:
+    """`DocumentAcl.visible_to` as a query: tenant unset or equal, and open or naming the subject/a group."""
+    audience: list[dict] = [{"term": {"acl_open": True}}, {"term": {"acl_subjects": viewer.subject}}]
+    if viewer.groups:
+        audience.append({"terms": {"acl_groups": list(viewer.groups)}})
+    return {
+        "bool": {
+            "filter": [
+                {
+                    "bool": {
+                        "should": [
+                            {"term": {"acl_tenant": viewer.tenant}},
+                            {"bool": {"must_not": {"exists": {"field": "acl_tenant"}}}},
+                        ],
+                        "minimum_should_match": 1,
+                    }
+                },
+                {"bool": {"should": audience, "minimum_should_match": 1}},
+            ]
+        }
+    }
+
+
+def text_query(text: str) -> dict:
+    """Title weighted 2:1 over the passage, as the embedded backend's BM25 column weights; CJK bigrams
+    and English stems both count (OR of terms, like the embedded backend's match expression)."""
+    return {
+        "multi_match": {
+            "query": text,
+            "type": "most_fields",
+            "fields": ["title^2", "title.english^2", "text", "text.english"],
+        }
+    }
+
+
+class OpenSearchBackend(SearchBackend):
+    def __init__(
+        self,
+        url: str,
+        region: str = "us-east-1",
+        *,
+        index_prefix: str = "kb",
+        timeout_s: float = 10.0,
+        max_retries: int = 1,
+        client: Any = None,
+    ) -> None:
+        self._url = url.rstrip("/")
+        self._region = region
+        self._timeout_s = timeout_s
+        self._max_retries = max_retries
+        self._client_obj = client
+        self._client_lock = threading.Lock()
+        self._ready = False
+        self.index_prefix = index_prefix
+        self.passages_index = f"{index_prefix}-passages-{TEMPLATE_VERSION}"
+        self.documents_index = f"{index_prefix}-documents-{TEMPLATE_VERSION}"
+        self.passages_alias = f"{index_prefix}-passages"
+        self.documents_alias = f"{index_prefix}-documents"
+
+    # --- client and indices -------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        if self._client_obj is None:
+            with self._client_lock:
+                if self._client_obj is None:
+                    self._client_obj = self._make_client()
+        return self._client_obj
+
+    def _make_client(self) -> Any:
+        from opensearchpy import OpenSearch
+
+        kwargs: dict[str, Any] = {
+            "timeout": self._timeout_s,
+            "max_retries": self._max_retries,
+            "retry_on_timeout": False,
+            "pool_maxsize": 16,
+            "http_compress": False,
+        }
+        service = aws_service(self._url)
+        if service:
+            import boto3
+            from opensearchpy import Urllib3AWSV4SignerAuth
+
+            host = urlsplit(self._url).hostname or ""
+            parts = host.split(".")
+            # search-x.<region>.es.amazonaws.com / x.<region>.aoss.amazonaws.com carry their region.
+            region = parts[-4] if len(parts) >= 4 else self._region
+            kwargs["http_auth"] = Urllib3AWSV4SignerAuth(boto3.Session().get_credentials(), region, service)
+        return OpenSearch(hosts=[self._url], **kwargs)
+
+    def index_templates(self) -> dict[str, dict]:
+        """Template name -> body of the versioned composable index templates."""
+        return {
+            self.passages_index: {
+                "index_patterns": [f"{self.passages_index}*"],
+                "priority": 100,
+                "template": {
+                    "settings": _INDEX_SETTINGS,
+                    "mappings": PASSAGE_MAPPINGS,
+                    "aliases": {self.passages_alias: {}},
+                },
+                "_meta": {"owner": "agent-knowledge", "version": TEMPLATE_VERSION},
+            },
+            self.documents_index: {
+                "index_patterns": [f"{self.documents_index}*"],
+                "priority": 100,
+                "template": {
+                    "settings": _INDEX_SETTINGS,
+                    "mappings": DOCUMENT_MAPPINGS,
+                    "aliases": {self.documents_alias: {}},
+                },
+                "_meta": {"owner": "agent-knowledge", "version": TEMPLATE_VERSION},
+            },
+        }
+
+    def ensure_indices(self, timeout_s: float | None = None) -> None:
+        """Create the templates and indices if the aliases are missing (idempotent, once per process)."""
+        if self._ready:
+            return
+        from opensearchpy.exceptions import RequestError
+
+        client, timeout = self.client, timeout_s or self._timeout_s
+        aliases = [self.passages_alias, self.documents_alias]
+        if not all(client.indices.exists_alias(name=a, request_timeout=timeout) for a in aliases):
+            for name, body in self.index_templates().items():
+                client.indices.put_index_template(name=name, body=body, request_timeout=timeout)
+                try:
+                    client.indices.create(index=name, request_timeout=max(timeout, 30.0))
+                except RequestError as exc:
+                    if exc.error != "resource_already_exists_exception":
+                        raise
+        self._ready = True
+
+    def drop_indices(self) -> None:
+        """Delete this prefix's indices and templates (tests, benchmarks)."""
+        from opensearchpy.exceptions import NotFoundError
+
+        for name in (self.passages_index, self.documents_index):
+            for call in (self.client.indices.delete, self.client.indices.delete_index_template):
+                with contextlib.suppress(NotFoundError):
+                    call(**({"index": name} if call == self.client.indices.delete else {"name": name}))
+        self._ready = False
+
+    # --- search -------------------------------------------------------------------------------------
+    def search_body(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[dict]:
+        """The `_msearch` body: per source a header and a collapsed, filtered, thresholded search."""
+        body: list[dict] = []
+        matched = text_query(text)
+        visible = acl_filter(viewer)
+        for q in queries:
+            body.append({"index": self.passages_alias})
+            body.append(
+                {
+                    "size": q.top_k,
+                    "timeout": f"{max(1, int(q.timeout_s * 1000))}ms",
+                    "track_total_hits": False,
+                    "min_score": q.min_score,
+                    "query": {
+                        "bool": {
+                            "must": [matched],
+                            "filter": [
+                                {"term": {"source_key": q.key}},
+                                {"term": {"status": "ready"}},
+                                visible,
+                            ],
+                        }
+                    },
+                    "collapse": {"field": "doc_key"},
+                    "_source": _HIT_FIELDS,
+                }
+            )
+        return body
+
+    def msearch(self, body: list[dict], timeout_s: float) -> dict:
+        """The raw `_msearch` call (the benchmark times it against `search`)."""
+        return self.client.msearch(body=body, request_timeout=timeout_s)
+
+    def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
+        if not queries:
+            return []
+        started = time.perf_counter()
+        try:
+            self.ensure_indices()
+            raw = self.msearch(
+                self.search_body(queries, text, viewer), max(q.timeout_s for q in queries) + 1.0
+            )
+        except Exception as exc:  # transport failures of the one round trip fail every source
+            if not _is_transport_error(exc):
+                raise
+            failure = _failure(exc)
+            return [SourceResult(q.key, error=failure) for q in queries]
+        elapsed = (time.perf_counter() - started) * 1000
+        results: list[SourceResult] = []
+        for q, response in zip(queries, raw.get("responses", []), strict=False):
+            result = SourceResult(q.key, ms=response.get("took", elapsed))
+            result.error = _sub_failure(response)
+            if result.error is None:
+                result.hits = [_hit(q.key, h) for h in response["hits"]["hits"]]
+            results.append(result)
+        for q in queries[len(results) :]:  # a short response never becomes "no results"
+            results.append(
+                SourceResult(q.key, error=SourceFailure("unavailable", "missing msearch response"))
+            )
+        return results
+
+    # --- documents ----------------------------------------------------------------------------------
+    def get_document(self, source_key: str, doc_id: str) -> Document | None:
+        from opensearchpy.exceptions import NotFoundError
+
+        try:
+            self.ensure_indices()
+            found = self.client.get(
+                index=self.documents_alias, id=doc_key(source_key, doc_id), _source_includes=_DOC_FIELDS
+            )
+        except NotFoundError:
+            return None
+        except Exception as exc:
+            if not _is_transport_error(exc):
+                raise
+            raise _failure(exc) from None
+        src = found["_source"]
+        if src["source_key"] != source_key or src["doc_id"] != doc_id:
+            return None
+        return Document(
+            source_key=source_key,
+            doc_id=doc_id,
+            title=src["title"],
+            body=src["body"],
+            status=src["status"],
+            acl=DocumentAcl.model_validate(src["acl"]),
+            structured_source=src.get("structured_source"),
+        )
+
+    def _passage_counts(self, keys: list[str]) -> dict[str, int]:
+        """Parent id -> passage count of the stored version, for the documents that exist."""
+        counts: dict[str, int] = {}
+        for i in range(0, len(keys), 500):
+            resp = self.client.mget(
+                index=self.documents_alias,
+                body={"ids": keys[i : i + 500]},
+                _source_includes=["passage_count"],
+            )
+            for d in resp["docs"]:
+                if d.get("found"):
+                    counts[d["_id"]] = int(d["_source"].get("passage_count", 0))
+        return counts
+
+    def put_documents(self, documents: list[Document]) -> None:
+        if not documents:
+            return
+        try:
+            self.ensure_indices()
+            latest = {doc_key(d.source_key, d.doc_id): d for d in documents}  # last one of a key wins
+            old = self._passage_counts(list(latest))
+            actions: list[list[dict]] = []
+            for parent, doc in latest.items():
+                actions.append(self._document_actions(parent, doc, old.get(parent, 0)))
+            self._bulk(actions)
+        except KnowledgeUnavailable:
+            raise
+        except Exception as exc:
+            if not _is_transport_error(exc):
+                raise
+            raise KnowledgeUnavailable() from exc
+
+    def _document_actions(self, parent: str, doc: Document, old_count: int) -> list[dict]:
+        """New passages, then deletes of the stored version's extra passages, then the parent (last, so a
+        readable parent implies its passages are in)."""
+        acl = doc.acl
+        shared = {
+            "source_key": doc.source_key,
+            "doc_id": doc.doc_id,
+            "doc_key": parent,
+            "title": doc.title,
+            "revision": doc.revision,
+            "status": doc.status,
+            "acl_tenant": acl.tenant,
+            "acl_open": not acl.subjects and not acl.groups,
+            "acl_subjects": list(acl.subjects),
+            "acl_groups": list(acl.groups),
+            "structured_source": doc.structured_source,
+        }
+        lines: list[dict] = []
+        passages = split_passages(doc.body)
+        for n, text in enumerate(passages):
+            lines += [
+                {"index": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}},
+                {**shared, "passage_no": n, "text": text},
+            ]
+        for n in range(len(passages), old_count):
+            lines.append({"delete": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}})
+        lines += [
+            {"index": {"_index": self.documents_alias, "_id": parent}},
+            {
+                "source_key": doc.source_key,
+                "doc_id": doc.doc_id,
+                "title": doc.title,
+                "body": doc.body,
+                "revision": doc.revision,
+                "status": doc.status,
+                "acl": acl.model_dump(),
+                "structured_source": doc.structured_source,
+                "passage_count": len(passages),
+                "updated_at": int(time.time()),
+            },
+        ]
+        return lines
+
+    def _bulk(self, groups: list[list[dict]]) -> None:
+        """Send action groups in requests of at most BULK_MAX_BYTES (a larger group goes alone), each
+        with `refresh=wait_for`, so everything is searchable when this returns."""
+        serializer = self.client.transport.serializer
+        batch: list[str] = []
+        size = 0
+
+        def flush() -> None:
+            nonlocal size
+            if batch:
+                self._bulk_request("\n".join(batch) + "\n")
+                batch.clear()
+                size = 0
+
+        for group in groups:
+            lines = [serializer.dumps(line) for line in group]
+            group_size = sum(len(line.encode("utf-8")) + 1 for line in lines)
+            if batch and size + group_size > BULK_MAX_BYTES:
+                flush()
+            batch.extend(lines)
+            size += group_size
+        flush()
+
+    def _bulk_request(self, body: str) -> None:
+        resp = self.client.bulk(body=body, refresh="wait_for", request_timeout=max(self._timeout_s, 60.0))
+        if resp.get("errors"):
+            statuses = [
+                item[op].get("status", 0)
+                for item in resp["items"]
+                for op in item
+                if "error" in item[op] and item[op].get("status") != 404
+            ]  # already gone
+            if statuses:
+                if all(s == 429 for s in statuses):
+                    raise KnowledgeUnavailable("search backend is throttling writes; retry")
+                raise KnowledgeUnavailable("search backend rejected the write")
+
+    def _stored_count(self, source_key: str, doc_id: str) -> tuple[str, int] | None:
+        from opensearchpy.exceptions import NotFoundError
+
+        parent = doc_key(source_key, doc_id)
+        try:
+            found = self.client.get(index=self.documents_alias, id=parent, _source_includes=["passage_count"])
+        except NotFoundError:
+            return None
+        return parent, int(found["_source"].get("passage_count", 0))
+
+    def delete_document(self, source_key: str, doc_id: str) -> bool:
+        try:
+            self.ensure_indices()
+            stored = self._stored_count(source_key, doc_id)
+            if stored is None:
+                return False
+            parent, count = stored
+            # Parent first: a ref fails to read at once; then the passages stop matching.
+            self._bulk(
+                [
+                    [{"delete": {"_index": self.documents_alias, "_id": parent}}]
+                    + [
+                        {"delete": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}}
+                        for n in range(count)
+                    ]
+                ]
+            )
+            return True
+        except KnowledgeUnavailable:
+            raise
+        except Exception as exc:
+            if not _is_transport_error(exc):
+                raise
+            raise KnowledgeUnavailable() from exc
+
+    def set_document_status(self, source_key: str, doc_id: str, status: str) -> bool:
+        try:
+            self.ensure_indices()
+            stored = self._stored_count(source_key, doc_id)
+            if stored is None:
+                return False
+            parent, count = stored
+            change = {"doc": {"status": status}}
+            lines: list[dict] = [{"update": {"_index": self.documents_alias, "_id": parent}}, change]
+            for n in range(count):
+                lines += [{"update": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}}, change]
+            self._bulk([lines])
+            return True
+        except KnowledgeUnavailable:
+            raise
+        except Exception as exc:
+            if not _is_transport_error(exc):
+                raise
+            raise KnowledgeUnavailable() from exc
+
+    def healthy(self, timeout_s: float = 1.0) -> bool:
+        """Reachable and not red, within `timeout_s`; indices are created on first use, not here."""
+        try:
+            if aws_service(self._url) == "aoss":  # Serverless has no cluster APIs: any answer will do
+                self.client.indices.exists_alias(name=self.passages_alias, request_timeout=timeout_s)
+                return True
+            health = self.client.cluster.health(request_timeout=timeout_s)
+            return health.get("status") in ("green", "yellow")
+        except Exception as exc:
+            if not _is_transport_error(exc):
+                raise
+            return False
+
+
+def _is_transport_error(exc: Exception) -> bool:
+    from opensearchpy.exceptions import OpenSearchException
+    from urllib3.exceptions import HTTPError
+
+    return isinstance(exc, OpenSearchException | HTTPError | OSError)
+
+
+def _hit(source_key: str, raw: dict) -> Hit:
+    src = raw["_source"]
+    return Hit(
+        source_key=source_key,
+        doc_id=src["doc_id"],
+        title=src["title"],
+        revision=src["revision"],
+        score=float(raw["_score"]),
+        passage=src["text"],
+        structured_source=src.get("structured_source"),
+    )
