@@ -20,8 +20,13 @@ DEFAULT_STATE = Path(".kb-state")
 # --- local runtime ------------------------------------------------------------------------------------
 
 
-def configure_local_env(state: Path, *, search_backend: str = "sqlite", opensearch_url: str | None = None,
-                        dynamodb_endpoint: str | None = None) -> None:
+def configure_local_env(
+    state: Path,
+    *,
+    search_backend: str = "sqlite",
+    opensearch_url: str | None = None,
+    dynamodb_endpoint: str | None = None,
+) -> None:
     """Environment for the handlers in this process: embedded defaults unless real endpoints are given."""
     state.mkdir(parents=True, exist_ok=True)
     secret_file = state / "token-secret"
@@ -64,8 +69,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .gateway import make_server
 
     state = Path(args.state)
-    container = local_container(state, search_backend=args.search_backend, opensearch_url=args.opensearch_url,
-                                dynamodb_endpoint=args.dynamodb_endpoint)
+    container = local_container(
+        state,
+        search_backend=args.search_backend,
+        opensearch_url=args.opensearch_url,
+        dynamodb_endpoint=args.dynamodb_endpoint,
+    )
     server = make_server(args.host, args.port)
     if not args.no_demo:
         token = demo.seed(container)
@@ -75,8 +84,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"demo workspace 'demo' ready: {len(demo.demo_documents())} documents in demo-docs@1.0.0")
         print(f"bearer token for route demo (also in {token_file}):\n{token}")
     host, port = server.server_address[:2]
-    print(f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
-          f"state: {'DynamoDB at ' + args.dynamodb_endpoint if args.dynamodb_endpoint else 'embedded'})", flush=True)
+    print(
+        f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
+        f"state: {'DynamoDB at ' + args.dynamodb_endpoint if args.dynamodb_endpoint else 'embedded'})",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -120,8 +132,13 @@ def cmd_services(args: argparse.Namespace) -> int:
 
 
 def cmd_token_issue(args: argparse.Namespace) -> int:
-    body = {"routes": [args.route], "client_id": args.client, "subject": args.subject, "tenant": args.tenant,
-            "ttl_seconds": args.ttl}
+    body = {
+        "routes": [args.route],
+        "client_id": args.client,
+        "subject": args.subject,
+        "tenant": args.tenant,
+        "ttl_seconds": args.ttl,
+    }
     if args.session:
         body["session_id"] = args.session
     if args.on_behalf_of:
@@ -150,8 +167,9 @@ def _ingest_files(args: argparse.Namespace) -> list[tuple[str, Path]]:
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".md", ".txt") and p.is_file())
         prefix = f"{args.doc_id}-" if args.doc_id else ""
-        return [(_path_doc_id(prefix + "-".join(p.relative_to(path).with_suffix("").parts)), p)
-                for p in files]
+        return [
+            (_path_doc_id(prefix + "-".join(p.relative_to(path).with_suffix("").parts)), p) for p in files
+        ]
     if not args.doc_id:
         raise SystemExit("kb ingest: --doc-id is required for a single file")
     return [(args.doc_id, path)]
@@ -168,13 +186,21 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     def flush() -> None:
         if batch:
-            call(args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/documents", {"documents": batch})
+            call(
+                args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/documents", {"documents": batch}
+            )
             batch.clear()
 
     for doc_id, file in tqdm(files, unit="doc", disable=len(files) == 1):
         doc = markdown_document(args.source, doc_id, file.read_text(encoding="utf-8"), title)
-        batch.append({"doc_id": doc.doc_id, "title": doc.title, "body": doc.body,
-                      "structured_source": {"uri": file.resolve().as_uri()}})
+        batch.append(
+            {
+                "doc_id": doc.doc_id,
+                "title": doc.title,
+                "body": doc.body,
+                "structured_source": {"uri": file.resolve().as_uri()},
+            }
+        )
         if len(batch) >= 50 or sum(len(d["body"]) for d in batch) > 4_000_000:
             flush()
     flush()
@@ -196,7 +222,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
     definition = json.loads(Path(args.file).read_text(encoding="utf-8"))
     result = call(args.endpoint, "POST", f"/admin/v1/{args.kind}s", definition)
     key = f"{definition.get('id')}@{definition.get('version')}"
-    print(f"published {args.kind} {key}" if result["created"] else f"{args.kind} {key} already published (identical)")
+    print(
+        f"published {args.kind} {key}"
+        if result["created"]
+        else f"{args.kind} {key} already published (identical)"
+    )
     return 0
 
 
@@ -227,12 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def endpoint(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="kb serve / API base URL (env KB_ENDPOINT)")
+        p.add_argument(
+            "--endpoint", default=DEFAULT_ENDPOINT, help="kb serve / API base URL (env KB_ENDPOINT)"
+        )
 
     p = sub.add_parser("serve", help="run every handler behind a local HTTP gateway and Lambda Invoke API")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=3000)
-    p.add_argument("--state", default=str(DEFAULT_STATE), help="state directory (SQLite index, secret, token)")
+    p.add_argument(
+        "--state", default=str(DEFAULT_STATE), help="state directory (SQLite index, secret, token)"
+    )
     p.add_argument("--no-demo", action="store_true", help="do not seed the demo workspace")
     p.add_argument("--search-backend", choices=["sqlite", "opensearch"], default="sqlite")
     p.add_argument("--opensearch-url")
@@ -273,7 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     endpoint(p)
     p.set_defaults(func=cmd_publish)
 
-    p = sub.add_parser("workspace", help="point a workspace route at an agent version (rollback = point back)")
+    p = sub.add_parser(
+        "workspace", help="point a workspace route at an agent version (rollback = point back)"
+    )
     wsub = p.add_subparsers(dest="action", required=True)
     w = wsub.add_parser("set")
     w.add_argument("route")
@@ -299,8 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint", help="a running kb serve; default: in-process on fresh embedded state")
     p.set_defaults(func=cmd_invoke)
 
-    p = sub.add_parser("eval", help="retrieval quality (nDCG@10, Recall@3/100) of the search path on a test "
-                                    "collection, beside a same-run BM25 baseline")
+    p = sub.add_parser(
+        "eval",
+        help="retrieval quality (nDCG@10, Recall@3/100) of the search path on a test "
+        "collection, beside a same-run BM25 baseline",
+    )
     from .evaluation import add_arguments as add_eval_arguments
 
     add_eval_arguments(p)

@@ -27,8 +27,12 @@ class Container:
         if self.settings.state_backend == "embedded":
             _start_embedded_aws()
         config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5)
-        client = boto3.client("dynamodb", region_name=self.settings.region,
-                              endpoint_url=self.settings.dynamodb_endpoint, config=config)
+        client = boto3.client(
+            "dynamodb",
+            region_name=self.settings.region,
+            endpoint_url=self.settings.dynamodb_endpoint,
+            config=config,
+        )
         if self.settings.state_backend == "embedded":
             from .adapters.ledger_dynamodb import SerializedClient
 
@@ -48,8 +52,11 @@ class Container:
 
         if not self.settings.opensearch_url:
             raise RuntimeError("KB_OPENSEARCH_URL is required for the opensearch backend")
-        return OpenSearchBackend(self.settings.opensearch_url, region=self.settings.region,
-                                 index_prefix=self.settings.opensearch_index_prefix)
+        return OpenSearchBackend(
+            self.settings.opensearch_url,
+            region=self.settings.region,
+            index_prefix=self.settings.opensearch_index_prefix,
+        )
 
     @cached_property
     def codec(self) -> TokenCodec:
@@ -95,8 +102,9 @@ class Container:
     def turns(self) -> Any:
         from .services.turns import TurnService
 
-        return TurnService(self.scopes, self.knowledge, self.backend, self.state, self.run_guard,
-                           self.turn_store, self.clock)
+        return TurnService(
+            self.scopes, self.knowledge, self.backend, self.state, self.run_guard, self.turn_store, self.clock
+        )
 
     @cached_property
     def ledger(self) -> Any:
