@@ -9,11 +9,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .budget import MAX_CHAIN_DEPTH
 from .errors import ProtocolError, ToolError
 from .models import split_key
+from .wire import NonBlank
 
 INVOCATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 QUERY_MAX_CHARS = 2000
@@ -34,25 +43,24 @@ def _exact_key(value: str) -> str:
     return value
 
 
+ExactKey = Annotated[str, AfterValidator(_exact_key)]
+
+
 class Ancestor(_Strict):
     invocation_id: InvocationId
-    agent: str
-
-    _agent = field_validator("agent")(classmethod(lambda cls, v: _exact_key(v)))
+    agent: ExactKey
 
 
 class Invocation(_Strict):
     tenant: Name
     app: Name
     subject: Name
-    agent: str
+    agent: ExactKey
     invocation_id: InvocationId
     ancestors: Annotated[list[Ancestor], Field(max_length=MAX_CHAIN_DEPTH - 1)] = []
     deadline: str | None = None
     trusted_context: Annotated[dict[str, str], Field(max_length=64)] = {}
     groups: Annotated[list[Name], Field(max_length=64)] = []
-
-    _agent = field_validator("agent")(classmethod(lambda cls, v: _exact_key(v)))
 
     @field_validator("deadline")
     @classmethod
@@ -87,28 +95,14 @@ class Invocation(_Strict):
 class SearchArguments(_Strict):
     """The model's arguments: exactly `query` and optional `sources` (exact keys, checked by the router)."""
 
-    query: Annotated[str, Field(max_length=QUERY_MAX_CHARS)]
+    query: Annotated[str, Field(max_length=QUERY_MAX_CHARS), NonBlank]
     sources: (
         Annotated[list[Annotated[str, Field(max_length=200)]], Field(min_length=1, max_length=16)] | None
     ) = None
 
-    @field_validator("query")
-    @classmethod
-    def _non_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be empty")
-        return value
-
 
 class StartupArguments(_Strict):
-    query: Annotated[str, Field(max_length=QUERY_MAX_CHARS)]
-
-    @field_validator("query")
-    @classmethod
-    def _non_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be empty")
-        return value
+    query: Annotated[str, Field(max_length=QUERY_MAX_CHARS), NonBlank]
 
 
 class _Envelope(_Strict):

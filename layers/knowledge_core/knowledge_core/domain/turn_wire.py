@@ -7,9 +7,9 @@ import hashlib
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, StringConstraints, field_validator
+from pydantic import BaseModel, Field, StringConstraints
 
-from .wire import PROTOCOL, SearchStatus, StrictRequest, _run_id
+from .wire import PROTOCOL, NonBlank, RunId, SearchStatus, StrictRequest
 
 TURN_SCHEMA = "bailing.agent-turn.v1"
 DELIVERY_SCHEMA = "bailing.agent-knowledge-delivery.v1"
@@ -24,21 +24,9 @@ class TurnRequest(StrictRequest):
     `"inline"` (advertised in capabilities `delivery_modes`) is accepted as the explicit spelling."""
 
     turn_id: Annotated[str, StringConstraints(pattern=TURN_ID_PATTERN)]
-    message: Annotated[str, Field(max_length=MESSAGE_MAX_CHARS)]
-    run_id: str | None = None
+    message: Annotated[str, Field(max_length=MESSAGE_MAX_CHARS), NonBlank]
+    run_id: RunId = None
     knowledge_delivery: DeliveryMode | None = None
-
-    @field_validator("message")
-    @classmethod
-    def _non_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be empty")
-        return value
-
-    @field_validator("run_id")
-    @classmethod
-    def _run(cls, value: str | None) -> str | None:
-        return _run_id(value)
 
     @property
     def mode(self) -> DeliveryMode:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import InvalidRequest
 
@@ -42,34 +42,29 @@ def _run_id(value: str | None) -> str | None:
     return value
 
 
+def _non_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+NonBlank = AfterValidator(_non_blank)
+"""Text that is not empty after trimming (queries, messages)."""
+RunId = Annotated[str | None, AfterValidator(_run_id)]
+"""An optional run UUID in canonical form."""
+
+
 class SearchRequest(StrictRequest):
-    query: Annotated[str, Field(max_length=2000)]
+    query: Annotated[str, Field(max_length=2000), NonBlank]
     limit: Annotated[int, Field(ge=1, le=LIMITS.search_max_results)] = LIMITS.search_max_results
-    run_id: str | None = None
-
-    @field_validator("query")
-    @classmethod
-    def _non_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be empty")
-        return value
-
-    @field_validator("run_id")
-    @classmethod
-    def _run(cls, value: str | None) -> str | None:
-        return _run_id(value)
+    run_id: RunId = None
 
 
 class ReadRequest(StrictRequest):
     ref: Annotated[str, Field(min_length=1, max_length=4096)]
-    run_id: str | None = None
+    run_id: RunId = None
     max_bytes: Annotated[int, Field(ge=4096, le=LIMITS.read_max_bytes)] = LIMITS.read_default_bytes
     cursor: Annotated[str | None, Field(min_length=1, max_length=4096)] = None
-
-    @field_validator("run_id")
-    @classmethod
-    def _run(cls, value: str | None) -> str | None:
-        return _run_id(value)
 
 
 def parse_request(model: type[M], raw: str | bytes | None) -> M:
