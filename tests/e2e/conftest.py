@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,33 +102,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextmanager
+def running_kb_serve(state: Path, *, demo: bool = True, table_prefix: str = "kb-e2e") -> Iterator[KbServer]:
+    """`kb serve` as a subprocess on a free port with its own state and table; stopped on exit."""
+    port = free_port()
+    table = f"{table_prefix}-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_TABLE_NAME": table}
+    log_path = state / "serve.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [*KB, "serve", "--state", str(state), "--port", str(port), *([] if demo else ["--no-demo"])],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            # The port opens before the demo is seeded; the "listening" line comes after it.
+            while "listening on" not in log_path.read_text():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("kb serve did not start:\n" + log_path.read_text())
+                time.sleep(0.1)
+            token = (state / "demo-token").read_text().strip() if demo else ""
+            yield KbServer(f"http://127.0.0.1:{port}", port, token, state)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 @pytest.fixture(scope="session")
 def kb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KbServer]:
-    state = tmp_path_factory.mktemp("kb-serve")
-    port = free_port()
-    env = {**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_TABLE_NAME": f"kb-e2e-{uuid.uuid4().hex[:8]}"}
-    log = (state / "serve.log").open("w")
-    proc = subprocess.Popen(
-        [*KB, "serve", "--state", str(state), "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        # The port opens before the demo is seeded; the "listening" line comes after it.
-        while "listening on" not in (state / "serve.log").read_text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("kb serve did not start:\n" + (state / "serve.log").read_text())
-            time.sleep(0.1)
-        token = (state / "demo-token").read_text().strip()
-        yield KbServer(f"http://127.0.0.1:{port}", port, token, state)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    with running_kb_serve(tmp_path_factory.mktemp("kb-serve")) as server:
+        yield server

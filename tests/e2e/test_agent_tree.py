@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import KB, ROOT, START_TIMEOUT_S, KbServer, free_port
+from tests.e2e.conftest import KB, ROOT, KbServer, running_kb_serve
 
 INVOKE = "/2015-03-31/functions/AgentToolsFunction/invocations"
 TOOL_MODEL = {"candidates": [{"model": "model-a", "toolCalling": True}]}
@@ -79,32 +78,8 @@ def _ref(key: str) -> dict:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KbServer]:
-    state = tmp_path_factory.mktemp("kb-tree")
-    port = free_port()
-    env = {**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_TABLE_NAME": f"kb-tree-{uuid.uuid4().hex[:8]}"}
-    log_path = state / "serve.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [*KB, "serve", "--state", str(state), "--port", str(port), "--no-demo"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while "listening on" not in log_path.read_text():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("kb serve did not start:\n" + log_path.read_text())
-                time.sleep(0.1)
-            yield KbServer(f"http://127.0.0.1:{port}", port, "", state)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with running_kb_serve(tmp_path_factory.mktemp("kb-tree"), demo=False, table_prefix="kb-tree") as server:
+        yield server
 
 
 def _publish(server: KbServer, kind: str, definition: dict) -> subprocess.CompletedProcess:

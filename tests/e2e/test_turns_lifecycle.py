@@ -6,66 +6,27 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
 
 from knowledge_client import HttpResponse, KnowledgeClient, TransportError, UrllibTransport
+from tests.e2e.conftest import running_kb_serve
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    state = tmp_path_factory.mktemp("kb-state")
-    port = _free_port()
-    env = {**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_TABLE_NAME": f"kb-e2e-{uuid.uuid4().hex[:8]}"}
-    log = (state / "serve.log").open("w")  # a file, not a pipe nobody drains
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kb_cli.main", "serve", "--state", str(state), "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while not (state / "demo-token").exists() or not _listening(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"kb serve did not start: {(state / 'serve.log').read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield endpoint, (state / "demo-token").read_text().strip(), state
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+    with running_kb_serve(tmp_path_factory.mktemp("kb-state")) as kb:
+        yield kb.endpoint, kb.token, kb.state
 
 
 def call(endpoint: str, method: str, path: str, body: object = None, token: str | None = None):
