@@ -239,27 +239,22 @@ class OpenSearchBackend(SearchBackend):
 
     def index_templates(self) -> dict[str, dict]:
         """Template name -> body of the versioned composable index templates."""
+
+        def template(index: str, alias: str, settings: dict, mappings: dict) -> dict:
+            return {
+                "index_patterns": [f"{index}*"],
+                "priority": 100,
+                "template": {"settings": settings, "mappings": mappings, "aliases": {alias: {}}},
+                "_meta": {"owner": "agent-knowledge", "version": TEMPLATE_VERSION},
+            }
+
         return {
-            self.passages_index: {
-                "index_patterns": [f"{self.passages_index}*"],
-                "priority": 100,
-                "template": {
-                    "settings": _PASSAGE_SETTINGS,
-                    "mappings": PASSAGE_MAPPINGS,
-                    "aliases": {self.passages_alias: {}},
-                },
-                "_meta": {"owner": "agent-knowledge", "version": TEMPLATE_VERSION},
-            },
-            self.documents_index: {
-                "index_patterns": [f"{self.documents_index}*"],
-                "priority": 100,
-                "template": {
-                    "settings": _INDEX_SETTINGS,
-                    "mappings": DOCUMENT_MAPPINGS,
-                    "aliases": {self.documents_alias: {}},
-                },
-                "_meta": {"owner": "agent-knowledge", "version": TEMPLATE_VERSION},
-            },
+            self.passages_index: template(
+                self.passages_index, self.passages_alias, _PASSAGE_SETTINGS, PASSAGE_MAPPINGS
+            ),
+            self.documents_index: template(
+                self.documents_index, self.documents_alias, _INDEX_SETTINGS, DOCUMENT_MAPPINGS
+            ),
         }
 
     def ensure_indices(self, timeout_s: float | None = None) -> None:
