@@ -28,6 +28,8 @@ unit: dev
 
 lint: dev
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy layers/knowledge_core/knowledge_core src/kb_cli src/knowledge_client
 	$(BIN)/sam validate --lint
 
 sam: dev

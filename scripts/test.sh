@@ -21,4 +21,5 @@ export OPENSEARCH_URL DYNAMODB_ENDPOINT
 echo "real backends: OpenSearch $OPENSEARCH_URL, DynamoDB API $DYNAMODB_ENDPOINT"
 
 $BIN/ruff check .
+$BIN/mypy layers/knowledge_core/knowledge_core src/kb_cli src/knowledge_client
 $BIN/python -m pytest -q -p no:cacheprovider "$@"

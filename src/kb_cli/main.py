@@ -78,12 +78,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = make_server(args.host, args.port)
     if not args.no_demo:
         token = demo.seed(container)
+        assert token is not None  # seed() issues a token unless told not to
         token_file = state / "demo-token"
         token_file.write_text(token + "\n", encoding="utf-8")
         token_file.chmod(0o600)
         print(f"demo workspace 'demo' ready: {len(demo.demo_documents())} documents in demo-docs@1.0.0")
         print(f"bearer token for route demo (also in {token_file}):\n{token}")
-    host, port = server.server_address[:2]
+    host, port = str(server.server_address[0]), server.server_address[1]
     print(
         f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
         f"state: {'DynamoDB at ' + args.dynamodb_endpoint if args.dynamodb_endpoint else 'embedded'})",

@@ -370,7 +370,7 @@ class KnowledgeClient:
         payload = self._call(gen, "knowledge/search", {"query": query, "limit": limit, "run_id": turn.run_id})
         if payload.get("schema") != SEARCH_SCHEMA or not isinstance(payload.get("hints"), list):
             raise ProtocolError("search: unknown response schema")
-        revision = payload.get("knowledge_scope_revision")
+        revision = _scope_revision(payload)
         if gen.scope_revision is not None and revision != gen.scope_revision:
             gen = self._advance(gen, revision)
         with self._lock:
@@ -397,7 +397,7 @@ class KnowledgeClient:
         payload = self._call(gen, "knowledge/read", body)
         if payload.get("schema") != READ_SCHEMA or not isinstance(payload.get("content"), str):
             raise ProtocolError("read: unknown response schema")
-        revision = payload.get("knowledge_scope_revision")
+        revision = _scope_revision(payload)
         if gen.scope_revision is not None and revision != gen.scope_revision:
             gen = self._advance(gen, revision)
         with self._lock:
@@ -464,3 +464,10 @@ class KnowledgeClient:
         except (NoActiveTurn, KnowledgeClientError) as exc:
             return {"error": {"code": exc.code or "unavailable", "message": str(exc)}}
         return {"error": {"code": "invalid_arguments", "message": f"unknown tool {name!r}"}}
+
+
+def _scope_revision(payload: dict) -> str:
+    revision = payload.get("knowledge_scope_revision")
+    if not isinstance(revision, str):
+        raise ProtocolError("response without knowledge_scope_revision")
+    return revision

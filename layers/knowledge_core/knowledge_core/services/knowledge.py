@@ -26,6 +26,7 @@ from ..domain.wire import (
     ReadResponse,
     SearchRequest,
     SearchResponse,
+    SearchStatus,
     to_wire,
 )
 from ..ports import Clock, Hit, SearchBackend, SourceQuery
@@ -117,7 +118,7 @@ class KnowledgeService:
 
     def retrieve(
         self, scope: KnowledgeScope, query: str, principal: Principal, planned: list[PlannedSource]
-    ) -> tuple[str, list[Hit]]:
+    ) -> tuple[SearchStatus, list[Hit]]:
         """(status, merged hits) over sources someone else planned: a turn's startup retrieval (R-MODE)."""
         return self._ranked_hits(scope, query, principal, depth=None, planned=planned)
 
@@ -138,7 +139,7 @@ class KnowledgeService:
         principal: Principal,
         depth: int | None,
         planned: list[PlannedSource] | None = None,
-    ) -> tuple[str, list[Hit]]:
+    ) -> tuple[SearchStatus, list[Hit]]:
         """(status, merged hits): each planned source asked for its `topK` (or `depth` documents)."""
         planned = plan_search(scope, query) if planned is None else planned
         if not planned:
@@ -162,7 +163,7 @@ class KnowledgeService:
             else []
         )
         failed = len(expired) + sum(1 for r in results if r.error is not None)
-        status = "unavailable" if failed == len(planned) else "partial" if failed else "ok"
+        status: SearchStatus = "unavailable" if failed == len(planned) else "partial" if failed else "ok"
         # Several sources merge by raw score; ties break on source key then doc id for determinism.
         hits = sorted((h for r in results for h in r.hits), key=lambda h: (-h.score, h.source_key, h.doc_id))
         return status, hits
