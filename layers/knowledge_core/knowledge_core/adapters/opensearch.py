@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -392,7 +393,7 @@ class OpenSearchBackend(SearchBackend):
     def put_documents(self, documents: list[Document]) -> None:
         if not documents:
             return
-        try:
+        with _write_faults():
             self.ensure_indices()
             latest = {doc_key(d.source_key, d.doc_id): d for d in documents}  # last one of a key wins
             old = self._passage_counts(list(latest))
@@ -400,12 +401,6 @@ class OpenSearchBackend(SearchBackend):
             for parent, doc in latest.items():
                 actions.append(self._document_actions(parent, doc, old.get(parent, 0)))
             self._bulk(actions)
-        except KnowledgeUnavailable:
-            raise
-        except Exception as exc:
-            if not _is_transport_error(exc):
-                raise
-            raise KnowledgeUnavailable() from exc
 
     def _document_actions(self, parent: str, doc: Document, old_count: int) -> list[dict]:
         """New passages, then deletes of the stored version's extra passages, then the parent (last, so a
@@ -498,7 +493,7 @@ class OpenSearchBackend(SearchBackend):
         return parent, int(found["_source"].get("passage_count", 0))
 
     def delete_document(self, source_key: str, doc_id: str) -> bool:
-        try:
+        with _write_faults():
             self.ensure_indices()
             stored = self._stored_count(source_key, doc_id)
             if stored is None:
@@ -515,15 +510,9 @@ class OpenSearchBackend(SearchBackend):
                 ]
             )
             return True
-        except KnowledgeUnavailable:
-            raise
-        except Exception as exc:
-            if not _is_transport_error(exc):
-                raise
-            raise KnowledgeUnavailable() from exc
 
     def set_document_status(self, source_key: str, doc_id: str, status: str) -> bool:
-        try:
+        with _write_faults():
             self.ensure_indices()
             stored = self._stored_count(source_key, doc_id)
             if stored is None:
@@ -535,12 +524,6 @@ class OpenSearchBackend(SearchBackend):
                 lines += [{"update": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}}, change]
             self._bulk([lines])
             return True
-        except KnowledgeUnavailable:
-            raise
-        except Exception as exc:
-            if not _is_transport_error(exc):
-                raise
-            raise KnowledgeUnavailable() from exc
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
         """Reachable and not red, within `timeout_s`; indices are created on first use, not here."""
@@ -554,6 +537,19 @@ class OpenSearchBackend(SearchBackend):
             if not _is_transport_error(exc):
                 raise
             return False
+
+
+@contextlib.contextmanager
+def _write_faults() -> Iterator[None]:
+    """A write the cluster could not take is 503 knowledge_unavailable; programming errors propagate."""
+    try:
+        yield
+    except KnowledgeUnavailable:
+        raise
+    except Exception as exc:
+        if not _is_transport_error(exc):
+            raise
+        raise KnowledgeUnavailable() from exc
 
 
 def _is_transport_error(exc: Exception) -> bool:
