@@ -11,40 +11,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from .analyzer import unique_terms
+from .analyzer import ENGLISH_STOPWORDS, unique_terms
 from .errors import ProtocolError, SourceDenied
 from .models import TOOL_MODES, RoutingRule, Source
 from .scope import KnowledgeScope
 
 # Function words that would make every English description "match" (no query-everything fallback).
-ROUTING_STOPWORDS = frozenset(
-    {
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
+ROUTING_STOPWORDS = ENGLISH_STOPWORDS | frozenset(
+    [
         "can",
         "do",
         "does",
-        "for",
         "from",
         "how",
         "i",
-        "in",
-        "is",
-        "it",
         "my",
-        "of",
-        "on",
-        "or",
         "our",
-        "the",
-        "this",
-        "to",
         "we",
         "what",
         "when",
@@ -52,10 +34,9 @@ ROUTING_STOPWORDS = frozenset(
         "which",
         "who",
         "why",
-        "with",
         "you",
         "your",
-    }
+    ]
 )
 
 
