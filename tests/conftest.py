@@ -37,15 +37,15 @@ def clock() -> FakeClock:
 
 
 def embedded_container(tmp_path: Path, clock: Clock, **overrides: object) -> Container:
-    settings = Settings(
-        state_backend="embedded",
-        search_backend="sqlite",
-        sqlite_path=str(tmp_path / "kb.sqlite3"),
-        token_secret=TEST_SECRET,
-        table_name=f"kb-{uuid.uuid4().hex[:12]}",
-        registry_cache_seconds=0,
-        **overrides,
-    )
+    values: dict[str, object] = {
+        "state_backend": "embedded",
+        "search_backend": "sqlite",
+        "sqlite_path": str(tmp_path / "kb.sqlite3"),
+        "token_secret": TEST_SECRET,
+        "table_name": f"kb-{uuid.uuid4().hex[:12]}",
+        "registry_cache_seconds": 0,
+    }
+    settings = Settings.model_validate(values | overrides)
     return Container(settings=settings, clock=clock)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import uuid
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,8 @@ from knowledge_core.bootstrap import Container
 from knowledge_core.domain.errors import ReferenceInvalid
 from knowledge_core.domain.models import AgentDefinition, Document, Principal, SourceDefinition
 from knowledge_core.domain.wire import ReadRequest, SearchRequest
-from knowledge_core.settings import Settings
 
-from tests.conftest import TEST_SECRET, FakeClock
+from tests.conftest import FakeClock, embedded_container
 
 ROUTE = "budget"
 SOURCE = "budget-docs@1.0.0"
@@ -28,6 +26,24 @@ CHAIN_MAX = 131072
 MAX_BYTES = (4096, 5000, 16384, 32768)
 
 CONTROL = "".join(chr(c) for c in range(0x20))
+# Characters that stress JSON escaping and UTF-8 cuts: 4-byte, CJK, combining, quotes, controls, separators.
+NASTY_ALPHABET = [
+    "😀",
+    "中",
+    "\u0301",
+    '"',
+    "\\",
+    "\x00",
+    "\x1f",
+    "\x7f",
+    "\u2028",
+    "\u2029",
+    "a",
+    " ",
+    "\ud7ff",
+    "\U0010ffff",
+]
+MIXED_ALPHABET = [*NASTY_ALPHABET, "é", "\n"]
 ADVERSARIAL = {
     "emoji": "😀🧪🚀🫠👩‍👩‍👧‍👦" * 2000,
     "cjk": "设备安装规范：网关离线时请先检查电源与网络。" * 900,
@@ -36,28 +52,7 @@ ADVERSARIAL = {
     "backslashes": ("\\" * 7 + "\\n\\u0000 C:\\path\\") * 1000,
     "control": CONTROL * 600,
     "separators": ("line\u2028para\u2029\u0085\ufeff" * 1500),
-    "mixed": "".join(
-        random.Random(7).choice(
-            [
-                "😀",
-                "中",
-                "é",
-                "\u0301",
-                '"',
-                "\\",
-                "\x00",
-                "\x1f",
-                "\u2028",
-                "\u2029",
-                "a",
-                " ",
-                "\n",
-                "\ud7ff",
-                "\U0010ffff",
-            ]
-        )
-        for _ in range(20000)
-    ),
+    "mixed": "".join(random.Random(7).choice(MIXED_ALPHABET) for _ in range(20000)),
 }
 
 
@@ -67,15 +62,7 @@ def dumps(obj: object) -> bytes:
 
 def build_container(tmp: Path) -> Container:
     # Registry cached for the (frozen) fake clock's lifetime: these tests are about pages, not switches.
-    settings = Settings(
-        state_backend="embedded",
-        search_backend="sqlite",
-        sqlite_path=str(tmp / "kb.sqlite3"),
-        token_secret=TEST_SECRET,
-        table_name=f"kb-{uuid.uuid4().hex[:12]}",
-        registry_cache_seconds=60,
-    )
-    container = Container(settings=settings, clock=FakeClock())
+    container = embedded_container(tmp, FakeClock(), registry_cache_seconds=60)
     admin = container.admin
     admin.publish_source(SourceDefinition.model_validate({"id": "budget-docs", "version": "1.0.0"}))
     admin.publish_agent(
@@ -252,24 +239,7 @@ def test_a_read_a_cursor_may_be_replayed_and_page_size_changed(world):
 
 _ANY_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=1500)
 _NASTY_TEXT = st.text(
-    alphabet=st.sampled_from(
-        [
-            "😀",
-            "中",
-            "\u0301",
-            '"',
-            "\\",
-            "\x00",
-            "\x1f",
-            "\u2028",
-            "\u2029",
-            "a",
-            " ",
-            "\U0010ffff",
-            "\x7f",
-            "\ud7ff",
-        ]
-    ),
+    alphabet=st.sampled_from(NASTY_ALPHABET),
     max_size=1500,
 )
 
