@@ -19,6 +19,10 @@ trap cleanup EXIT
 eval "$($BIN/kb services start --state "$STATE")"
 export OPENSEARCH_URL DYNAMODB_ENDPOINT
 echo "real backends: OpenSearch $OPENSEARCH_URL, DynamoDB API $DYNAMODB_ENDPOINT"
+# The hybrid ranking model (Maven Central, cached in ~/.m2 and the state dir).
+KB_TEST_EMBEDDING_MODEL_DIR=$($BIN/kb models fetch --dest "$STATE/models")
+export KB_TEST_EMBEDDING_MODEL_DIR  # only the tests that ask for it; the service settings stay as they are
+echo "embedding model: $KB_TEST_EMBEDDING_MODEL_DIR"
 
 $BIN/ruff check .
 $BIN/mypy layers/knowledge_core/knowledge_core src/kb_cli src/knowledge_client

@@ -61,3 +61,21 @@ def demo_container(container: Container) -> Container:
 
     demo.seed(container, with_token=False)
     return container
+
+
+@pytest.fixture(scope="session")
+def embedding_model_dir() -> str:
+    """The hybrid ranking model: $KB_TEST_EMBEDDING_MODEL_DIR, or `kb models fetch` into the services state
+    (scripts/test.sh fetches it first). Skipped when it cannot be had, unless KB_REQUIRE_REAL_BACKENDS=1."""
+    if os.environ.get("KB_TEST_EMBEDDING_MODEL_DIR"):
+        return os.environ["KB_TEST_EMBEDDING_MODEL_DIR"]
+    try:
+        from kb_cli import models
+
+        state = Path(os.environ.get("KB_SERVICES_STATE", ".kb-state"))
+        return str(models.fetch(dest=state / "models"))
+    except Exception as exc:
+        message = f"embedding model unavailable: {type(exc).__name__}: {exc}"
+        if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)

@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import secrets
 import statistics
@@ -266,13 +267,27 @@ class EvalResult:
     query_ms_p95: float
     wall_seconds: float
     per_query: list[dict[str, Any]] = field(default_factory=list)
+    ranking: str = "bm25"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def build_container(backend: str, workdir: Path, opensearch_url: str | None = None) -> Any:
-    """A fresh bootstrap Container: embedded state (moto), the chosen search backend."""
+@dataclass(frozen=True)
+class Semantic:
+    """Hybrid ranking for an evaluation: the model directory, blend weight and pool, vector cache."""
+
+    model_dir: str
+    weight: float = 0.5
+    pool: int = 30
+    cache: str | None = None
+
+
+def build_container(
+    backend: str, workdir: Path, opensearch_url: str | None = None, semantic: Semantic | None = None
+) -> Any:
+    """A fresh bootstrap Container: embedded state (moto), the chosen search backend (hybrid when
+    `semantic` is given)."""
     import os
 
     from knowledge_core.bootstrap import Container
@@ -292,14 +307,25 @@ def build_container(backend: str, workdir: Path, opensearch_url: str | None = No
         token_secret=secrets.token_urlsafe(32),
         table_name=f"kb-eval-{uuid.uuid4().hex[:12]}",
         registry_cache_seconds=60,
+        embedding_model_dir=semantic.model_dir if semantic else None,
+        semantic_weight=semantic.weight if semantic else 0.5,
+        semantic_pool=semantic.pool if semantic else 30,
     )
     container = Container(settings=settings, clock=SystemClock())
+    if semantic and semantic.cache and container.embedder is not None:
+        from knowledge_core.adapters.embedding import CachedEmbedder
+
+        container.__dict__["embedder"] = CachedEmbedder(container.embedder, semantic.cache)
     if backend == "opensearch":
         from knowledge_core.adapters.opensearch import OpenSearchBackend
 
         # Own indices per run: a shared node never mixes runs, and they are dropped afterwards.
         container.__dict__["backend"] = OpenSearchBackend(
-            str(opensearch_url), region=settings.region, index_prefix=f"kb-eval-{uuid.uuid4().hex[:8]}"
+            str(opensearch_url),
+            region=settings.region,
+            index_prefix=f"kb-eval-{uuid.uuid4().hex[:8]}",
+            embedder=container.embedder,
+            hybrid=container.hybrid,
         )
     return container
 
@@ -412,7 +438,16 @@ def evaluate(
         query_ms_p95=round(_percentile(latencies, 95), 3),
         wall_seconds=round(time.perf_counter() - started, 3),
         per_query=per_query if keep_per_query else [],
+        ranking=ranking_of(container),
     )
+
+
+def ranking_of(container: Any) -> str:
+    embedder = getattr(container, "embedder", None)
+    if embedder is None:
+        return "bm25"
+    hybrid = container.hybrid
+    return f"hybrid {embedder.model_id} weight={hybrid.weight} pool={hybrid.pool}"
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -468,12 +503,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, help="first N queries only")
     parser.add_argument("--scifact-zip", default=str(SCIFACT_ZIP))
     parser.add_argument("--depth", type=int, default=RANK_DEPTH, help="ranking depth per query (>= 100)")
+    parser.add_argument(
+        "--embedding-model",
+        default="auto",
+        help="hybrid ranking model directory; 'auto' (default): $KB_EMBEDDING_MODEL_DIR, else the one "
+        "`kb models fetch` wrote if present; 'none': BM25 only",
+    )
+    parser.add_argument("--semantic-weight", type=float, default=0.5, help="BM25 share of the hybrid blend")
+    parser.add_argument("--semantic-pool", type=int, default=30, help="BM25 candidates re-scored per source")
+    parser.add_argument(
+        "--embedding-cache",
+        default=str(Path(".kb-state") / "embedding-cache.sqlite3"),
+        help="passage vectors remembered across runs ('' for none)",
+    )
     parser.add_argument("--out", help="results JSON (default bench/results/quality-<backend>-<time>.json)")
     parser.add_argument("--no-progress", action="store_true")
 
 
+def semantic_from(args: argparse.Namespace) -> Semantic | None:
+    choice = args.embedding_model
+    if choice == "none":
+        return None
+    if choice == "auto":
+        from .models import DEFAULT_DEST, DEFAULT_MODEL
+
+        fetched = DEFAULT_DEST / DEFAULT_MODEL
+        choice = os.environ.get("KB_EMBEDDING_MODEL_DIR") or (str(fetched) if fetched.is_dir() else "")
+        if not choice:
+            return None
+    cache = args.embedding_cache or None
+    if cache:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+    return Semantic(choice, weight=args.semantic_weight, pool=args.semantic_pool, cache=cache)
+
+
 def run(args: argparse.Namespace) -> int:
     names = args.collections or ["scifact", "demo-zh"]
+    semantic = semantic_from(args)
+    print(f"ranking: {'hybrid, ' + semantic.model_dir if semantic else 'BM25'}", file=sys.stderr)
     opensearch_url = args.opensearch_url
     if args.backend == "opensearch" and not opensearch_url:
         opensearch_url = default_opensearch_url()
@@ -481,7 +548,7 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         collection = load_collection(name, limit=args.limit, scifact_zip=Path(args.scifact_zip))
         with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
-            container = build_container(args.backend, Path(tmp), opensearch_url)
+            container = build_container(args.backend, Path(tmp), opensearch_url, semantic)
             try:
                 results.append(
                     evaluate(

@@ -129,6 +129,12 @@ def cmd_services(args: argparse.Namespace) -> int:
     return services.main([args.action, "--state", str(args.state)])
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from . import models
+
+    return models.main([args.action, "--model", args.model, "--dest", str(args.dest)])
+
+
 # --- admin API commands -----------------------------------------------------------------------------
 
 
@@ -350,6 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--state", default=str(DEFAULT_STATE))
     p.set_defaults(func=cmd_services)
+
+    p = sub.add_parser("models", help="embedding models for hybrid ranking, from Maven Central")
+    p.add_argument("action", choices=["fetch"])
+    p.add_argument("--model", default="bge-small-en-v1.5-q")
+    p.add_argument("--dest", default=str(DEFAULT_STATE / "models"))
+    p.set_defaults(func=cmd_models)
     return parser
 
 

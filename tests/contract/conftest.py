@@ -173,3 +173,21 @@ def doc(key: str, doc_id: str, title: str, body: str, **acl: object) -> Document
 @pytest.fixture
 def world(backend_container: Container, clock: FakeClock) -> World:
     return World(backend_container, clock)
+
+
+@pytest.fixture(params=BACKENDS)
+def hybrid_world(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, embedding_model_dir: str
+) -> Iterator[World]:
+    """A `world` whose backend ranks hybrid (BM25 + the embedding model, domain.hybrid)."""
+    if request.param == "embedded":
+        yield World(embedded_container(tmp_path, clock, embedding_model_dir=embedding_model_dir), clock)
+        return
+    container = real_container(
+        request.getfixturevalue("real_endpoints"),
+        request.getfixturevalue("index_prefix"),
+        clock,
+        embedding_model_dir=embedding_model_dir,
+    )
+    yield World(container, clock)
+    container.state.client.delete_table(TableName=container.settings.table_name)

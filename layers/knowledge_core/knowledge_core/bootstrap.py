@@ -8,7 +8,8 @@ from functools import cached_property
 from typing import Any
 
 from .codec import TokenCodec
-from .ports import Clock, SearchBackend, SystemClock
+from .domain.hybrid import HybridRanking
+from .ports import Clock, Embedder, SearchBackend, SystemClock
 from .settings import Settings
 
 
@@ -43,11 +44,24 @@ class Container:
         return state
 
     @cached_property
+    def embedder(self) -> Embedder | None:
+        """The hybrid ranking model, when a model directory is configured (its runtime loads lazily)."""
+        if not self.settings.embedding_model_dir:
+            return None
+        from .adapters.embedding import OnnxEmbedder
+
+        return OnnxEmbedder(self.settings.embedding_model_dir)
+
+    @cached_property
+    def hybrid(self) -> HybridRanking:
+        return HybridRanking(weight=self.settings.semantic_weight, pool=self.settings.semantic_pool)
+
+    @cached_property
     def backend(self) -> SearchBackend:
         if self.settings.search_backend == "sqlite":
             from .adapters.sqlite_fts import SqliteFtsBackend
 
-            return SqliteFtsBackend(self.settings.sqlite_path)
+            return SqliteFtsBackend(self.settings.sqlite_path, embedder=self.embedder, hybrid=self.hybrid)
         from .adapters.opensearch import OpenSearchBackend  # type: ignore[import-not-found]
 
         if not self.settings.opensearch_url:
@@ -56,6 +70,8 @@ class Container:
             self.settings.opensearch_url,
             region=self.settings.region,
             index_prefix=self.settings.opensearch_index_prefix,
+            embedder=self.embedder,
+            hybrid=self.hybrid,
         )
 
     @cached_property

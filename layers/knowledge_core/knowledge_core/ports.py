@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .domain.budget import ChainLink, LedgerEntry
@@ -104,6 +105,19 @@ class SourceResult:
     hits: list[Hit] = field(default_factory=list)
     error: SourceFailure | None = None
     ms: float = 0.0
+
+
+class Embedder(ABC):
+    """Text to unit vectors (int8, see adapters.embedding) for the semantic half of hybrid ranking."""
+
+    model_id: str
+
+    @abstractmethod
+    def embed_query(self, text: str) -> bytes | None:
+        """The query's vector, or None when the model does not cover the query's script."""
+
+    @abstractmethod
+    def embed_passages(self, texts: Sequence[str]) -> list[bytes]: ...
 
 
 class SearchBackend(ABC):

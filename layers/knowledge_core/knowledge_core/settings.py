@@ -20,6 +20,10 @@ class Settings(BaseModel):
     token_secret_arn: str | None = None
     registry_cache_seconds: float = Field(2.0, ge=0, le=60)
     region: str = "us-east-1"
+    # Hybrid ranking (domain.hybrid): a model directory from `kb models fetch` turns it on.
+    embedding_model_dir: str | None = None
+    semantic_weight: float = Field(0.5, ge=0, le=1)
+    semantic_pool: int = Field(30, ge=1, le=100)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -36,5 +40,8 @@ class Settings(BaseModel):
             "token_secret_arn": env.get("KB_TOKEN_SECRET_ARN"),
             "registry_cache_seconds": env.get("KB_REGISTRY_CACHE_SECONDS"),
             "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
+            "embedding_model_dir": env.get("KB_EMBEDDING_MODEL_DIR"),
+            "semantic_weight": env.get("KB_SEMANTIC_WEIGHT"),
+            "semantic_pool": env.get("KB_SEMANTIC_POOL"),
         }
         return cls.model_validate({k: v for k, v in values.items() if v not in (None, "")})

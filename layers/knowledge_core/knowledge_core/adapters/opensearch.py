@@ -7,6 +7,9 @@ Indices (names start with `index_prefix`, default `kb`):
   `title` and `text` analysed like the embedded backend's `index_terms` (custom `kb_text` analyzer: CJK
   bigrams, English stop words, Snowball English stems), both copied into `content` (title + passage as
   one BM25 field, like the embedded backend's FTS5 row).
+  With an embedder, each passage row also carries its vector (`vector`, int8 as base64 `binary`, not
+  indexed) and `vector_model`; the BM25 candidates are then re-scored hybrid in the service process
+  (domain.hybrid), with no k-NN plugin needed.
 * `<prefix>-documents-v2`, alias `<prefix>-documents`: the parent documents (title, body stored but not
   indexed, revision, status, ACL, structured source, passage count).
 Both come from composable index templates named after the concrete index, so a `-v2` can be created
@@ -18,6 +21,7 @@ opensearch-py (and boto3 for credentials) are imported where first needed, never
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import threading
@@ -27,14 +31,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..domain.errors import KnowledgeUnavailable, SourceFailure
+from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import split_passages
-from ..ports import Hit, SearchBackend, SourceQuery, SourceResult
+from ..ports import Embedder, Hit, SearchBackend, SourceQuery, SourceResult
+from .embedding import passage_text, rescore
 
 TEMPLATE_VERSION = "v2"
 # One bulk request stays under the smallest Amazon OpenSearch Service HTTP payload limit (10 MiB).
 BULK_MAX_BYTES = 8 * 1024 * 1024
 _HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "text", "structured_source"]
+_VECTOR_FIELDS = ["vector", "vector_model"]
 _DOC_FIELDS = ["source_key", "doc_id", "title", "body", "revision", "status", "acl", "structured_source"]
 
 
@@ -85,8 +92,14 @@ PASSAGE_MAPPINGS: dict[str, Any] = {
         "acl_subjects": {"type": "keyword"},
         "acl_groups": {"type": "keyword"},
         "structured_source": {"type": "object", "enabled": False},
+        **{
+            "vector": {"type": "binary"},  # int8 unit vector, base64; stored, not searched
+            "vector_model": {"type": "keyword", "index": False, "doc_values": False},
+        },
     },
 }
+# Added to an existing `-v2` passages index by `ensure_indices` (an additive mapping change).
+VECTOR_MAPPINGS = {"properties": {k: PASSAGE_MAPPINGS["properties"][k] for k in _VECTOR_FIELDS}}
 DOCUMENT_MAPPINGS: dict[str, Any] = {
     "dynamic": "strict",
     "properties": {
@@ -193,8 +206,12 @@ class OpenSearchBackend(SearchBackend):
         timeout_s: float = 10.0,
         max_retries: int = 1,
         client: Any = None,
+        embedder: Embedder | None = None,
+        hybrid: HybridRanking | None = None,
     ) -> None:
         self._url = url.rstrip("/")
+        self._embedder = embedder
+        self._hybrid = hybrid or HybridRanking()
         self._region = region
         self._timeout_s = timeout_s
         self._max_retries = max_retries
@@ -274,6 +291,10 @@ class OpenSearchBackend(SearchBackend):
                 except RequestError as exc:
                     if exc.error != "resource_already_exists_exception":
                         raise
+        else:  # indices made before passages carried vectors get the fields (a no-op when present)
+            client.indices.put_mapping(
+                index=self.passages_alias, body=VECTOR_MAPPINGS, request_timeout=timeout
+            )
         self._ready = True
 
     def drop_indices(self) -> None:
@@ -287,19 +308,23 @@ class OpenSearchBackend(SearchBackend):
         self._ready = False
 
     # --- search -------------------------------------------------------------------------------------
-    def search_body(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[dict]:
-        """The `_msearch` body: per source a header and a collapsed, filtered, thresholded search."""
+    def search_body(
+        self, queries: list[SourceQuery], text: str, viewer: Viewer, vector: bytes | None = None
+    ) -> list[dict]:
+        """The `_msearch` body: per source a header and a collapsed, filtered, thresholded search. With a
+        query vector, a deeper pool with the passage vectors and no threshold: `rescore` applies it."""
         body: list[dict] = []
         matched = text_query(text)
         visible = acl_filter(viewer)
         for q in queries:
             body.append({"index": self.passages_alias})
+            threshold = {"min_score": q.min_score} if vector is None else {}
             body.append(
                 {
-                    "size": q.top_k,
+                    "size": q.top_k if vector is None else self._hybrid.depth(q.top_k),
                     "timeout": f"{max(1, int(q.timeout_s * 1000))}ms",
                     "track_total_hits": False,
-                    "min_score": q.min_score,
+                    **threshold,
                     "query": {
                         "bool": {
                             "must": [matched],
@@ -311,7 +336,7 @@ class OpenSearchBackend(SearchBackend):
                         }
                     },
                     "collapse": {"field": "doc_key"},
-                    "_source": _HIT_FIELDS,
+                    "_source": _HIT_FIELDS if vector is None else _HIT_FIELDS + _VECTOR_FIELDS,
                 }
             )
         return body
@@ -324,10 +349,11 @@ class OpenSearchBackend(SearchBackend):
         if not queries:
             return []
         started = time.perf_counter()
+        vector = self._embedder.embed_query(text) if self._embedder else None
         try:
             self.ensure_indices()
             raw = self.msearch(
-                self.search_body(queries, text, viewer), max(q.timeout_s for q in queries) + 1.0
+                self.search_body(queries, text, viewer, vector), max(q.timeout_s for q in queries) + 1.0
             )
         except Exception as exc:  # transport failures of the one round trip fail every source
             if not _is_transport_error(exc):
@@ -340,13 +366,28 @@ class OpenSearchBackend(SearchBackend):
             result = SourceResult(q.key, ms=response.get("took", elapsed))
             result.error = _sub_failure(response)
             if result.error is None:
-                result.hits = [_hit(q.key, h) for h in response["hits"]["hits"]]
+                raw_hits = response["hits"]["hits"]
+                result.hits = [_hit(q.key, h) for h in raw_hits]
+                if vector is not None:
+                    result.hits = rescore(
+                        result.hits, vector, [self._vector(h) for h in raw_hits], self._hybrid, q
+                    )
             results.append(result)
         for q in queries[len(results) :]:  # a short response never becomes "no results"
             results.append(
                 SourceResult(q.key, error=SourceFailure("unavailable", "missing msearch response"))
             )
         return results
+
+    def _vector(self, raw: dict) -> bytes | None:
+        src = raw["_source"]
+        if (
+            self._embedder is None
+            or src.get("vector_model") != self._embedder.model_id
+            or not src.get("vector")
+        ):
+            return None
+        return base64.b64decode(src["vector"])
 
     # --- documents ----------------------------------------------------------------------------------
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
@@ -396,13 +437,35 @@ class OpenSearchBackend(SearchBackend):
         with _write_faults():
             self.ensure_indices()
             latest = {doc_key(d.source_key, d.doc_id): d for d in documents}  # last one of a key wins
+            passages = {parent: split_passages(doc.body) for parent, doc in latest.items()}
+            vectors = self._passage_vectors(latest, passages)
             old = self._passage_counts(list(latest))
             actions: list[list[dict]] = []
             for parent, doc in latest.items():
-                actions.append(self._document_actions(parent, doc, old.get(parent, 0)))
+                actions.append(
+                    self._document_actions(parent, doc, old.get(parent, 0), passages[parent], vectors[parent])
+                )
             self._bulk(actions)
 
-    def _document_actions(self, parent: str, doc: Document, old_count: int) -> list[dict]:
+    def _passage_vectors(
+        self, docs: dict[str, Document], passages: dict[str, list[str]]
+    ) -> dict[str, list[dict]]:
+        """Parent id -> per passage the vector fields to index (empty dicts without an embedder)."""
+        if self._embedder is None:
+            return {parent: [{} for _ in ps] for parent, ps in passages.items()}
+        texts = [passage_text(docs[parent].title, p) for parent, ps in passages.items() for p in ps]
+        model = self._embedder.model_id
+        it = iter(self._embedder.embed_passages(texts))
+        return {
+            parent: [
+                {"vector": base64.b64encode(next(it)).decode("ascii"), "vector_model": model} for _ in ps
+            ]
+            for parent, ps in passages.items()
+        }
+
+    def _document_actions(
+        self, parent: str, doc: Document, old_count: int, passages: list[str], vectors: list[dict]
+    ) -> list[dict]:
         """New passages, then deletes of the stored version's extra passages, then the parent (last, so a
         readable parent implies its passages are in)."""
         acl = doc.acl
@@ -420,11 +483,10 @@ class OpenSearchBackend(SearchBackend):
             "structured_source": doc.structured_source,
         }
         lines: list[dict] = []
-        passages = split_passages(doc.body)
-        for n, text in enumerate(passages):
+        for n, (text, vector) in enumerate(zip(passages, vectors, strict=True)):
             lines += [
                 {"index": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}},
-                {**shared, "passage_no": n, "text": text},
+                {**shared, "passage_no": n, "text": text, **vector},
             ]
         for n in range(len(passages), old_count):
             lines.append({"delete": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}})

@@ -1,4 +1,5 @@
-"""Embedded search backend: SQLite FTS5 on a local file, BM25 over passages rolled up to parent documents."""
+"""Embedded search backend: SQLite FTS5 on a local file, BM25 over passages rolled up to parent documents;
+with an embedder, each passage also stores its vector and candidates are re-scored hybrid (domain.hybrid)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from pathlib import Path
 
 from ..domain.analyzer import index_terms, query_terms
 from ..domain.errors import SourceFailure
+from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import split_passages
-from ..ports import Hit, SearchBackend, SourceQuery, SourceResult
+from ..ports import Embedder, Hit, SearchBackend, SourceQuery, SourceResult
+from .embedding import passage_text, rescore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -23,7 +26,7 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 CREATE TABLE IF NOT EXISTS passage_rows (
   id INTEGER PRIMARY KEY, source_key TEXT NOT NULL, doc_id TEXT NOT NULL, passage_no INTEGER NOT NULL,
-  text TEXT NOT NULL
+  text TEXT NOT NULL, vector BLOB, vector_model TEXT
 );
 CREATE INDEX IF NOT EXISTS passage_rows_doc ON passage_rows (source_key, doc_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
@@ -38,7 +41,8 @@ CJK_UNIGRAMS = False
 _CANDIDATES_PER_DOC = 8
 _SEARCH_SQL = (
     f"SELECT r.doc_id, r.text, -bm25(passages, {_WEIGHTS}) AS score, d.title, d.revision, d.acl, "
-    "d.structured_source FROM passages JOIN passage_rows r ON r.id = passages.rowid "
+    "d.structured_source, r.vector, r.vector_model "
+    "FROM passages JOIN passage_rows r ON r.id = passages.rowid "
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
     "WHERE passages MATCH ? AND r.source_key = ? AND d.status = 'ready' "
     f"ORDER BY bm25(passages, {_WEIGHTS}) LIMIT ? OFFSET ?"
@@ -53,15 +57,24 @@ def _match_expression(query: str) -> str | None:
 
 
 class SqliteFtsBackend(SearchBackend):
-    def __init__(self, path: str | Path) -> None:
+    def __init__(
+        self, path: str | Path, embedder: Embedder | None = None, hybrid: HybridRanking | None = None
+    ) -> None:
         self._path = str(path)
         self._local = threading.local()
         self._write_lock = threading.Lock()
+        self._embedder = embedder
+        self._hybrid = hybrid or HybridRanking()
         with self._write_lock:
             conn = self._conn()
             conn.executescript(_SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(passage_rows)")}
+            if "vector" not in columns:  # a file written before hybrid ranking
+                conn.execute("ALTER TABLE passage_rows ADD COLUMN vector BLOB")
+                conn.execute("ALTER TABLE passage_rows ADD COLUMN vector_model TEXT")
             if conn.execute("PRAGMA user_version").fetchone()[0] != ANALYZER_VERSION:
                 self._reindex(conn)
+            self._embed_missing(conn)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -75,9 +88,12 @@ class SqliteFtsBackend(SearchBackend):
     # --- search -----------------------------------------------------------------------------------
     def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
         match = _match_expression(text)
-        return [self._search_one(q, match, viewer) for q in queries]
+        vector = self._embedder.embed_query(text) if self._embedder and match and queries else None
+        return [self._search_one(q, match, viewer, vector) for q in queries]
 
-    def _search_one(self, q: SourceQuery, match: str | None, viewer: Viewer) -> SourceResult:
+    def _search_one(
+        self, q: SourceQuery, match: str | None, viewer: Viewer, vector: bytes | None
+    ) -> SourceResult:
         started = time.perf_counter()
         result = SourceResult(key=q.key)
         if match is None:
@@ -86,15 +102,19 @@ class SqliteFtsBackend(SearchBackend):
         deadline = started + q.timeout_s
         conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
         best: dict[str, Hit] = {}
+        vectors: list[bytes | None] = []
         hidden: set[str] = set()
-        page = q.top_k * _CANDIDATES_PER_DOC + 16
+        # Hybrid ranking re-scores a deeper BM25 pool; `minScore` then applies to the blended score.
+        want = self._hybrid.depth(q.top_k) if vector is not None else q.top_k
+        floor = float("-inf") if vector is not None else q.min_score
+        page = want * _CANDIDATES_PER_DOC + 16
         try:
             # Passages the viewer may not see, or more passages of documents already kept, must not crowd
             # out visible documents: keep paging (best score first) until top_k documents or no more rows.
             for offset in itertools.count(0, page):
                 rows = conn.execute(_SEARCH_SQL, (match, q.key, page, offset)).fetchall()
-                for doc_id, passage, score, title, revision, acl, structured in rows:
-                    if score < q.min_score:
+                for doc_id, passage, score, title, revision, acl, structured, vec, vec_model in rows:
+                    if score < floor:
                         break
                     if doc_id in best or doc_id in hidden:
                         continue
@@ -110,7 +130,8 @@ class SqliteFtsBackend(SearchBackend):
                         passage,
                         json.loads(structured) if structured else None,
                     )
-                    if len(best) == q.top_k:
+                    vectors.append(vec if self._embedder and vec_model == self._embedder.model_id else None)
+                    if len(best) == want:
                         break
                 else:
                     if len(rows) == page:
@@ -123,6 +144,8 @@ class SqliteFtsBackend(SearchBackend):
         finally:
             conn.set_progress_handler(None, 0)
         result.hits = list(best.values())
+        if vector is not None:
+            result.hits = rescore(result.hits, vector, vectors, self._hybrid, q)
         result.ms = (time.perf_counter() - started) * 1000
         return result
 
@@ -154,11 +177,20 @@ class SqliteFtsBackend(SearchBackend):
         )
 
     def put_documents(self, documents: list[Document]) -> None:
+        # Vectors are computed before the write lock: embedding is the slow part of ingestion.
+        passages = [split_passages(doc.body) for doc in documents]
+        vectors: list[list[bytes | None]] = [[None] * len(p) for p in passages]
+        if self._embedder:
+            flat = self._embedder.embed_passages(
+                [passage_text(d.title, p) for d, ps in zip(documents, passages, strict=True) for p in ps]
+            )
+            it = iter(flat)
+            vectors = [[next(it) for _ in ps] for ps in passages]
         with self._write_lock:
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for doc in documents:
+                for doc, doc_passages, doc_vectors in zip(documents, passages, vectors, strict=True):
                     self._delete(conn, doc.source_key, doc.doc_id)
                     conn.execute(
                         "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
@@ -174,19 +206,28 @@ class SqliteFtsBackend(SearchBackend):
                             time.time(),
                         ),
                     )
-                    self._index(conn, doc.source_key, doc.doc_id, doc.title, doc.body)
+                    self._index(conn, doc.source_key, doc.doc_id, doc.title, doc_passages, doc_vectors)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
 
-    @staticmethod
-    def _index(conn: sqlite3.Connection, source_key: str, doc_id: str, title: str, body: str) -> None:
+    def _index(
+        self,
+        conn: sqlite3.Connection,
+        source_key: str,
+        doc_id: str,
+        title: str,
+        passages: list[str],
+        vectors: list[bytes | None],
+    ) -> None:
         title_terms = " ".join(index_terms(title, CJK_UNIGRAMS))
-        for i, passage in enumerate(split_passages(body)):
+        model = self._embedder.model_id if self._embedder else None
+        for i, (passage, vector) in enumerate(zip(passages, vectors, strict=True)):
             row_id = conn.execute(
-                "INSERT INTO passage_rows (source_key, doc_id, passage_no, text) VALUES (?,?,?,?)",
-                (source_key, doc_id, i, passage),
+                "INSERT INTO passage_rows (source_key, doc_id, passage_no, text, vector, vector_model) "
+                "VALUES (?,?,?,?,?,?)",
+                (source_key, doc_id, i, passage, vector, model if vector is not None else None),
             ).lastrowid
             conn.execute(
                 "INSERT INTO passages (rowid, title_terms, body_terms) VALUES (?,?,?)",
@@ -202,12 +243,35 @@ class SqliteFtsBackend(SearchBackend):
             for source_key, doc_id, title, body in conn.execute(
                 "SELECT source_key, doc_id, title, body FROM documents"
             ).fetchall():
-                self._index(conn, source_key, doc_id, title, body)
+                passages = split_passages(body)
+                self._index(conn, source_key, doc_id, title, passages, [None] * len(passages))
             conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    def _embed_missing(self, conn: sqlite3.Connection, batch: int = 256) -> None:
+        """Give every passage a vector of the configured model (new model, or a file from before it)."""
+        if self._embedder is None:
+            return
+        model = self._embedder.model_id
+        while True:
+            rows = conn.execute(
+                "SELECT r.id, d.title, r.text FROM passage_rows r JOIN documents d "
+                "ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
+                "WHERE r.vector_model IS NOT ? LIMIT ?",
+                (model, batch),
+            ).fetchall()
+            if not rows:
+                return
+            vectors = self._embedder.embed_passages([passage_text(t, p) for _, t, p in rows])
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                "UPDATE passage_rows SET vector=?, vector_model=? WHERE id=?",
+                [(v, model, row[0]) for v, row in zip(vectors, rows, strict=True)],
+            )
+            conn.execute("COMMIT")
 
     @staticmethod
     def _delete(conn: sqlite3.Connection, source_key: str, doc_id: str) -> int:

@@ -17,6 +17,11 @@ def is_cjk(text: str) -> bool:
     return bool(_CJK_RE.match(text))
 
 
+def has_cjk(text: str) -> bool:
+    """Any CJK ideograph, kana or hangul anywhere in `text`."""
+    return _CJK_RE.search(text) is not None
+
+
 def terms(text: str) -> list[str]:
     """Lower-cased English/alphanumeric words and CJK character bigrams (a lone CJK character stays a
     unigram)."""
