@@ -57,7 +57,8 @@ def test_r_hybrid_rescore_orders_thresholds_and_cuts() -> None:
 
 
 # --- WordPiece on a hand-made vocabulary --------------------------------------------------------------
-TOKENS = "[PAD] [UNK] [CLS] [SEP] un ##aff ##able cafe naive , ! 中 文 x".split()
+TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##aff", "##able", "cafe", "naive", ",", "!"]
+TOKENS += ["中", "文", "x"]
 VOCAB = {t: i for i, t in enumerate(TOKENS)}
 
 
