@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STATE ?= .kb-state
 PORT ?= 3000
 
-.PHONY: venv dev serve test unit lint sam bench services-start services-stop clean
+.PHONY: venv dev serve test unit lint sam semantic-layer bench services-start services-stop clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,10 @@ lint: dev
 sam: dev
 	SAM_CLI_TELEMETRY=0 $(BIN)/sam validate --lint
 	SAM_CLI_TELEMETRY=0 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build --build-dir .aws-sam/build
+
+# The optional hybrid ranking layer for the template's EmbeddingModelLayerArn (build/semantic-layer.zip).
+semantic-layer: dev
+	bash scripts/semantic_layer.sh
 
 bench: dev
 	$(BIN)/python bench/cold_import.py

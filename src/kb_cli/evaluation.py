@@ -278,8 +278,8 @@ class Semantic:
     """Hybrid ranking for an evaluation: the model directory, blend weight and pool, vector cache."""
 
     model_dir: str
-    weight: float = 0.5
-    pool: int = 30
+    weight: float = 0.1
+    pool: int = 50
     cache: str | None = None
 
 
@@ -307,9 +307,15 @@ def build_container(
         token_secret=secrets.token_urlsafe(32),
         table_name=f"kb-eval-{uuid.uuid4().hex[:12]}",
         registry_cache_seconds=60,
-        embedding_model_dir=semantic.model_dir if semantic else None,
-        semantic_weight=semantic.weight if semantic else 0.5,
-        semantic_pool=semantic.pool if semantic else 30,
+        **(
+            {
+                "embedding_model_dir": semantic.model_dir,
+                "semantic_weight": semantic.weight,
+                "semantic_pool": semantic.pool,
+            }
+            if semantic
+            else {}
+        ),
     )
     container = Container(settings=settings, clock=SystemClock())
     if semantic and semantic.cache and container.embedder is not None:
@@ -509,8 +515,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hybrid ranking model directory; 'auto' (default): $KB_EMBEDDING_MODEL_DIR, else the one "
         "`kb models fetch` wrote if present; 'none': BM25 only",
     )
-    parser.add_argument("--semantic-weight", type=float, default=0.5, help="BM25 share of the hybrid blend")
-    parser.add_argument("--semantic-pool", type=int, default=30, help="BM25 candidates re-scored per source")
+    parser.add_argument("--semantic-weight", type=float, default=0.1, help="BM25 share of the hybrid blend")
+    parser.add_argument("--semantic-pool", type=int, default=50, help="BM25 candidates re-scored per source")
     parser.add_argument(
         "--embedding-cache",
         default=str(Path(".kb-state") / "embedding-cache.sqlite3"),

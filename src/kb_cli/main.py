@@ -85,8 +85,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"demo workspace 'demo' ready: {len(demo.demo_documents())} documents in demo-docs@1.0.0")
         print(f"bearer token for route demo (also in {token_file}):\n{token}")
     host, port = str(server.server_address[0]), server.server_address[1]
+    embedder = container.embedder
+    ranking = f"hybrid with {embedder.model_id}" if embedder else "BM25"
     print(
         f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
+        f"ranking: {ranking}; "
         f"state: {'DynamoDB at ' + args.dynamodb_endpoint if args.dynamodb_endpoint else 'embedded'})",
         flush=True,
     )

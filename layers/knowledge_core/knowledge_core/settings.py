@@ -22,8 +22,8 @@ class Settings(BaseModel):
     region: str = "us-east-1"
     # Hybrid ranking (domain.hybrid): a model directory from `kb models fetch` turns it on.
     embedding_model_dir: str | None = None
-    semantic_weight: float = Field(0.5, ge=0, le=1)
-    semantic_pool: int = Field(30, ge=1, le=100)
+    semantic_weight: float = Field(0.1, ge=0, le=1)
+    semantic_pool: int = Field(50, ge=1, le=100)
 
     @classmethod
     def from_env(cls) -> Settings:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class HybridRanking:
-    weight: float = 0.5  # the BM25 share
-    pool: int = 30  # BM25 candidates per source re-scored (at least the source's topK)
+    weight: float = 0.1  # the BM25 share
+    pool: int = 50  # BM25 candidates per source re-scored (at least the source's topK)
 
     def depth(self, top_k: int) -> int:
         return max(top_k, self.pool)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the optional Lambda layer of hybrid ranking: onnxruntime and numpy for python3.11 / x86_64
+# (manylinux wheels from PyPI) in python/, and the embedding model in kb-model/ (the directory the
+# template's KB_EMBEDDING_MODEL_DIR names, /opt/kb-model). Output: build/semantic-layer.zip. Publish it
+# (about 48 MB zipped, 117 MB unpacked: through S3 is safest) and pass its ARN as EmbeddingModelLayerArn.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+OUT=build/semantic-layer
+rm -rf "$OUT" "$OUT.zip"
+mkdir -p "$OUT/python"
+# Inference needs none of onnxruntime's other requirements (sympy, protobuf, ... serve its tools).
+$BIN/pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64 \
+  --platform manylinux_2_26_x86_64 --python-version 3.11 --implementation cp --no-deps -d "$OUT/wheels" \
+  "onnxruntime>=1.16" "numpy>=1.26,<2" packaging flatbuffers coloredlogs humanfriendly
+for w in "$OUT"/wheels/*.whl; do $BIN/python -m zipfile -e "$w" "$OUT/python"; done
+rm -rf "$OUT/wheels"
+MODEL=$($BIN/kb models fetch --dest "${KB_SERVICES_STATE:-.kb-state}/models")
+cp -r "$MODEL" "$OUT/kb-model"
+ROOT=$PWD
+(cd "$OUT" && "$ROOT/$BIN/python" -m zipfile -c ../semantic-layer.zip python kb-model)
+du -sh "$OUT" "$OUT.zip"
+echo "publish: aws s3 cp $OUT.zip s3://<bucket>/semantic-layer.zip && aws lambda publish-layer-version \\"
+echo "  --layer-name agent-knowledge-embedding --content S3Bucket=<bucket>,S3Key=semantic-layer.zip \\"
+echo "  --compatible-runtimes python3.11 --compatible-architectures x86_64"
