@@ -43,6 +43,7 @@ semantic-layer: dev
 bench: dev
 	$(BIN)/python bench/cold_import.py
 	$(BIN)/python bench/api_latency.py
+	$(BIN)/python bench/hybrid_latency.py
 
 services-start: dev
 	$(BIN)/kb services start --state $(STATE)
