@@ -479,7 +479,7 @@ def format_table(results: list[EvalResult]) -> str:
             f"{r.query_ms_p50:>7.2f} {r.wall_seconds:>7.1f}"
         )
     for r in results:
-        lines.append(f"  {r.collection}: baseline = {r.baseline_name}")
+        lines.append(f"  {r.collection}: ranking = {r.ranking}; baseline = {r.baseline_name}")
         if r.published_baseline:
             p = r.published_baseline
             lines.append(
