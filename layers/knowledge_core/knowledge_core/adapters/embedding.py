@@ -111,6 +111,12 @@ def passage_text(title: str, passage: str) -> str:
     return f"{title}\n\n{passage}" if title else passage
 
 
+def document_vectors(embedder: Embedder, documents: Sequence[tuple[str, list[str]]]) -> list[list[bytes]]:
+    """Per (title, passages) document, the vector of each passage, embedded in one batch."""
+    flat = iter(embedder.embed_passages([passage_text(title, p) for title, ps in documents for p in ps]))
+    return [[next(flat) for _ in ps] for _, ps in documents]
+
+
 def cosines(query: bytes, vectors: Sequence[bytes | None]) -> list[float | None]:
     """The cosine of `query` and each stored vector (None where a vector is missing or of another size)."""
     import numpy as np

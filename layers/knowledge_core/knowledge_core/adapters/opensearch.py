@@ -35,7 +35,7 @@ from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import split_passages
 from ..ports import Embedder, Hit, SearchBackend, SourceQuery, SourceResult
-from .embedding import passage_text, rescore
+from .embedding import document_vectors, rescore
 
 TEMPLATE_VERSION = "v2"
 # One bulk request stays under the smallest Amazon OpenSearch Service HTTP payload limit (10 MiB).
@@ -453,14 +453,11 @@ class OpenSearchBackend(SearchBackend):
         """Parent id -> per passage the vector fields to index (empty dicts without an embedder)."""
         if self._embedder is None:
             return {parent: [{} for _ in ps] for parent, ps in passages.items()}
-        texts = [passage_text(docs[parent].title, p) for parent, ps in passages.items() for p in ps]
         model = self._embedder.model_id
-        it = iter(self._embedder.embed_passages(texts))
+        vectors = document_vectors(self._embedder, [(docs[p].title, ps) for p, ps in passages.items()])
         return {
-            parent: [
-                {"vector": base64.b64encode(next(it)).decode("ascii"), "vector_model": model} for _ in ps
-            ]
-            for parent, ps in passages.items()
+            parent: [{"vector": base64.b64encode(v).decode("ascii"), "vector_model": model} for v in vs]
+            for parent, vs in zip(passages, vectors, strict=True)
         }
 
     def _document_actions(

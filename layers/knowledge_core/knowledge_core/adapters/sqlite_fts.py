@@ -8,6 +8,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..domain.analyzer import index_terms, query_terms
@@ -16,7 +17,7 @@ from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import split_passages
 from ..ports import Embedder, Hit, SearchBackend, SourceQuery, SourceResult
-from .embedding import passage_text, rescore
+from .embedding import document_vectors, passage_text, rescore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -179,13 +180,10 @@ class SqliteFtsBackend(SearchBackend):
     def put_documents(self, documents: list[Document]) -> None:
         # Vectors are computed before the write lock: embedding is the slow part of ingestion.
         passages = [split_passages(doc.body) for doc in documents]
-        vectors: list[list[bytes | None]] = [[None] * len(p) for p in passages]
+        vectors: Sequence[Sequence[bytes | None]] = [[None] * len(p) for p in passages]
         if self._embedder:
-            flat = self._embedder.embed_passages(
-                [passage_text(d.title, p) for d, ps in zip(documents, passages, strict=True) for p in ps]
-            )
-            it = iter(flat)
-            vectors = [[next(it) for _ in ps] for ps in passages]
+            pairs = [(d.title, ps) for d, ps in zip(documents, passages, strict=True)]
+            vectors = document_vectors(self._embedder, pairs)
         with self._write_lock:
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
@@ -219,7 +217,7 @@ class SqliteFtsBackend(SearchBackend):
         doc_id: str,
         title: str,
         passages: list[str],
-        vectors: list[bytes | None],
+        vectors: Sequence[bytes | None],
     ) -> None:
         title_terms = " ".join(index_terms(title, CJK_UNIGRAMS))
         model = self._embedder.model_id if self._embedder else None
