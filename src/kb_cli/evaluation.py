@@ -310,6 +310,7 @@ def build_container(
         **(
             {
                 "embedding_model_dir": semantic.model_dir,
+                "embedding_cache": semantic.cache,
                 "semantic_weight": semantic.weight,
                 "semantic_pool": semantic.pool,
             }
@@ -318,10 +319,6 @@ def build_container(
         ),
     )
     container = Container(settings=settings, clock=SystemClock())
-    if semantic and semantic.cache and container.embedder is not None:
-        from knowledge_core.adapters.embedding import CachedEmbedder
-
-        container.__dict__["embedder"] = CachedEmbedder(container.embedder, semantic.cache)
     if backend == "opensearch":
         from knowledge_core.adapters.opensearch import OpenSearchBackend
 

@@ -46,6 +46,10 @@ def configure_local_env(
     }
     if opensearch_url:
         env["KB_OPENSEARCH_URL"] = opensearch_url
+    if os.environ.get("KB_EMBEDDING_MODEL_DIR"):  # hybrid ranking: re-seeding must not re-embed the corpus
+        env["KB_EMBEDDING_CACHE"] = os.environ.get(
+            "KB_EMBEDDING_CACHE", str(state / "embedding-cache.sqlite3")
+        )
     if dynamodb_endpoint:
         env["KB_DYNAMODB_ENDPOINT"] = dynamodb_endpoint
         env.setdefault("AWS_ACCESS_KEY_ID", os.environ.get("AWS_ACCESS_KEY_ID", "local"))

@@ -48,9 +48,12 @@ class Container:
         """The hybrid ranking model, when a model directory is configured (its runtime loads lazily)."""
         if not self.settings.embedding_model_dir:
             return None
-        from .adapters.embedding import OnnxEmbedder
+        from .adapters.embedding import CachedEmbedder, OnnxEmbedder
 
-        return OnnxEmbedder(self.settings.embedding_model_dir)
+        model = OnnxEmbedder(self.settings.embedding_model_dir)
+        return (
+            CachedEmbedder(model, self.settings.embedding_cache) if self.settings.embedding_cache else model
+        )
 
     @cached_property
     def hybrid(self) -> HybridRanking:

@@ -22,6 +22,7 @@ class Settings(BaseModel):
     region: str = "us-east-1"
     # Hybrid ranking (domain.hybrid): a model directory from `kb models fetch` turns it on.
     embedding_model_dir: str | None = None
+    embedding_cache: str | None = None  # a SQLite file remembering passage vectors (local use)
     semantic_weight: float = Field(0.1, ge=0, le=1)
     semantic_pool: int = Field(50, ge=1, le=100)
 
@@ -41,6 +42,7 @@ class Settings(BaseModel):
             "registry_cache_seconds": env.get("KB_REGISTRY_CACHE_SECONDS"),
             "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
             "embedding_model_dir": env.get("KB_EMBEDDING_MODEL_DIR"),
+            "embedding_cache": env.get("KB_EMBEDDING_CACHE"),
             "semantic_weight": env.get("KB_SEMANTIC_WEIGHT"),
             "semantic_pool": env.get("KB_SEMANTIC_POOL"),
         }
