@@ -183,8 +183,10 @@ class SabotagedBackend(OpenSearchBackend):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.failing = failing
 
-    def search_body(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[dict]:
-        body = super().search_body(queries, text, viewer)
+    def search_body(
+        self, queries: list[SourceQuery], text: str, viewer: Viewer, vector: bytes | None = None
+    ) -> list[dict]:
+        body = super().search_body(queries, text, viewer, vector)
         for i, q in enumerate(queries):
             how = self.failing.get(q.key)
             if how == "missing_index":
