@@ -68,16 +68,10 @@ class TurnService:
         authorize_route(principal, route)
         scope = self._scopes.resolve(route)
         key = turn_key(route, principal, request.turn_id)
-        request_hash = request.request_hash()
-        claim = uuid.uuid4().hex
-        now = self._clock.now()
-        record = self._turns.claim_turn(key, request_hash, claim, now, int(now) + TURN_TTL_SECONDS)
-        if record is None:
-            return self._assemble(principal, route, scope, request, key, claim, None)
-        return self._await(principal, route, scope, request, key, claim, request_hash, record)
+        return self._claim(principal, route, scope, request, key, uuid.uuid4().hex, request.request_hash())
 
-    # --- duplicates -----------------------------------------------------------------------------------
-    def _await(
+    # --- claim, or the same turn seen before -----------------------------------------------------------
+    def _claim(
         self,
         principal: Principal,
         route: str,
@@ -86,14 +80,15 @@ class TurnService:
         key: str,
         claim: str,
         request_hash: str,
-        record: TurnRecord | None,
     ) -> dict:
-        """Same turn seen before: the stored response, a conflict, or (briefly) wait for the claimer."""
+        """Claim the turn and assemble it; if it was seen before: the stored response, a conflict, or
+        (briefly) wait for the claimer."""
         deadline = time.monotonic() + self._wait
         pause = 0.02
+        record: TurnRecord | None = None
         while True:
             now = self._clock.now()
-            if record is None:  # the claimer failed and released the turn: start over
+            if record is None:  # not claimed yet, or the claimer failed and released the turn
                 record = self._turns.claim_turn(key, request_hash, claim, now, int(now) + TURN_TTL_SECONDS)
                 if record is None:
                     return self._assemble(principal, route, scope, request, key, claim, None)
