@@ -83,52 +83,40 @@ class DynamoTurnStore(TableAdapter, TurnStore):
             return None
         return self._record(item)
 
-    def set_turn_run(self, key: str, claim: str, run_id: str) -> bool:
+    def _while_held(self, op: str, key: str, claim: str, values: dict | None = None, **update: str) -> bool:
+        """`op` on the turn only while it is still pending and held by `claim`."""
         return self._conditional(
-            op="update_item",
+            op=op,
             Key=self._key(key),
-            UpdateExpression="SET run_id = :r",
-            ConditionExpression="#st = :pending AND claim = :c",
+            ConditionExpression="#st = :pending AND claim = :held",
             ExpressionAttributeNames={"#st": "state"},
-            ExpressionAttributeValues={":r": _s(run_id), ":pending": _s("pending"), ":c": _s(claim)},
+            ExpressionAttributeValues={**(values or {}), ":pending": _s("pending"), ":held": _s(claim)},
+            **update,
+        )
+
+    def set_turn_run(self, key: str, claim: str, run_id: str) -> bool:
+        return self._while_held(
+            "update_item", key, claim, {":r": _s(run_id)}, UpdateExpression="SET run_id = :r"
         )
 
     def complete_turn(self, key: str, claim: str, response: dict) -> bool:
         blob = zlib.compress(json.dumps(response, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-        return self._conditional(
-            op="update_item",
-            Key=self._key(key),
+        return self._while_held(
+            "update_item",
+            key,
+            claim,
+            {":done": _s("done"), ":resp": {"B": blob}},
             UpdateExpression="SET #st = :done, turn_response = :resp",
-            ConditionExpression="#st = :pending AND claim = :c",
-            ExpressionAttributeNames={"#st": "state"},
-            ExpressionAttributeValues={
-                ":done": _s("done"),
-                ":resp": {"B": blob},
-                ":pending": _s("pending"),
-                ":c": _s(claim),
-            },
         )
 
     def release_turn(self, key: str, claim: str) -> None:
-        self._conditional(
-            op="delete_item",
-            Key=self._key(key),
-            ConditionExpression="#st = :pending AND claim = :c",
-            ExpressionAttributeNames={"#st": "state"},
-            ExpressionAttributeValues={":pending": _s("pending"), ":c": _s(claim)},
-        )
+        self._while_held("delete_item", key, claim)
 
     def take_over_turn(self, key: str, old_claim: str, new_claim: str, now: float) -> bool:
-        return self._conditional(
-            op="update_item",
-            Key=self._key(key),
+        return self._while_held(
+            "update_item",
+            key,
+            old_claim,
+            {":new": _s(new_claim), ":now": _n(now)},
             UpdateExpression="SET claim = :new, claimed_at = :now",
-            ConditionExpression="#st = :pending AND claim = :old",
-            ExpressionAttributeNames={"#st": "state"},
-            ExpressionAttributeValues={
-                ":new": _s(new_claim),
-                ":now": _n(now),
-                ":pending": _s("pending"),
-                ":old": _s(old_claim),
-            },
         )
