@@ -26,7 +26,7 @@ import contextlib
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -541,48 +541,42 @@ class OpenSearchBackend(SearchBackend):
                     raise KnowledgeUnavailable("search backend is throttling writes; retry")
                 raise KnowledgeUnavailable("search backend rejected the write")
 
-    def _stored_count(self, source_key: str, doc_id: str) -> tuple[str, int] | None:
+    def _write_stored(self, source_key: str, doc_id: str, actions: Callable[[str, int], list[dict]]) -> bool:
+        """Bulk `actions(parent id, passage count)` for the stored document; False when there is none."""
         from opensearchpy.exceptions import NotFoundError
 
         parent = doc_key(source_key, doc_id)
-        try:
-            found = self.client.get(index=self.documents_alias, id=parent, _source_includes=["passage_count"])
-        except NotFoundError:
-            return None
-        return parent, int(found["_source"].get("passage_count", 0))
-
-    def delete_document(self, source_key: str, doc_id: str) -> bool:
         with _write_faults():
             self.ensure_indices()
-            stored = self._stored_count(source_key, doc_id)
-            if stored is None:
+            try:
+                found = self.client.get(
+                    index=self.documents_alias, id=parent, _source_includes=["passage_count"]
+                )
+            except NotFoundError:
                 return False
-            parent, count = stored
-            # Parent first: a ref fails to read at once; then the passages stop matching.
-            self._bulk(
-                [
-                    [{"delete": {"_index": self.documents_alias, "_id": parent}}]
-                    + [
-                        {"delete": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}}
-                        for n in range(count)
-                    ]
-                ]
-            )
+            self._bulk([actions(parent, int(found["_source"].get("passage_count", 0)))])
             return True
 
+    def delete_document(self, source_key: str, doc_id: str) -> bool:
+        def delete(parent: str, count: int) -> list[dict]:
+            # Parent first: a ref fails to read at once; then the passages stop matching.
+            return [{"delete": {"_index": self.documents_alias, "_id": parent}}] + [
+                {"delete": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}}
+                for n in range(count)
+            ]
+
+        return self._write_stored(source_key, doc_id, delete)
+
     def set_document_status(self, source_key: str, doc_id: str, status: str) -> bool:
-        with _write_faults():
-            self.ensure_indices()
-            stored = self._stored_count(source_key, doc_id)
-            if stored is None:
-                return False
-            parent, count = stored
-            change = {"doc": {"status": status}}
+        change = {"doc": {"status": status}}
+
+        def update(parent: str, count: int) -> list[dict]:
             lines: list[dict] = [{"update": {"_index": self.documents_alias, "_id": parent}}, change]
             for n in range(count):
                 lines += [{"update": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}}, change]
-            self._bulk([lines])
-            return True
+            return lines
+
+        return self._write_stored(source_key, doc_id, update)
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
         """Reachable and not red, within `timeout_s`; indices are created on first use, not here."""
