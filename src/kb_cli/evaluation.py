@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from knowledge_core.domain.hybrid import HybridRanking
+
 DEMO_QUERIES = Path(__file__).parent / "demo_corpus" / "queries.jsonl"
 
 
@@ -278,8 +280,8 @@ class Semantic:
     """Hybrid ranking for an evaluation: the model directory, blend weight and pool, vector cache."""
 
     model_dir: str
-    weight: float = 0.1
-    pool: int = 50
+    weight: float = HybridRanking.weight
+    pool: int = HybridRanking.pool
     cache: str | None = None
 
 
@@ -512,8 +514,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hybrid ranking model directory; 'auto' (default): $KB_EMBEDDING_MODEL_DIR, else the one "
         "`kb models fetch` wrote if present; 'none': BM25 only",
     )
-    parser.add_argument("--semantic-weight", type=float, default=0.1, help="BM25 share of the hybrid blend")
-    parser.add_argument("--semantic-pool", type=int, default=50, help="BM25 candidates re-scored per source")
+    parser.add_argument(
+        "--semantic-weight", type=float, default=HybridRanking.weight, help="BM25 share of the hybrid blend"
+    )
+    parser.add_argument(
+        "--semantic-pool", type=int, default=HybridRanking.pool, help="BM25 candidates re-scored per source"
+    )
     parser.add_argument(
         "--embedding-cache",
         default=str(Path(".kb-state") / "embedding-cache.sqlite3"),

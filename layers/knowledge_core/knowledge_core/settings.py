@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from .domain.hybrid import HybridRanking
+
 
 class Settings(BaseModel):
     table_name: str = Field("agent-knowledge", min_length=3)
@@ -23,8 +25,8 @@ class Settings(BaseModel):
     # Hybrid ranking (domain.hybrid): a model directory from `kb models fetch` turns it on.
     embedding_model_dir: str | None = None
     embedding_cache: str | None = None  # a SQLite file remembering passage vectors (local use)
-    semantic_weight: float = Field(0.1, ge=0, le=1)
-    semantic_pool: int = Field(50, ge=1, le=100)
+    semantic_weight: float = Field(HybridRanking.weight, ge=0, le=1)
+    semantic_pool: int = Field(HybridRanking.pool, ge=1, le=100)
 
     @classmethod
     def from_env(cls) -> Settings:
