@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
@@ -52,34 +51,22 @@ class ModelError(RuntimeError):
     pass
 
 
-def _pom() -> Path:
-    for base in (Path(__file__).resolve().parents[2], Path.cwd()):
-        pom = base / "services" / "models" / "pom.xml"
-        if pom.is_file():
-            return pom
-    raise ModelError("cannot find services/models/pom.xml; run from the repository root")
-
-
 def _jar(spec: ModelSpec, work: Path) -> Path:
-    mvn = shutil.which("mvn")
-    if not mvn:
-        raise ModelError("`mvn` is not on PATH (needed once to fetch the model from Maven Central)")
+    from .services import ServiceError, run_maven, sources_dir
+
     jars = work / "jars"
     jars.mkdir(parents=True, exist_ok=True)
     log = work / "mvn.log"
-    cmd = [
-        mvn,
-        "-q",
-        "-B",
-        "-f",
-        str(_pom()),
+    goals = [
         "dependency:copy-dependencies",
         "-DexcludeTransitive=true",
         f"-DincludeArtifactIds={spec.artifact_id}",
         f"-DoutputDirectory={jars}",
     ]
-    with open(log, "w") as fh:
-        rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        rc = run_maven(sources_dir() / "models" / "pom.xml", goals, log, "needed once to fetch the model")
+    except ServiceError as exc:
+        raise ModelError(str(exc)) from None
     found = sorted(jars.glob(f"{spec.artifact_id}-*.jar"))
     if rc != 0 or not found:
         raise ModelError(f"maven could not fetch {spec.artifact_id} (exit {rc}); see {log}")

@@ -72,8 +72,8 @@ class ServiceError(RuntimeError):
 # ----------------------------------------------------------------------------------------------
 
 
-def _sources_dir() -> Path:
-    """The repository's ``services/`` directory (pom.xml, minidyn-server/)."""
+def sources_dir() -> Path:
+    """The repository's ``services/`` directory (pom.xml, minidyn-server/, models/pom.xml)."""
     candidates = []
     if os.environ.get("KB_SERVICES_SRC"):
         candidates.append(Path(os.environ["KB_SERVICES_SRC"]))
@@ -247,9 +247,18 @@ def _healthy(name: str, url: str) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
+def run_maven(pom: Path, goals: list[str], log: Path, why: str) -> int:
+    """`mvn -q -B -f pom <goals>`, its output in `log`; the exit code."""
+    cmd = [_require("mvn", why), "-q", "-B", "-f", str(pom), *goals]
+    with open(log, "w") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        return subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
 def _classpath(state_dir: Path) -> str:
     """Resolve the OpenSearch runner classpath with Maven; cached until pom.xml changes."""
-    src = _sources_dir()
+    src = sources_dir()
     pom = src / "pom.xml"
     d = _svc_dir(state_dir)
     out = d / "opensearch.classpath"
@@ -257,13 +266,13 @@ def _classpath(state_dir: Path) -> str:
         cp = out.read_text().strip()
         if cp and all(Path(p).is_file() for p in cp.split(os.pathsep)):
             return cp
-    mvn = _require("mvn", "needed once to resolve the OpenSearch runner from Maven Central")
     log = d / "mvn.log"
-    cmd = [mvn, "-q", "-B", "-f", str(pom), "dependency:build-classpath", f"-Dmdep.outputFile={out}"]
-    with open(log, "w") as fh:
-        fh.write("$ " + " ".join(cmd) + "\n")
-        fh.flush()
-        rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    rc = run_maven(
+        pom,
+        ["dependency:build-classpath", f"-Dmdep.outputFile={out}"],
+        log,
+        "needed once to resolve the OpenSearch runner from Maven Central",
+    )
     if rc != 0 or not out.is_file():
         raise ServiceError(f"maven could not resolve the OpenSearch classpath (exit {rc}); see {log}")
     return out.read_text().strip()
@@ -271,7 +280,7 @@ def _classpath(state_dir: Path) -> str:
 
 def _minidyn_binary(state_dir: Path) -> Path:
     """Build services/minidyn-server into the state dir; cached until its sources change."""
-    src = _sources_dir() / "minidyn-server"
+    src = sources_dir() / "minidyn-server"
     d = _svc_dir(state_dir)
     binary = d / "bin" / "minidyn-server"
     sources = [p for p in src.iterdir() if p.suffix == ".go" or p.name in ("go.mod", "go.sum")]
