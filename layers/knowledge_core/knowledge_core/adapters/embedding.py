@@ -41,16 +41,20 @@ class OnnxEmbedder(Embedder):
         self._max_tokens = int(manifest.get("max_tokens", 512))
         self._languages = frozenset(manifest.get("languages", ["en"]))
         self._threads = threads
-        self._tokenizer = WordPieceTokenizer.from_file(self._dir / "tokenizer.json")
+        self._tokenizer: WordPieceTokenizer | None = None
         self._session: Any = None
         self._inputs: set[str] = set()
         self._lock = threading.Lock()
 
-    def _run(self) -> Any:
+    def _load(self) -> tuple[WordPieceTokenizer, Any]:
+        """Tokenizer and ONNX session, built on the first embedding (a function that never embeds, such
+        as read, never pays for them)."""
         if self._session is None:
             with self._lock:
                 if self._session is None:
                     import onnxruntime as ort
+
+                    self._tokenizer = WordPieceTokenizer.from_file(self._dir / "tokenizer.json")
 
                     options = ort.SessionOptions()
                     if self._threads:
@@ -60,7 +64,8 @@ class OnnxEmbedder(Embedder):
                     )
                     self._inputs = {i.name for i in session.get_inputs()}
                     self._session = session
-        return self._session
+        assert self._tokenizer is not None
+        return self._tokenizer, self._session
 
     def supports(self, text: str) -> bool:
         """False for text in a script the model was not trained on (an English model and CJK text)."""
@@ -77,15 +82,15 @@ class OnnxEmbedder(Embedder):
     def _embed(self, texts: list[str]) -> list[bytes]:
         import numpy as np
 
-        session = self._run()
-        encoded = [self._tokenizer.encode(t, self._max_tokens) for t in texts]
+        tokenizer, session = self._load()
+        encoded = [tokenizer.encode(t, self._max_tokens) for t in texts]
         out: list[bytes] = [b""] * len(texts)
         # Similar lengths share a batch, so little of each batch is padding.
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
         for start in range(0, len(order), _BATCH):
             idx = order[start : start + _BATCH]
             width = max(len(encoded[i]) for i in idx)
-            ids = np.full((len(idx), width), self._tokenizer.pad_id, dtype=np.int64)
+            ids = np.full((len(idx), width), tokenizer.pad_id, dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
             for row, i in enumerate(idx):
                 ids[row, : len(encoded[i])] = encoded[i]
