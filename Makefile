@@ -44,6 +44,7 @@ bench: dev
 	$(BIN)/python bench/cold_import.py
 	$(BIN)/python bench/api_latency.py
 	$(BIN)/python bench/hybrid_latency.py
+	$(BIN)/python bench/scale_sim.py
 
 services-start: dev
 	$(BIN)/kb services start --state $(STATE)
