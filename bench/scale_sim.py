@@ -383,7 +383,8 @@ def return_escrow(
             return 0
 
         def unchanged(v: dict[str, int], seen: dict[str, int] = seen) -> bool:
-            return v["escrow"] == seen["escrow"] and v["spent"] == seen["spent"]
+            expired = expired_by_ms is None or v["lease_ms"] <= expired_by_ms
+            return expired and v["escrow"] == seen["escrow"] and v["spent"] == seen["spent"]
 
         def close(v: dict[str, int]) -> None:
             v["escrow"] = v["spent"]
