@@ -48,7 +48,8 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(
-            state_backend="embedded",
+            state_backend="sqlite",
+            state_path=f"{tmp}/state.sqlite3",
             search_backend="sqlite",
             sqlite_path=f"{tmp}/kb.sqlite3",
             token_secret="bench-secret-0123456789abcdef",

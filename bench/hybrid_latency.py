@@ -43,7 +43,8 @@ QUERIES = [
 
 def container(tmp: str, name: str, model_dir: str | None) -> Container:
     settings = Settings(
-        state_backend="embedded",
+        state_backend="sqlite",
+        state_path=f"{tmp}/{name}-state.sqlite3",
         search_backend="sqlite",
         sqlite_path=f"{tmp}/{name}.sqlite3",
         token_secret="bench-secret-0123456789abcdef",

@@ -97,7 +97,7 @@ def main() -> int:
         token_secret="bench-secret-" + tag * 4,
     )
     container = Container(settings=settings, clock=SystemClock())
-    container.state.create_table()
+    container.table.create()
     backend = container.backend
     try:
         keys = [f"scifact-{i}@1.0.0" for i in range(2)]
@@ -170,7 +170,7 @@ def main() -> int:
         return 0 if result["ratio_p50"] <= 1.3 else 1
     finally:
         backend.drop_indices()  # type: ignore[attr-defined]
-        container.state.client.delete_table(TableName=settings.table_name)
+        container.table.delete()
 
 
 if __name__ == "__main__":

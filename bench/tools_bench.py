@@ -69,7 +69,8 @@ class TimedLedger:
 
 def _container(tmp: Path, dynamodb_endpoint: str | None) -> Container:
     settings = Settings(
-        state_backend="dynamodb" if dynamodb_endpoint else "embedded",
+        state_backend="dynamodb" if dynamodb_endpoint else "sqlite",
+        state_path=str(tmp / "state.sqlite3"),
         search_backend="sqlite",
         dynamodb_endpoint=dynamodb_endpoint,
         sqlite_path=str(tmp / "kb.sqlite3"),
@@ -82,7 +83,7 @@ def _container(tmp: Path, dynamodb_endpoint: str | None) -> Container:
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     container = Container(settings=settings, clock=SystemClock())
     if dynamodb_endpoint:
-        container.state.create_table()
+        container.table.create()
     from kb_cli import demo
 
     demo.seed(container, with_token=False)
@@ -99,7 +100,7 @@ def bench_calls(container: Container, rounds: int, label: str) -> None:
     from knowledge_core.services.tools import ToolsService
 
     ledger = TimedLedger(container.ledger)
-    tools = ToolsService(container.state, container.scopes, container.backend, ledger, container.clock)
+    tools = ToolsService(container.scopes, container.backend, ledger, container.clock)
     backend = container.backend
     agent = container.scopes.agent("demo-router@1.0.0")
     assert agent is not None
@@ -139,7 +140,7 @@ def bench_calls(container: Container, rounds: int, label: str) -> None:
         (raw,) = backend.search([SourceQuery("demo-docs@1.0.0", 5, 0.0, 15.0)], query, viewer)
         t2 = time.perf_counter()
         # The pure part alone: plan + fuse over the raw hits just fetched.
-        scope = KnowledgeScope("", agent, container.state.get_sources(agent.allowed_keys))
+        scope = KnowledgeScope("", agent, container.state.registry.get_sources(agent.allowed_keys))
         t3 = time.perf_counter()
         plan_tool(scope, query, {"projectType": "monitor"})
         fuse(

@@ -1,8 +1,9 @@
-"""Shared fixtures: an embedded container (moto DynamoDB + SQLite FTS5) with a controllable clock."""
+"""Shared fixtures: an embedded container (SQLite state + SQLite FTS5) with a controllable clock."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -38,20 +39,26 @@ def clock() -> FakeClock:
 
 def embedded_container(tmp_path: Path, clock: Clock, **overrides: object) -> Container:
     values: dict[str, object] = {
-        "state_backend": "embedded",
+        "state_backend": "sqlite",
+        "state_path": str(tmp_path / f"state-{uuid.uuid4().hex[:8]}.sqlite3"),
         "search_backend": "sqlite",
         "sqlite_path": str(tmp_path / "kb.sqlite3"),
         "token_secret": TEST_SECRET,
-        "table_name": f"kb-{uuid.uuid4().hex[:12]}",
         "registry_cache_seconds": 0,
     }
     settings = Settings.model_validate(values | overrides)
-    return Container(settings=settings, clock=clock)
+    return Container(settings, clock=clock)
+
+
+def stored_runs(container: Container) -> list[dict]:
+    """Every run in an embedded container's state file as {run_id, state} (counting what a call created)."""
+    with sqlite3.connect(container.settings.state_path) as conn:
+        return [{"run_id": r, "state": s} for r, s in conn.execute("SELECT run_id, state FROM runs")]
 
 
 @pytest.fixture
 def container(tmp_path: Path, clock: FakeClock) -> Container:
-    """A fresh embedded container: its own table (moto) and its own SQLite index."""
+    """A fresh embedded container: its own SQLite state file and its own SQLite index."""
     return embedded_container(tmp_path, clock)
 
 

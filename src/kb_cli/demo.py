@@ -4,8 +4,12 @@ Chinese and English product-support knowledge base (demo_corpus/)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from knowledge_core.domain.models import AgentDefinition, Document, SourceDefinition
+
+if TYPE_CHECKING:
+    from knowledge_core.bootstrap import Container
 
 CORPUS = Path(__file__).parent / "demo_corpus"
 ROUTE = "demo"
@@ -87,7 +91,27 @@ def demo_documents() -> list[Document]:
     ]
 
 
-def seed(container, *, with_token: bool = True, ttl_seconds: int = 7 * 86400) -> str | None:
+def issue_token(container: Container, ttl_seconds: int = 7 * 86400) -> str:
+    token, _ = container.access.issue_token(
+        routes=[ROUTE],
+        ttl_seconds=ttl_seconds,
+        client_id=PRINCIPAL["client_id"],
+        subject=PRINCIPAL["subject"],
+        tenant=PRINCIPAL["tenant"],
+    )
+    return token
+
+
+def seed_if_absent(container: Container) -> bool:
+    """Seed the demo workspace unless route `demo` already exists (then nothing is touched: a user's
+    changes to it survive a restart). True when it was seeded now."""
+    if container.state.registry.get_workspace_agent(ROUTE) is not None:
+        return False
+    seed(container, with_token=False)
+    return True
+
+
+def seed(container: Container, *, with_token: bool = True, ttl_seconds: int = 7 * 86400) -> str | None:
     """Publish the demo source and agent, point route `demo` at it, ingest the corpus; return a token."""
     admin = container.admin
     admin.publish_source(SourceDefinition.model_validate(SOURCE))
@@ -96,7 +120,4 @@ def seed(container, *, with_token: bool = True, ttl_seconds: int = 7 * 86400) ->
         admin.publish_agent(AgentDefinition.model_validate(agent))
     admin.set_workspace(ROUTE, f"{AGENT['id']}@{AGENT['version']}")
     admin.put_documents(demo_documents())
-    if not with_token:
-        return None
-    token, _ = container.access.issue_token(routes=[ROUTE], ttl_seconds=ttl_seconds, **PRINCIPAL)
-    return token
+    return issue_token(container, ttl_seconds) if with_token else None

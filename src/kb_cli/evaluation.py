@@ -288,7 +288,7 @@ class Semantic:
 def build_container(
     backend: str, workdir: Path, opensearch_url: str | None = None, semantic: Semantic | None = None
 ) -> Any:
-    """A fresh bootstrap Container: embedded state (moto), the chosen search backend (hybrid when
+    """A fresh bootstrap Container: embedded SQLite state, the chosen search backend (hybrid when
     `semantic` is given)."""
     import os
 
@@ -302,7 +302,8 @@ def build_container(
     if backend == "opensearch" and not opensearch_url:
         raise ValueError("--opensearch-url is required for the opensearch backend")
     settings = Settings(
-        state_backend="embedded",
+        state_backend="sqlite",
+        state_path=str(workdir / "eval-state.sqlite3"),
         search_backend=backend,
         sqlite_path=str(workdir / "eval.sqlite3"),
         opensearch_url=opensearch_url,
@@ -320,18 +321,19 @@ def build_container(
             else {}
         ),
     )
-    container = Container(settings=settings, clock=SystemClock())
+    container = Container(settings, clock=SystemClock())
     if backend == "opensearch":
         from knowledge_core.adapters.opensearch import OpenSearchBackend
 
         # Own indices per run: a shared node never mixes runs, and they are dropped afterwards.
-        container.__dict__["backend"] = OpenSearchBackend(
+        own = OpenSearchBackend(
             str(opensearch_url),
             region=settings.region,
             index_prefix=f"kb-eval-{uuid.uuid4().hex[:8]}",
             embedder=container.embedder,
             hybrid=container.hybrid,
         )
+        container = Container(settings, clock=container.clock, backend=own, embedder=container.embedder)
     return container
 
 

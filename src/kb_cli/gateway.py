@@ -1,22 +1,33 @@
 """A local HTTP API + Lambda Invoke API in front of the real handlers, as `sam local` would run them.
 
 Routes come from template.yaml. Public routes go through the template's Lambda authorizer with a
-payload 2.0 event; IAM routes (admin) and the Invoke API answer only on loopback."""
+payload 2.0 event; IAM routes (admin) and the Invoke API answer only on loopback.
+
+`kb serve` runs every function the way Lambda does (`WorkerHandlers`): each instance is a worker process
+that loads the handler once and takes one event at a time; concurrency comes from more instances, never
+from threads sharing one module's state (the Powertools resolver's current event, logger keys, metrics).
+`Handlers` runs them in this process, one caller at a time per function (`kb invoke`, tests)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.util
 import ipaddress
 import json
+import multiprocessing
+import os
+import signal
+import sys
 import threading
 import time
 import traceback
 import uuid
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from . import template as tpl
@@ -51,12 +62,16 @@ class FunctionError(Exception):
 
 
 class Handlers:
-    """Loads each function's handler module once, from its CodeUri, by file path."""
+    """Loads each function's handler module once, from its CodeUri, by file path, and runs one event at
+    a time per function (as one Lambda instance would)."""
 
     def __init__(self) -> None:
         self.functions = tpl.functions()
         self._modules: dict[str, ModuleType] = {}
         self._lock = threading.Lock()
+        self._busy: dict[str, threading.Lock] = {
+            fn.logical_id: threading.Lock() for fn in self.functions.values()
+        }
 
     def resolve(self, name: str) -> tpl.Function:
         for fn in self.functions.values():
@@ -76,11 +91,147 @@ class Handlers:
                 module = importlib.util.module_from_spec(spec)
                 spec.loader.exec_module(module)
                 self._modules[fn.logical_id] = module
+        with self._busy[fn.logical_id]:
+            try:
+                return getattr(module, attr)(event, LambdaContext(fn.logical_id))
+            except Exception as exc:
+                traceback.print_exc()
+                raise FunctionError(type(exc).__name__, str(exc)) from exc
+
+
+class _Instance:
+    """One worker process of one function: the handler loaded once, one event at a time over a pipe."""
+
+    def __init__(self, name: str, verbose: bool) -> None:
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that has threads
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, name, verbose), daemon=True)
+        self.process.start()
+        child.close()
+
+    def call(self, event: Any, timeout_s: float) -> Any:
         try:
-            return getattr(module, attr)(event, LambdaContext(fn.logical_id))
-        except Exception as exc:
-            traceback.print_exc()
-            raise FunctionError(type(exc).__name__, str(exc)) from exc
+            self.conn.send(event)
+            if not self.conn.poll(timeout_s):
+                raise FunctionError("Timeout", "Task timed out")
+            status, *payload = self.conn.recv()
+        except (EOFError, OSError, BrokenPipeError) as exc:
+            raise FunctionError("Runtime.ExitError", "the function's process exited") from exc
+        if status == "error":
+            raise FunctionError(payload[0], payload[1])
+        return payload[0]
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+
+
+def _worker_main(conn: Connection, name: str, verbose: bool) -> None:
+    """A worker's life: load the handler, then answer events until the pipe closes (kb serve ended)."""
+    _die_with_parent()
+    if not verbose:  # handler logs and metrics (stdout) stay behind --verbose; tracebacks still show
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the process's stdout, for its lifetime
+    handlers = Handlers()
+    handlers.resolve(name)
+    while True:
+        try:
+            event = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply: tuple = ("ok", handlers.invoke(name, event))
+        except FunctionError as exc:
+            reply = ("error", exc.error_type, str(exc))
+        try:
+            conn.send(reply)
+        except (OSError, BrokenPipeError):
+            return
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when kb serve dies, even by SIGKILL (no orphans holding the state)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        os._exit(0)
+
+
+class WorkerHandlers:
+    """Every function as a pool of worker processes: an idle instance takes the event, or a new one is
+    started (a cold start) up to `max_instances`, else the event waits for the first free one."""
+
+    def __init__(self, max_instances: int = 2, verbose: bool = False) -> None:
+        self.functions = tpl.functions()
+        self._max = max_instances
+        self._verbose = verbose
+        self._idle: dict[str, list[_Instance]] = {fn.logical_id: [] for fn in self.functions.values()}
+        self._count: dict[str, int] = dict.fromkeys(self._idle, 0)
+        self._all: list[_Instance] = []
+        self._cond = threading.Condition()
+        self._timeouts = {fn.logical_id: fn.timeout_s for fn in self.functions.values()}
+
+    def resolve(self, name: str) -> tpl.Function:
+        for fn in self.functions.values():
+            if name in (fn.logical_id, fn.short_name):
+                return fn
+        raise KeyError(name)
+
+    def _acquire(self, name: str) -> _Instance:
+        with self._cond:
+            while True:
+                if self._idle[name]:
+                    return self._idle[name].pop()
+                if self._count[name] < self._max:
+                    self._count[name] += 1
+                    break
+                self._cond.wait()
+        try:
+            instance = _Instance(name, self._verbose)
+        except BaseException:
+            with self._cond:
+                self._count[name] -= 1
+                self._cond.notify()
+            raise
+        with self._cond:
+            self._all.append(instance)
+        return instance
+
+    def _release(self, name: str, instance: _Instance, healthy: bool) -> None:
+        with self._cond:
+            if healthy:
+                self._idle[name].append(instance)
+            else:
+                self._count[name] -= 1
+                self._all.remove(instance)
+            self._cond.notify()
+        if not healthy:
+            instance.stop()
+
+    def invoke(self, name: str, event: Any) -> Any:
+        fn = self.resolve(name)
+        instance = self._acquire(fn.logical_id)
+        healthy = True
+        try:
+            return instance.call(event, self._timeouts[fn.logical_id])
+        except FunctionError as exc:
+            healthy = exc.error_type not in ("Timeout", "Runtime.ExitError")
+            raise
+        finally:
+            self._release(fn.logical_id, instance, healthy)
+
+    def close(self) -> None:
+        with self._cond:
+            instances, self._all = self._all, []
+        for instance in instances:
+            instance.stop()
 
 
 def is_loopback(address: str) -> bool:
@@ -92,8 +243,14 @@ def is_loopback(address: str) -> bool:
     return (mapped or ip).is_loopback
 
 
+class FunctionRunner(Protocol):
+    def resolve(self, name: str) -> tpl.Function: ...
+
+    def invoke(self, name: str, event: Any) -> Any: ...
+
+
 class LocalGateway:
-    def __init__(self, handlers: Handlers | None = None) -> None:
+    def __init__(self, handlers: FunctionRunner | None = None) -> None:
         self.handlers = handlers or Handlers()
         template = tpl.load_template()
         self.routes = tpl.routes(template)
@@ -251,11 +408,16 @@ def _from_proxy_result(result: Any) -> tuple[int, dict[str, str], bytes]:
     return int(result["statusCode"]), headers, raw
 
 
+_log_lock = threading.Lock()
+
+
 class _Handler(BaseHTTPRequestHandler):
     gateway: LocalGateway
+    log_requests: bool
     protocol_version = "HTTP/1.1"
 
     def _serve(self) -> None:
+        started = time.perf_counter()
         url = urlsplit(self.path)
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
@@ -281,6 +443,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(raw)))
         self.end_headers()
         self.wfile.write(raw)
+        if self.log_requests:  # one line per request, as `sam local start-api` prints
+            ms = (time.perf_counter() - started) * 1000
+            with _log_lock:
+                print(f"{self.command} {url.path} {status} {ms:.1f} ms", flush=True)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
@@ -288,8 +454,15 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def make_server(host: str, port: int, gateway: LocalGateway | None = None) -> ThreadingHTTPServer:
-    handler = type("GatewayHandler", (_Handler,), {"gateway": gateway or LocalGateway()})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the listen backlog: bursts of connections wait instead of being reset
+
+
+def make_server(
+    host: str, port: int, gateway: LocalGateway | None = None, *, log_requests: bool = False
+) -> ThreadingHTTPServer:
+    handler = type(
+        "GatewayHandler", (_Handler,), {"gateway": gateway or LocalGateway(), "log_requests": log_requests}
+    )
+    return _Server((host, port), handler)

@@ -10,11 +10,15 @@ import secrets
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .http import DEFAULT_ENDPOINT, ApiError, call, seg
 
+if TYPE_CHECKING:
+    from knowledge_core.bootstrap import Container
+
 DEFAULT_STATE = Path(".kb-state")
+STATE_FILE = "state.sqlite3"  # beside search.sqlite3: sources, agents, tokens, runs, turns, ledgers
 
 
 # --- local runtime ------------------------------------------------------------------------------------
@@ -27,17 +31,18 @@ def configure_local_env(
     opensearch_url: str | None = None,
     dynamodb_endpoint: str | None = None,
 ) -> None:
-    """Environment for the handlers in this process: embedded defaults unless real endpoints are given."""
+    """Environment for the handlers of this process (and its workers): state and search embedded on
+    SQLite under `state` unless real endpoints are given."""
     state.mkdir(parents=True, exist_ok=True)
     secret_file = state / "token-secret"
     if not secret_file.exists():
-        secret_file.write_text(secrets.token_urlsafe(48), encoding="utf-8")
-        secret_file.chmod(0o600)
+        _write_private(secret_file, secrets.token_urlsafe(48))
     env = {
         "KB_TOKEN_SECRET": secret_file.read_text(encoding="utf-8").strip(),
         "KB_SEARCH_BACKEND": search_backend,
         "KB_SQLITE_PATH": str(state / "search.sqlite3"),
-        "KB_STATE_BACKEND": "dynamodb" if dynamodb_endpoint else "embedded",
+        "KB_STATE_BACKEND": "dynamodb" if dynamodb_endpoint else "sqlite",
+        "KB_STATE_PATH": str(state / STATE_FILE),
         "KB_TABLE_NAME": os.environ.get("KB_TABLE_NAME", "agent-knowledge"),
         "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
         "POWERTOOLS_TRACE_DISABLED": "true",
@@ -57,44 +62,108 @@ def configure_local_env(
     os.environ.update(env)
 
 
-def local_container(state: Path, **kwargs: Any) -> Any:
+def _write_private(path: Path, text: str) -> None:
+    """Create (or replace) a file readable by its owner only, from the first byte."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    path.chmod(0o600)
+
+
+def local_container(state: Path, **kwargs: Any) -> Container:
     configure_local_env(state, **kwargs)
     from knowledge_core import bootstrap
 
     bootstrap.reset()
     container = bootstrap.container()
-    if container.settings.state_backend == "dynamodb":
-        container.state.create_table()
+    if container.table is not None:
+        container.table.create()
     return container
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _demo_token(container: Container, token_file: Path) -> str:
+    """The demo token of an earlier start while it is still valid; otherwise a new one."""
+    from knowledge_core.services.access import token_hash
+
     from . import demo
-    from .gateway import make_server
+
+    if token_file.exists():
+        token = token_file.read_text(encoding="utf-8").strip()
+        session = container.state.sessions.get_session(token_hash(token))
+        if session is not None and not session.revoked and session.expires_at > container.clock.now() + 60:
+            return token
+    token = demo.issue_token(container)
+    _write_private(token_file, token + "\n")
+    return token
+
+
+def _orphaned_sources(container: Container, state: Path) -> list[str]:
+    """Sources that have documents in the index but are not in the registry (an older kb serve kept
+    its registry in memory)."""
+    import sqlite3
+
+    index = state / "search.sqlite3"
+    if container.settings.search_backend != "sqlite" or not index.exists():
+        return []
+    with sqlite3.connect(index) as conn:
+        try:
+            keys = [k for (k,) in conn.execute("SELECT DISTINCT source_key FROM documents")]
+        except sqlite3.Error:
+            return []
+    if not keys:
+        return []
+    known = container.state.registry.get_sources(keys)
+    return sorted(k for k, source in known.items() if source is None)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from knowledge_core.adapters.sqlite_db import SchemaError
+
+    from . import demo
+    from .gateway import LocalGateway, WorkerHandlers, make_server
 
     state = Path(args.state)
-    container = local_container(
-        state,
-        search_backend=args.search_backend,
-        opensearch_url=args.opensearch_url,
-        dynamodb_endpoint=args.dynamodb_endpoint,
-    )
-    server = make_server(args.host, args.port)
+    args.state_backend = args.state_backend or ("dynamodb" if args.dynamodb_endpoint else "sqlite")
+    if args.state_backend == "dynamodb" and not args.dynamodb_endpoint:
+        raise SystemExit("kb serve: --state-backend dynamodb needs --dynamodb-endpoint URL")
+    fresh_state = not (state / STATE_FILE).exists()
+    try:
+        container = local_container(
+            state,
+            search_backend=args.search_backend,
+            opensearch_url=args.opensearch_url,
+            dynamodb_endpoint=args.dynamodb_endpoint if args.state_backend == "dynamodb" else None,
+        )
+        if container.table is None:
+            container.state  # noqa: B018 - open (and migrate) the state file now, not on the first request
+    except SchemaError as exc:
+        print(f"kb serve: {exc}", file=sys.stderr)
+        return 2
+    if fresh_state and container.table is None:
+        orphans = _orphaned_sources(container, state)
+        if orphans:
+            print(
+                f"note: {state} was written by an older kb serve that kept sources, agents and tokens in "
+                f"memory; the index still holds documents of {', '.join(orphans)}. Publish those sources "
+                "again (kb publish source FILE.json) to make them searchable, or delete "
+                f"{state / 'search.sqlite3'} to start empty."
+            )
     if not args.no_demo:
-        token = demo.seed(container)
-        assert token is not None  # seed() issues a token unless told not to
+        seeded = demo.seed_if_absent(container)
         token_file = state / "demo-token"
-        token_file.write_text(token + "\n", encoding="utf-8")
-        token_file.chmod(0o600)
-        print(f"demo workspace 'demo' ready: {len(demo.demo_documents())} documents in demo-docs@1.0.0")
+        token = _demo_token(container, token_file)
+        what = "seeded" if seeded else "kept"
+        print(f"demo workspace 'demo' {what}: {len(demo.demo_documents())} documents in demo-docs@1.0.0")
         print(f"bearer token for route demo (also in {token_file}):\n{token}")
+    handlers = WorkerHandlers(max_instances=args.instances, verbose=args.verbose)
+    server = make_server(args.host, args.port, LocalGateway(handlers), log_requests=True)
     host, port = str(server.server_address[0]), server.server_address[1]
     embedder = container.embedder
     ranking = f"hybrid with {embedder.model_id}" if embedder else "BM25"
+    where = f"DynamoDB at {args.dynamodb_endpoint}" if container.table else f"SQLite at {state / STATE_FILE}"
     print(
         f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
-        f"ranking: {ranking}; "
-        f"state: {'DynamoDB at ' + args.dynamodb_endpoint if args.dynamodb_endpoint else 'embedded'})",
+        f"ranking: {ranking}; state: {where}; up to {args.instances} instances per function)",
         flush=True,
     )
     try:
@@ -103,6 +172,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         pass
     finally:
         server.server_close()
+        handlers.close()
     return 0
 
 
@@ -284,7 +354,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-demo", action="store_true", help="do not seed the demo workspace")
     p.add_argument("--search-backend", choices=["sqlite", "opensearch"], default="sqlite")
     p.add_argument("--opensearch-url")
+    p.add_argument(
+        "--state-backend",
+        choices=["sqlite", "dynamodb"],
+        help="where tokens, sources, agents, runs and ledgers live (default: sqlite under --state; "
+        "dynamodb when --dynamodb-endpoint is given)",
+    )
     p.add_argument("--dynamodb-endpoint")
+    p.add_argument(
+        "--instances",
+        type=int,
+        default=max(2, min(4, os.cpu_count() or 2)),
+        help="worker processes per function at most (each takes one event at a time, as on Lambda)",
+    )
+    p.add_argument("--verbose", action="store_true", help="also print the handlers' logs and metrics")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("token", help="bearer tokens")

@@ -56,6 +56,7 @@ class Function:
     logical_id: str
     code_dir: Path
     handler: str
+    timeout_s: float = 30.0
 
     @property
     def short_name(self) -> str:
@@ -64,13 +65,17 @@ class Function:
 
 def functions(template: dict | None = None) -> dict[str, Function]:
     template = template or load_template()
-    default_handler = template.get("Globals", {}).get("Function", {}).get("Handler", "app.lambda_handler")
+    defaults = template.get("Globals", {}).get("Function", {})
     out = {}
     for logical_id, res in template["Resources"].items():
         if res["Type"] == "AWS::Serverless::Function":
             props = res["Properties"]
+            timeout = props.get("Timeout", defaults.get("Timeout", 30))
             out[logical_id] = Function(
-                logical_id, ROOT / props["CodeUri"], props.get("Handler", default_handler)
+                logical_id,
+                ROOT / props["CodeUri"],
+                props.get("Handler", defaults.get("Handler", "app.lambda_handler")),
+                float(timeout) if isinstance(timeout, int | float) else 30.0,
             )
     return out
 

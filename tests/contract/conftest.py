@@ -81,7 +81,7 @@ def real_container(
         **overrides,
     )
     container = Container(settings=settings, clock=clock)
-    container.state.create_table()
+    container.table.create()
     return container
 
 
@@ -96,7 +96,7 @@ def backend_container(
         request.getfixturevalue("real_endpoints"), request.getfixturevalue("index_prefix"), clock
     )
     yield container
-    container.state.client.delete_table(TableName=container.settings.table_name)
+    container.table.delete()
 
 
 @dataclass
@@ -190,4 +190,4 @@ def hybrid_world(
         embedding_model_dir=embedding_model_dir,
     )
     yield World(container, clock)
-    container.state.client.delete_table(TableName=container.settings.table_name)
+    container.table.delete()

@@ -121,7 +121,7 @@ def stopped_opensearch(endpoints: dict[str, str]) -> Iterator[tuple[Container, F
         container = Container(
             settings=_settings(endpoints, opensearch_url=own["OPENSEARCH_URL"]), clock=clock
         )
-        container.state.create_table()
+        container.table.create()
         demo.seed(container, with_token=False)
         bootstrap.reset(container)
         handlers = Handlers()
@@ -134,7 +134,7 @@ def stopped_opensearch(endpoints: dict[str, str]) -> Iterator[tuple[Container, F
         assert not services.status(state)["opensearch"]["running"]
         clock.advance(11)  # past the 10 s health cache; the ref (300 s) is still valid
         yield container, clock, ref
-        container.state.client.delete_table(TableName=container.settings.table_name)
+        container.table.delete()
     finally:
         bootstrap.reset(None)
         services.stop(state)
@@ -201,7 +201,7 @@ class SabotagedBackend(OpenSearchBackend):
 @pytest.fixture
 def two_sources(endpoints: dict[str, str]) -> Iterator[tuple[World, list[str]]]:
     container = Container(settings=_settings(endpoints), clock=FakeClock())
-    container.state.create_table()
+    container.table.create()
     world = World(container, container.clock)  # type: ignore[arg-type]
     keys = world.publish({"left": {}, "right": {}})
     world.ingest(
@@ -210,7 +210,7 @@ def two_sources(endpoints: dict[str, str]) -> Iterator[tuple[World, list[str]]]:
     )
     yield world, keys
     container.backend.drop_indices()  # type: ignore[attr-defined]
-    container.state.client.delete_table(TableName=container.settings.table_name)
+    container.table.delete()
 
 
 def _sabotage(world: World, failing: dict[str, str]) -> SabotagedBackend:
@@ -218,9 +218,7 @@ def _sabotage(world: World, failing: dict[str, str]) -> SabotagedBackend:
     sabotaged = SabotagedBackend(
         world.c.settings.opensearch_url, index_prefix=real.index_prefix, timeout_s=3.0, failing=failing
     )
-    world.c.__dict__["backend"] = sabotaged  # the cached_property slot
-    for name in ("knowledge",):
-        world.c.__dict__.pop(name, None)
+    world.c = Container(world.c.settings, clock=world.clock, state=world.c.state, backend=sabotaged)
     return sabotaged
 
 

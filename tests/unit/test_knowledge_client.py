@@ -25,6 +25,7 @@ from knowledge_client import (
     TransportError,
     tool_definitions,
 )
+from tests.conftest import stored_runs
 
 ENDPOINT = "http://kb.test"
 SOURCE = "demo-docs@1.0.0"
@@ -100,11 +101,6 @@ def served(demo_container):
     client = KnowledgeClient(ENDPOINT, "demo", token, transport=transport, retry_pause=0)
     yield demo_container, client, transport, token
     bootstrap.reset(None)
-
-
-def runs(container) -> list[dict]:
-    items = container.state.client.scan(TableName=container.state.table_name)["Items"]
-    return [i for i in items if i["pk"]["S"].startswith("RUN#")]
 
 
 # --- negotiation -----------------------------------------------------------------------------------
@@ -240,8 +236,8 @@ def test_a_turn_client_retries_a_lost_turn_response_without_a_second_run(served)
     transport.drop_next.add("turns")
     turn = client.start_turn("网关离线怎么排查？", turn_id="turn-lost-1")
     assert transport.calls.count("turns") == 2
-    [run] = runs(container)
-    assert run["pk"]["S"] == f"RUN#{turn.run_id}"
+    [run] = stored_runs(container)
+    assert run["run_id"] == turn.run_id
     assert client.search("网关离线")["run_id"] == turn.run_id
 
 

@@ -1,5 +1,5 @@
 """R-TOOL / R-FAIL / R-EVENT / R-BUDGET through the tools service: a fake SearchBackend (injected
-timeouts, unavailability, throttling, denials) over the real registry and ledger on moto."""
+timeouts, unavailability, throttling, denials) over the real registry and ledger (embedded SQLite state)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ class World:
         self.container = container
         self.clock = clock
         self.backend = FakeBackend()
-        self.tools = ToolsService(container.state, container.scopes, self.backend, container.ledger, clock)
+        self.tools = ToolsService(container.scopes, self.backend, container.ledger, clock)
         for key, description, tags in [
             ("alpha@1.0.0", "设备安装 installation", ["安装"]),
             ("beta@1.0.0", "gateway offline 网关离线", ["gateway"]),
@@ -307,7 +307,7 @@ def test_r_tool_explicit_sources_only_those(world: World) -> None:
 
 def test_r_tool_revoked_source_is_denied_live(world: World) -> None:
     agent = world.agent("auto", {"mode": "AUTO"})
-    world.container.state.update_source_state("gamma@2.0.0", SourceState(status="revoked"))
+    world.container.state.registry.update_source_state("gamma@2.0.0", SourceState(status="revoked"))
     world.container.scopes.invalidate()
     assert (
         world.call(agent, {"query": "退款", "sources": ["gamma@2.0.0"]})["error"]["code"]
@@ -374,13 +374,15 @@ def test_r_fail_skip_transient_with_every_source_failing_is_an_error(world: Worl
 
 
 def test_r_route_expired_lease_of_selected_source_unavailable(world: World) -> None:
-    world.container.state.update_source_state("beta@1.0.0", SourceState(lease_until="2020-01-01T00:00:00Z"))
+    world.container.state.registry.update_source_state(
+        "beta@1.0.0", SourceState(lease_until="2020-01-01T00:00:00Z")
+    )
     world.container.scopes.invalidate()
     fail_fast = world.agent("ff", {"mode": "AUTO"})
     result = world.call(fail_fast, {"query": "安装 gateway"})
     assert result["error"]["code"] == "KNOWLEDGE_UNAVAILABLE"
     assert world.backend.queries == []  # failed before anything was asked or charged
-    assert world.container.ledger.entry("inv-1", "inv-1").retrievals == 0
+    assert world.container.ledger.entry("inv-1", "inv-1") is None  # nothing charged, nothing created
     skip = world.agent("skip", {"mode": "AUTO", "failurePolicy": "SKIP_TRANSIENT"})
     result = world.call(skip, {"query": "安装 gateway"}, invocation_id="inv-2")
     assert [e["status"] for e in _event(result, "knowledge.retrieved")] == ["OK", "KNOWLEDGE_UNAVAILABLE"]
@@ -471,11 +473,11 @@ def test_r_budget_three_level_agent_tree(world: World) -> None:
     assert c["error"]["code"] == "KNOWLEDGE_BUDGET_EXCEEDED"  # triage: 2 + 2 > 3
     ledger = world.container.ledger
     assert [
-        (e.retrievals, e.chars)
+        (e.retrievals, e.chars) if e else None
         for e in (
             ledger.entry("inv-root", i) for i in ("inv-root", "inv-triage", "inv-s1", "inv-s2", "inv-s3")
         )
-    ] == [(2, 100), (2, 100), (1, 63), (1, 37), (0, 0)]
+    ] == [(2, 100), (2, 100), (1, 63), (1, 37), None]  # the refused call charged and created nothing
     # The root's own call: its remaining 20 chars hold the 18 of g1; ids stay unique within the root.
     d = world.call(root, {"query": "refund 退款"}, invocation_id="inv-root")
     assert [(r["citationId"], len(r["content"])) for r in d["references"]] == [("cite-3", 18)]

@@ -22,6 +22,8 @@ from knowledge_core.domain.turn_wire import TurnRequest
 from knowledge_core.domain.wire import ReadRequest, SearchRequest, parse_request
 from knowledge_core.services.turns import TURN_TTL_SECONDS, turn_key
 
+from tests.conftest import stored_runs
+
 ROUTE = "demo"
 PRINCIPAL = Principal(client_id="c", session_id="s", subject="u", tenant="demo", routes=[ROUTE, "lab"])
 OTHER_SESSION = Principal(client_id="c", session_id="s2", subject="u", tenant="demo", routes=[ROUTE])
@@ -29,12 +31,6 @@ OTHER_SESSION = Principal(client_id="c", session_id="s2", subject="u", tenant="d
 
 def turn(container, body: dict, principal: Principal = PRINCIPAL, route: str = ROUTE) -> dict:
     return container.turns.start(principal, route, parse_request(TurnRequest, json.dumps(body)))
-
-
-def run_items(container) -> list[dict]:
-    state = container.state
-    items = state.client.scan(TableName=state.table_name)["Items"]
-    return [i for i in items if i["pk"]["S"].startswith("RUN#")]
 
 
 class CountingSearch:
@@ -170,7 +166,7 @@ def test_a_turn_replay_returns_the_stored_response_without_new_run_or_retrieval(
     demo_container.clock.advance(5)  # refs minted now would differ: the replay must be the stored bytes
     again = turn(demo_container, body)
     assert again == first and counter.calls == calls
-    assert len(run_items(demo_container)) == 1
+    assert len(stored_runs(demo_container)) == 1
 
 
 def test_a_turn_same_id_different_body_is_turn_conflict(demo_container):
@@ -179,7 +175,7 @@ def test_a_turn_same_id_different_body_is_turn_conflict(demo_container):
         turn(demo_container, {"turn_id": "t-c", "message": "hello", "knowledge_delivery": "on_demand"})
     with pytest.raises(TurnConflict):
         turn(demo_container, {"turn_id": "t-c", "message": "hello again"})
-    assert len(run_items(demo_container)) == 1
+    assert len(stored_runs(demo_container)) == 1
 
 
 def test_a_turn_ids_are_scoped_to_the_session(demo_container):
@@ -191,7 +187,7 @@ def test_a_turn_record_lives_at_least_24h_and_then_expires(demo_container):
     clock = demo_container.clock
     body = {"turn_id": "t-ttl", "message": "hello"}
     first = turn(demo_container, body)
-    record = demo_container.turn_store.get_turn(turn_key(ROUTE, PRINCIPAL, "t-ttl"), clock.now())
+    record = demo_container.state.turns.get_turn(turn_key(ROUTE, PRINCIPAL, "t-ttl"), clock.now())
     assert record.expires_at >= clock.now() + 86400 and TURN_TTL_SECONDS >= 86400
     clock.advance(86400)
     assert turn(demo_container, body) == first
@@ -219,7 +215,7 @@ def test_a_turn_concurrent_duplicates_create_exactly_one_run(demo_container):
         t.join()
     assert not errors and len(results) == 6
     assert all(r == results[0] for r in results)
-    assert len(run_items(demo_container)) == 1
+    assert len(stored_runs(demo_container)) == 1
 
 
 def test_a_turn_failure_releases_the_claim_and_fails_the_run(demo_container, monkeypatch):
@@ -231,11 +227,11 @@ def test_a_turn_failure_releases_the_claim_and_fails_the_run(demo_container, mon
     monkeypatch.setattr(demo_container.backend, "search", boom)
     with pytest.raises(RuntimeError):
         turn(demo_container, body)
-    [failed] = run_items(demo_container)
-    assert failed["state"]["S"] == "failed"
+    [failed] = stored_runs(demo_container)
+    assert failed["state"] == "failed"
     monkeypatch.undo()
     resp = turn(demo_container, body)
-    assert resp["run_id"] != failed["pk"]["S"][4:] and resp["context"]["knowledge"]
+    assert resp["run_id"] != failed["run_id"] and resp["context"]["knowledge"]
 
 
 def test_a_turn_duplicate_waits_for_pending_then_reports_in_progress(demo_container):
@@ -245,7 +241,7 @@ def test_a_turn_duplicate_waits_for_pending_then_reports_in_progress(demo_contai
     request = parse_request(TurnRequest, json.dumps({"turn_id": "t-pending", "message": "hi"}))
     now = demo_container.clock.now()
     assert (
-        demo_container.turn_store.claim_turn(key, request.request_hash(), "other", now, int(now) + 100)
+        demo_container.state.turns.claim_turn(key, request.request_hash(), "other", now, int(now) + 100)
         is None
     )
     with pytest.raises(TurnInProgress):
@@ -267,7 +263,7 @@ def test_a_turn_duplicate_waits_for_pending_then_reports_in_progress(demo_contai
 def test_a_turn_resumes_the_callers_run_only(demo_container):
     first = turn(demo_container, {"turn_id": "t-r1", "message": "hello"})
     second = turn(demo_container, {"turn_id": "t-r2", "message": "hello", "run_id": first["run_id"]})
-    assert second["run_id"] == first["run_id"] and len(run_items(demo_container)) == 1
+    assert second["run_id"] == first["run_id"] and len(stored_runs(demo_container)) == 1
     with pytest.raises(RunNotFound):
         turn(demo_container, {"turn_id": "t-r3", "message": "hi", "run_id": first["run_id"]}, OTHER_SESSION)
     demo_container.admin.end_run(first["run_id"], "completed")

@@ -172,7 +172,7 @@ def make_run(
     state: str = "context_ready",
 ) -> str:
     run_id = str(uuid.uuid4())
-    container.state.create_run(
+    container.state.runs.create_run(
         Run(run_id=run_id, session_id=session, client_id=client, route=route, state=state)
     )
     return run_id

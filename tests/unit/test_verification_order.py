@@ -73,7 +73,7 @@ def new_run(
     container: Container, principal: Principal = PRINCIPAL, route: str = ROUTE, state: str = "context_ready"
 ) -> str:
     run_id = str(uuid.uuid4())
-    container.state.create_run(
+    container.state.runs.create_run(
         Run(
             run_id=run_id,
             session_id=principal.session_id,

@@ -1,53 +1,96 @@
-"""The one place that builds adapters and services from settings: lazily, once per process."""
+"""The composition root: the one place that builds adapters and services, lazily, once per process.
+
+`Container(settings, clock=…, state=…, backend=…, ledger=…, embedder=…)` takes port-typed overrides
+(tests, eval and bench swap an adapter here, never by reaching into the container) and builds the rest
+from settings: state on DynamoDB (Lambda) or SQLite (the embedded default), search on OpenSearch or
+SQLite FTS5."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .codec import TokenCodec
 from .domain.hybrid import HybridRanking
-from .ports import Clock, Embedder, SearchBackend, SystemClock
+from .ports import BudgetLedger, Clock, Embedder, SearchBackend, StateStores, SystemClock
 from .settings import Settings
 
+if TYPE_CHECKING:
+    from .adapters.dynamodb import DynamoTable
+    from .services.access import AccessService, RunGuard
+    from .services.admin import AdminService
+    from .services.knowledge import KnowledgeService
+    from .services.scope import ScopeResolver
+    from .services.tools import ToolsService
+    from .services.turns import TurnService
 
-@dataclass
+
 class Container:
-    settings: Settings
-    clock: Clock
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        state: StateStores | None = None,
+        backend: SearchBackend | None = None,
+        ledger: BudgetLedger | None = None,
+        embedder: Embedder | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self._state = state
+        self._backend = backend
+        self._ledger = ledger
+        self._embedder = embedder
 
+    # --- adapters ---------------------------------------------------------------------------------
     @cached_property
-    def state(self) -> Any:  # DynamoState: Registry + SessionStore + RunStore
+    def table(self) -> DynamoTable | None:
+        """The DynamoDB table when state lives there (and was not given)."""
+        if self._state is not None or self.settings.state_backend != "dynamodb":
+            return None
         import boto3
         from botocore.config import Config
 
-        from .adapters.dynamodb import DynamoState
+        from .adapters.dynamodb import DynamoTable
 
-        if self.settings.state_backend == "embedded":
-            _start_embedded_aws()
-        config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5)
+        config = Config(
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=2,
+            read_timeout=5,
+            max_pool_connections=32,
+        )
         client = boto3.client(
             "dynamodb",
             region_name=self.settings.region,
             endpoint_url=self.settings.dynamodb_endpoint,
             config=config,
         )
-        if self.settings.state_backend == "embedded":
-            from .adapters.ledger_dynamodb import SerializedClient
+        return DynamoTable(client, self.settings.table_name)
 
-            client = SerializedClient(client)  # moto in-process is not safe for concurrent transactions
-        state = DynamoState(client, self.settings.table_name)
-        if self.settings.state_backend == "embedded":
-            state.create_table()
-        return state
+    @cached_property
+    def state(self) -> StateStores:
+        stores = self._state
+        if stores is None:
+            if self.table is not None:
+                stores = self.table.stores()
+            else:
+                from .adapters.sqlite_state import sqlite_stores
+
+                stores = sqlite_stores(self.settings.state_path)
+        return stores if self._ledger is None else replace(stores, ledger=self._ledger)
+
+    @property
+    def ledger(self) -> BudgetLedger:
+        return self.state.ledger
 
     @cached_property
     def embedder(self) -> Embedder | None:
         """The hybrid ranking model, when a model directory is configured (its runtime loads lazily)."""
-        if not self.settings.embedding_model_dir:
-            return None
+        if self._embedder is not None or not self.settings.embedding_model_dir:
+            return self._embedder
         from .adapters.embedding import CachedEmbedder, OnnxEmbedder
 
         model = OnnxEmbedder(self.settings.embedding_model_dir)
@@ -61,11 +104,13 @@ class Container:
 
     @cached_property
     def backend(self) -> SearchBackend:
+        if self._backend is not None:
+            return self._backend
         if self.settings.search_backend == "sqlite":
             from .adapters.sqlite_fts import SqliteFtsBackend
 
             return SqliteFtsBackend(self.settings.sqlite_path, embedder=self.embedder, hybrid=self.hybrid)
-        from .adapters.opensearch import OpenSearchBackend  # type: ignore[import-not-found]
+        from .adapters.opensearch import OpenSearchBackend
 
         if not self.settings.opensearch_url:
             raise RuntimeError("KB_OPENSEARCH_URL is required for the opensearch backend")
@@ -81,61 +126,64 @@ class Container:
     def codec(self) -> TokenCodec:
         return TokenCodec(_token_secret(self.settings), self.clock)
 
+    # --- services ---------------------------------------------------------------------------------
     @cached_property
-    def scopes(self) -> Any:
+    def scopes(self) -> ScopeResolver:
         from .services.scope import ScopeResolver
 
-        return ScopeResolver(self.state, self.clock, self.settings.registry_cache_seconds)
+        return ScopeResolver(self.state.registry, self.clock, self.settings.registry_cache_seconds)
 
     @cached_property
-    def run_guard(self) -> Any:
+    def run_guard(self) -> RunGuard:
         from .services.access import RunGuard
 
-        return RunGuard(self.state, self.clock, self.settings.registry_cache_seconds)
+        return RunGuard(self.state.runs, self.clock, self.settings.registry_cache_seconds)
 
     @cached_property
-    def access(self) -> Any:
+    def access(self) -> AccessService:
         from .services.access import AccessService
 
-        return AccessService(self.state, self.clock)
+        return AccessService(self.state.sessions, self.clock)
 
     @cached_property
-    def knowledge(self) -> Any:
+    def knowledge(self) -> KnowledgeService:
         from .services.knowledge import KnowledgeService
 
-        return KnowledgeService(self.scopes, self.backend, self.codec, self.run_guard, self.clock)
-
-    @cached_property
-    def admin(self) -> Any:
-        from .services.admin import AdminService
-
-        return AdminService(self.state, self.backend, self.scopes, self.state, self.run_guard)
-
-    @cached_property
-    def turn_store(self) -> Any:
-        from .adapters.turns_dynamodb import DynamoTurnStore
-
-        return DynamoTurnStore(self.state.client, self.state.table_name)
-
-    @cached_property
-    def turns(self) -> Any:
-        from .services.turns import TurnService
-
-        return TurnService(
-            self.scopes, self.knowledge, self.backend, self.state, self.run_guard, self.turn_store, self.clock
+        return KnowledgeService(
+            scopes=self.scopes, backend=self.backend, codec=self.codec, runs=self.run_guard, clock=self.clock
         )
 
     @cached_property
-    def ledger(self) -> Any:
-        from .adapters.ledger_dynamodb import DynamoLedger
+    def admin(self) -> AdminService:
+        from .services.admin import AdminService
 
-        return DynamoLedger(self.state.client, self.state.table_name)
+        return AdminService(
+            registry=self.state.registry,
+            backend=self.backend,
+            scopes=self.scopes,
+            runs=self.state.runs,
+            run_guard=self.run_guard,
+        )
 
     @cached_property
-    def tools(self) -> Any:
+    def turns(self) -> TurnService:
+        from .services.turns import TurnService
+
+        return TurnService(
+            scopes=self.scopes,
+            knowledge=self.knowledge,
+            backend=self.backend,
+            runs=self.state.runs,
+            run_guard=self.run_guard,
+            turns=self.state.turns,
+            clock=self.clock,
+        )
+
+    @cached_property
+    def tools(self) -> ToolsService:
         from .services.tools import ToolsService
 
-        return ToolsService(self.state, self.scopes, self.backend, self.ledger, self.clock)
+        return ToolsService(agents=self.scopes, backend=self.backend, ledger=self.ledger, clock=self.clock)
 
 
 def _token_secret(settings: Settings) -> bytes:
@@ -148,25 +196,6 @@ def _token_secret(settings: Settings) -> bytes:
     raise RuntimeError("no token secret configured (KB_TOKEN_SECRET or KB_TOKEN_SECRET_ARN)")
 
 
-_embedded_lock = threading.Lock()
-_embedded_mock: Any = None
-
-
-def _start_embedded_aws() -> None:
-    """moto in-process for the embedded local mode: one mock for the whole process."""
-    global _embedded_mock
-    with _embedded_lock:
-        if _embedded_mock is None:
-            import os
-
-            from moto import mock_aws
-
-            os.environ.setdefault("AWS_ACCESS_KEY_ID", "embedded")
-            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "embedded")
-            _embedded_mock = mock_aws()
-            _embedded_mock.start()
-
-
 _container: Container | None = None
 _container_lock = threading.Lock()
 
@@ -176,12 +205,12 @@ def container() -> Container:
     if _container is None:
         with _container_lock:
             if _container is None:
-                _container = Container(settings=Settings.from_env(), clock=SystemClock())
+                _container = Container(Settings.from_env())
     return _container
 
 
 def reset(new: Container | None = None) -> None:
-    """Tests and the local gateway swap the process container."""
+    """Tests and `kb` swap the process container."""
     global _container
     with _container_lock:
         _container = new

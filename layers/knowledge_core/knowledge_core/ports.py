@@ -7,8 +7,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .domain.budget import ChainLink, LedgerEntry
+from .domain.budget import ChainLink, Citation, CitationDraft, CitationMark, LedgerEntry
 from .domain.errors import SourceFailure
+from .domain.fusion import Hit
 from .domain.models import (
     AgentDefinition,
     Document,
@@ -84,19 +85,6 @@ class SourceQuery:
     top_k: int
     min_score: float
     timeout_s: float = 15.0
-
-
-@dataclass(frozen=True)
-class Hit:
-    """A search hit rolled up to its parent document."""
-
-    source_key: str
-    doc_id: str
-    title: str
-    revision: str
-    score: float
-    passage: str
-    structured_source: dict | None = None
 
 
 @dataclass
@@ -188,46 +176,66 @@ class TurnStore(ABC):
 
 
 @dataclass(frozen=True)
-class CitationDraft:
-    """A reference that would become a citation: `fingerprint` identifies its content within the root."""
+class ChainSnapshot:
+    """What the ledger holds for one invocation chain of a root tree, read at one moment."""
 
-    fingerprint: str
-    knowledge: str  # exact id@version
-    doc_id: str
-    content: str  # already cut to the source's sourceMaxChars share
-    retrieval_id: str
-    invocation_id: str
+    root_id: str
+    chain_ids: tuple[str, ...]  # the invocations asked for, root first
+    entries: dict[str, LedgerEntry]  # those of them that exist
+    seq: int = 0  # citations numbered so far in the root tree
+    cited: dict[str, CitationMark] = field(default_factory=dict)  # fingerprint -> its citation
+    agents: dict[str, AgentDefinition | None] = field(default_factory=dict)  # read in the same round trip
 
-
-@dataclass(frozen=True)
-class Citation:
-    citation_id: str
-    fingerprint: str
-    knowledge: str
-    content: str
-    retrieval_id: str
-    created: bool  # False = an existing citation of the same content, reused without new chars
+    def chain(self) -> list[LedgerEntry]:
+        """The entries root first; after a charge every one of them exists."""
+        return [self.entries[i] for i in self.chain_ids]
 
 
 class BudgetLedger(ABC):
-    """Per-invocation budgets and citations of one root invocation tree (R-BUDGET), kept atomically."""
+    """Per-invocation budgets and citations of one root invocation tree (R-BUDGET), kept atomically.
+
+    A tool call reads the chain once (`open_chain`), charges its source requests (`charge_retrievals`,
+    which also creates the entries seen for the first time) and records its citations
+    (`record_citations`): one write each, whatever the depth of the chain."""
 
     @abstractmethod
-    def open_chain(self, root_id: str, links: list[ChainLink], now: float) -> list[LedgerEntry]:
-        """The entries of `links` (root first), each created on first sight with its agent's limits.
-        ProtocolError when a known invocation is announced with another agent or parent."""
+    def open_chain(
+        self, root_id: str, invocation_ids: list[str], agent_keys: Sequence[str] = ()
+    ) -> ChainSnapshot:
+        """The existing entries of `invocation_ids` and the root tree's citations; `agent_keys`' published
+        definitions are read in the same round trip (a cold caller needs both)."""
 
     @abstractmethod
-    def charge_retrievals(self, root_id: str, chain: list[LedgerEntry], source_keys: list[str]) -> None:
-        """One request to each source, charged to every entry of the chain in one conditional transaction;
-        BudgetExceeded (and nothing charged anywhere) when any entry would go over a limit."""
+    def charge_retrievals(
+        self, snapshot: ChainSnapshot, links: list[ChainLink], source_keys: list[str], now: float
+    ) -> ChainSnapshot:
+        """One request to each source, charged to every link of the chain (root first) in one conditional
+        write that also creates the entries not seen before, with their agent's limits. ProtocolError
+        when a known invocation is announced with another agent or parent; BudgetExceeded when any entry
+        would go over a limit. Either way nothing is charged or created anywhere."""
 
     @abstractmethod
     def record_citations(
-        self, root_id: str, chain_ids: list[str], drafts: list[CitationDraft], now: float
-    ) -> list[Citation | None]:
+        self, snapshot: ChainSnapshot, drafts: list[CitationDraft], now: float
+    ) -> tuple[list[Citation | None], ChainSnapshot]:
         """Per draft: the existing citation of the same content (no new chars), a new one cut to the
-        smallest remaining char budget of the chain, or None when no chars remain. Atomic per call."""
+        smallest remaining char budget of the chain, or None when no chars remain. Atomic per call; the
+        chain is the snapshot's (charged before, so every entry exists)."""
 
     @abstractmethod
     def entry(self, root_id: str, invocation_id: str) -> LedgerEntry | None: ...
+
+    @abstractmethod
+    def citations(self, root_id: str) -> list[Citation]:
+        """Every citation of a root tree (operations and tests)."""
+
+
+@dataclass(frozen=True)
+class StateStores:
+    """Every state port, as one adapter family provides them (SQLite file, or one DynamoDB table)."""
+
+    registry: Registry
+    sessions: SessionStore
+    runs: RunStore
+    turns: TurnStore
+    ledger: BudgetLedger

@@ -12,7 +12,9 @@ from .domain.hybrid import HybridRanking
 
 class Settings(BaseModel):
     table_name: str = Field("agent-knowledge", min_length=3)
-    state_backend: Literal["dynamodb", "embedded"] = "dynamodb"
+    # State: the DynamoDB table (Lambda), or a SQLite file (the embedded default of `kb serve`).
+    state_backend: Literal["dynamodb", "sqlite"] = "dynamodb"
+    state_path: str = "/tmp/agent-knowledge-state.sqlite3"
     dynamodb_endpoint: str | None = None
     search_backend: Literal["sqlite", "opensearch"] = "opensearch"
     sqlite_path: str = "/tmp/agent-knowledge.sqlite3"
@@ -34,6 +36,7 @@ class Settings(BaseModel):
         values = {
             "table_name": env.get("KB_TABLE_NAME"),
             "state_backend": env.get("KB_STATE_BACKEND"),
+            "state_path": env.get("KB_STATE_PATH"),
             "dynamodb_endpoint": env.get("KB_DYNAMODB_ENDPOINT"),
             "search_backend": env.get("KB_SEARCH_BACKEND"),
             "sqlite_path": env.get("KB_SQLITE_PATH"),

@@ -8,11 +8,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..domain.errors import Conflict, StateUnavailable
 from ..domain.models import AgentDefinition, Run, Session, Source, SourceDefinition, SourceState
-from ..ports import Registry, RunStore, SessionStore
+from ..ports import Registry, RunStore, SessionStore, StateStores
 
 TABLE_DEFINITION: dict[str, Any] = {
     "AttributeDefinitions": [
@@ -48,8 +49,65 @@ def _n(value: float) -> dict:
     return {"N": str(value)}
 
 
+def create_table(client: Any, table_name: str) -> None:
+    """The service's table as TABLE_DEFINITION describes it, with TTL on; a no-op when it exists."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.create_table(TableName=table_name, **TABLE_DEFINITION)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ResourceInUseException":
+            raise
+    client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 0.2})
+    try:
+        client.update_time_to_live(
+            TableName=table_name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+        )
+    except ClientError as exc:
+        if "already enabled" not in str(exc).lower():
+            raise
+
+
+@dataclass(frozen=True)
+class DynamoTable:
+    """The service's table: its lifecycle (local servers and tests) and the stores on it."""
+
+    client: Any  # a low-level boto3 DynamoDB client
+    name: str
+
+    def create(self) -> None:
+        create_table(self.client, self.name)
+
+    def delete(self) -> None:
+        self.client.delete_table(TableName=self.name)
+
+    def stores(self) -> StateStores:
+        return dynamodb_stores(self.client, self.name)
+
+
+def dynamodb_stores(client: Any, table_name: str) -> StateStores:
+    """Every state port on one table, through one low-level boto3 client."""
+    from .ledger_dynamodb import DynamoLedger
+    from .turns_dynamodb import DynamoTurnStore
+
+    state = DynamoState(client, table_name)
+    return StateStores(
+        registry=state,
+        sessions=state,
+        runs=state,
+        turns=DynamoTurnStore(client, table_name),
+        ledger=DynamoLedger(client, table_name),
+    )
+
+
+def agent_from(item: dict) -> AgentDefinition:
+    return AgentDefinition.model_validate_json(item["doc"]["S"])
+
+
 class TableAdapter:
-    """What every store of the single table shares: the low-level client and the fault mapping."""
+    """What every store of the single table shares: the low-level client, the fault mapping, the one
+    conditional write and the one batch read."""
 
     def __init__(self, client: Any, table_name: str) -> None:
         from botocore.exceptions import BotoCoreError, ClientError  # lazy: botocore is heavy
@@ -71,55 +129,47 @@ class TableAdapter:
         except self._botocore_error as exc:
             raise StateUnavailable() from exc
 
-
-class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
-    """All state of the service in one DynamoDB table, through the low-level boto3 client."""
-
-    @property
-    def client(self) -> Any:
-        """The boto3 client, shared with the other stores of this table (turns, ledger)."""
-        return self._client
-
-    @property
-    def table_name(self) -> str:
-        return self._table
-
-    # --- table lifecycle ------------------------------------------------------------------------
-    def create_table(self) -> None:
-        try:
-            self._client.create_table(TableName=self._table, **TABLE_DEFINITION)
-        except self._client_error as exc:
-            if exc.response["Error"]["Code"] != "ResourceInUseException":
-                raise
-        self._client.get_waiter("table_exists").wait(TableName=self._table, WaiterConfig={"Delay": 0.2})
-        try:
-            self._client.update_time_to_live(
-                TableName=self._table,
-                TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
-            )
-        except self._client_error as exc:
-            if "already enabled" not in str(exc).lower():
+    def _conditional(self, op: str, **kwargs: Any) -> dict | None:
+        """A conditional write (`put_item`, `update_item`, `delete_item`): its response, or None when its
+        condition does not hold."""
+        with self._call():
+            try:
+                response: dict = getattr(self._client, op)(TableName=self._table, **kwargs)
+                return response
+            except self._client_error as exc:
+                if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                    return None
                 raise
 
     def _get(self, pk: str, sk: str) -> dict | None:
         with self._call():
-            item = self._client.get_item(
+            item: dict | None = self._client.get_item(
                 TableName=self._table, Key={"pk": _s(pk), "sk": _s(sk)}, ConsistentRead=True
             ).get("Item")
         return item
 
+    def _batch_get(self, keys: list[dict]) -> list[dict]:
+        """Consistent reads of `keys` (pk/sk dicts), 100 a request, unprocessed keys asked again."""
+        items: list[dict] = []
+        for i in range(0, len(keys), 100):
+            request: dict = {self._table: {"Keys": keys[i : i + 100], "ConsistentRead": True}}
+            while request:
+                with self._call():
+                    resp = self._client.batch_get_item(RequestItems=request)
+                items.extend(resp["Responses"].get(self._table, []))
+                request = resp.get("UnprocessedKeys") or {}
+        return items
+
+
+class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
+    """Registry, sessions and runs in the service's DynamoDB table, through the low-level boto3 client."""
+
     def _put_new(self, item: dict) -> bool:
         """Put unless the key exists; False when it does."""
-        with self._call():
-            try:
-                self._client.put_item(
-                    TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)"
-                )
-                return True
-            except self._client_error as exc:
-                if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                    return False
-                raise
+        return (
+            self._conditional("put_item", Item=item, ConditionExpression="attribute_not_exists(pk)")
+            is not None
+        )
 
     def _publish(self, pk: str, definition: str, parse: Callable[[str], T]) -> bool:
         """Immutable versions: identical re-publish is a no-op, different content a conflict."""
@@ -138,14 +188,8 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
         wanted = [
             {"pk": _s(f"SRC#{k}"), "sk": _s(sk)} for k in dict.fromkeys(keys) for sk in ("DEF", "STATE")
         ]
-        for i in range(0, len(wanted), 100):
-            request = {self._table: {"Keys": wanted[i : i + 100], "ConsistentRead": True}}
-            while request:
-                with self._call():
-                    resp = self._client.batch_get_item(RequestItems=request)
-                for item in resp["Responses"].get(self._table, []):
-                    found[item["pk"]["S"][4:]][item["sk"]["S"]] = item
-                request = resp.get("UnprocessedKeys") or {}
+        for item in self._batch_get(wanted):
+            found[item["pk"]["S"][4:]][item["sk"]["S"]] = item
         out: dict[str, Source | None] = {}
         for key, parts in found.items():
             if "DEF" not in parts:
@@ -177,7 +221,7 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
 
     def get_agent(self, key: str) -> AgentDefinition | None:
         item = self._get(f"AGENT#{key}", "DEF")
-        return AgentDefinition.model_validate_json(item["doc"]["S"]) if item else None
+        return agent_from(item) if item else None
 
     def put_agent(self, definition: AgentDefinition) -> bool:
         return self._publish(
@@ -256,19 +300,13 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
 
     def transition_run(self, run_id: str, from_states: tuple[str, ...], to_state: str) -> Run | None:
         names = {f":f{i}": _s(s) for i, s in enumerate(from_states)}
-        with self._call():
-            try:
-                resp = self._client.update_item(
-                    TableName=self._table,
-                    Key={"pk": _s(f"RUN#{run_id}"), "sk": _s("RUN")},
-                    UpdateExpression="SET #st = :to",
-                    ConditionExpression=f"attribute_exists(pk) AND #st IN ({', '.join(names)})",
-                    ExpressionAttributeNames={"#st": "state"},
-                    ExpressionAttributeValues={":to": _s(to_state), **names},
-                    ReturnValues="ALL_NEW",
-                )
-            except self._client_error as exc:
-                if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                    return None
-                raise
-        return self._run_from(resp["Attributes"])
+        resp = self._conditional(
+            "update_item",
+            Key={"pk": _s(f"RUN#{run_id}"), "sk": _s("RUN")},
+            UpdateExpression="SET #st = :to",
+            ConditionExpression=f"attribute_exists(pk) AND #st IN ({', '.join(names)})",
+            ExpressionAttributeNames={"#st": "state"},
+            ExpressionAttributeValues={":to": _s(to_state), **names},
+            ReturnValues="ALL_NEW",
+        )
+        return self._run_from(resp["Attributes"]) if resp is not None else None

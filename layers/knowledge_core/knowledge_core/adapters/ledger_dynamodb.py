@@ -3,50 +3,48 @@
 Items of one root invocation tree share a partition:
   pk = LEDGER#<root invocation id>, sk = INV#<invocation id>
       agent, parent, depth, mr/mq/mc (limits, fixed on first sight), r (retrievals), c (citation chars),
-      "q#<id@version>" (requests per exact source), deadline, seq (citations numbered, root only), ttl
+      "q#<id@version>" (requests per exact source), deadline, ttl; on the root only: seq (citations
+      numbered so far) and "f#<fingerprint>" = "<citation id>:<chars>" (every citation of the tree)
   pk = LEDGER#<root invocation id>, sk = CITE#<fingerprint>
       cid (citation id, unique within the root), knowledge, doc_id, content, retrieval_id, invocation_id, ttl
 
-Every spend is one TransactWriteItems over the chain (self and each ancestor up to the root) whose
-conditions hold only if every entry stays within its limits, so a refusal charges nothing anywhere and
-concurrent callers never overspend. Citation chars are granted optimistically (read the chain, cut to the
-smallest remaining budget, write conditionally, retry on a lost race)."""
+A tool call costs three round trips when the registry is cached (four cold): one BatchGetItem for the
+chain (plus any agent definitions not cached yet), one TransactWriteItems charging its requests to every
+entry of the chain — creating the entries seen for the first time in the same transaction — and one
+TransactWriteItems for its citations. The root's `f#` marks make citation reuse a decision on what was
+read; the root's `seq` condition turns any concurrent citation into a retry with a fresh read. Every
+spend is conditional on every entry staying within its limits, so a refusal charges nothing anywhere and
+concurrent callers never overspend."""
 
 from __future__ import annotations
 
 import random
-import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from ..domain.budget import ChainLink, LedgerEntry, Limits, chars_remaining, grant_chars, retrieval_refusal
+from ..domain.budget import (
+    ChainLink,
+    Citation,
+    CitationDraft,
+    CitationMark,
+    LedgerEntry,
+    Limits,
+    chain_mismatch,
+    charged,
+    effective_chain,
+    plan_citations,
+    retrieval_refusal,
+    with_chars,
+)
 from ..domain.errors import BudgetExceeded, ProtocolError, StateUnavailable
-from ..ports import BudgetLedger, Citation, CitationDraft
-from .dynamodb import TableAdapter, _n, _s
+from ..domain.models import AgentDefinition
+from ..ports import BudgetLedger, ChainSnapshot
+from .dynamodb import TableAdapter, _n, _s, agent_from
 
 LEDGER_TTL_SECONDS = 7 * 86400
 MAX_ATTEMPTS = 64
 _RETRY_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
-
-
-class SerializedClient:
-    """A boto3 client whose calls run one at a time. For moto in-process only: its TransactWriteItems
-    rolls back by restoring a table snapshot, which would erase concurrent writes of other threads."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self._lock = threading.RLock()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._client, name)
-        if not callable(attr) or name.startswith("get_waiter") or name == "can_paginate":
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                return attr(*args, **kwargs)
-
-        return call
 
 
 class DynamoLedger(TableAdapter, BudgetLedger):
@@ -61,17 +59,6 @@ class DynamoLedger(TableAdapter, BudgetLedger):
 
     def _key(self, root_id: str, sk: str) -> dict:
         return {"pk": self._pk(root_id), "sk": _s(sk)}
-
-    def _batch_get(self, keys: list[dict]) -> list[dict]:
-        items: list[dict] = []
-        for i in range(0, len(keys), 100):
-            request: dict = {self._table: {"Keys": keys[i : i + 100], "ConsistentRead": True}}
-            while request:
-                with self._call():
-                    resp = self._client.batch_get_item(RequestItems=request)
-                items.extend(resp["Responses"].get(self._table, []))
-                request = resp.get("UnprocessedKeys") or {}
-        return items
 
     def _transact(self, items: list[dict]) -> list[str | None] | None:
         """Run one transaction. None = committed; else the cancellation reason code per item."""
@@ -110,187 +97,147 @@ class DynamoLedger(TableAdapter, BudgetLedger):
         )
 
     # --- BudgetLedger ------------------------------------------------------------------------------
-    def open_chain(self, root_id: str, links: list[ChainLink], now: float) -> list[LedgerEntry]:
-        found = {
-            item["sk"]["S"][4:]: item
-            for item in self._batch_get([self._key(root_id, f"INV#{link.invocation_id}") for link in links])
-        }
-        entries: list[LedgerEntry] = []
-        for depth, link in enumerate(links):
-            parent = links[depth - 1].invocation_id if depth else None
-            item = found.get(link.invocation_id) or self._create(root_id, link, parent, depth, now)
+    def open_chain(
+        self, root_id: str, invocation_ids: list[str], agent_keys: Sequence[str] = ()
+    ) -> ChainSnapshot:
+        wanted_agents = list(dict.fromkeys(agent_keys))
+        items = self._batch_get(
+            [self._key(root_id, f"INV#{i}") for i in dict.fromkeys(invocation_ids)]
+            + [{"pk": _s(f"AGENT#{k}"), "sk": _s("DEF")} for k in wanted_agents]
+        )
+        entries: dict[str, LedgerEntry] = {}
+        agents: dict[str, AgentDefinition | None] = dict.fromkeys(wanted_agents)
+        seq, cited = 0, {}
+        for item in items:
+            if item["pk"]["S"].startswith("AGENT#"):
+                agents[item["pk"]["S"][6:]] = agent_from(item)
+                continue
             entry = self._entry(item)
-            if entry.agent != link.agent or entry.parent != parent:
-                raise ProtocolError(
-                    f"invocation {link.invocation_id} is already known with another agent or parent"
-                )
-            entries.append(entry)
-        return entries
+            entries[entry.invocation_id] = entry
+            if entry.invocation_id == root_id:
+                seq = int(item.get("seq", {"N": "0"})["N"])
+                cited = {name[2:]: _mark(value["S"]) for name, value in item.items() if name.startswith("f#")}
+        return ChainSnapshot(root_id, tuple(invocation_ids), entries, seq, cited, agents)
 
-    def _create(self, root_id: str, link: ChainLink, parent: str | None, depth: int, now: float) -> dict:
-        item = {
-            **self._key(root_id, f"INV#{link.invocation_id}"),
-            "agent": _s(link.agent),
-            "depth": _n(depth),
-            "mr": _n(link.limits.max_retrievals),
-            "mq": _n(link.limits.max_queries_per_source),
-            "mc": _n(link.limits.max_context_chars),
-            "r": _n(0),
-            "c": _n(0),
-            "seq": _n(0),
-            "created_at": _n(int(now)),
-            "ttl": _n(int(now) + LEDGER_TTL_SECONDS),
-        }
-        if parent is not None:
-            item["parent"] = _s(parent)
-        if link.deadline is not None:
-            item["deadline"] = _n(round(link.deadline, 3))
-        with self._call():
-            try:
-                self._client.put_item(
-                    TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)"
-                )
-                return item
-            except self._client_error as exc:
-                if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                    raise
-        with self._call():  # someone created it first: theirs is the entry
-            return self._client.get_item(
-                TableName=self._table,
-                Key=self._key(root_id, f"INV#{link.invocation_id}"),
-                ConsistentRead=True,
-            )["Item"]
-
-    def charge_retrievals(self, root_id: str, chain: list[LedgerEntry], source_keys: list[str]) -> None:
-        if not source_keys:
-            return
-        items = []
-        for entry in chain:
-            names = {"#r": "r"}
-            values = {
-                ":n": _n(len(source_keys)),
-                ":cap": _n(entry.limits.max_retrievals - len(source_keys)),
-                ":one": _n(1),
-                ":zero": _n(0),
-                ":qcap": _n(entry.limits.max_queries_per_source - 1),
-            }
-            sets = ["#r = #r + :n"]
-            conditions = ["#r <= :cap"]
-            for i, key in enumerate(source_keys):
-                names[f"#q{i}"] = f"q#{key}"
-                sets.append(f"#q{i} = if_not_exists(#q{i}, :zero) + :one")
-                conditions.append(f"(attribute_not_exists(#q{i}) OR #q{i} <= :qcap)")
-            items.append(
-                {
-                    "Update": {
-                        "TableName": self._table,
-                        "Key": self._key(root_id, f"INV#{entry.invocation_id}"),
-                        "UpdateExpression": "SET " + ", ".join(sets),
-                        "ConditionExpression": "attribute_exists(pk) AND " + " AND ".join(conditions),
-                        "ExpressionAttributeNames": names,
-                        "ExpressionAttributeValues": values,
-                    }
-                }
-            )
+    def charge_retrievals(
+        self, snapshot: ChainSnapshot, links: list[ChainLink], source_keys: list[str], now: float
+    ) -> ChainSnapshot:
+        root_id = snapshot.root_id
+        ids = [link.invocation_id for link in links]
         for attempt in range(MAX_ATTEMPTS):
+            _refuse(links, snapshot, source_keys)
+            chain = effective_chain(links, snapshot.entries)
+            items = [
+                self._charge_item(root_id, entry, depth, source_keys, now)
+                for depth, entry in enumerate(chain)
+            ]
             reasons = self._transact(items)
             if reasons is None:
-                return
-            if "ConditionalCheckFailed" in reasons:
-                fresh = self._chain(root_id, [e.invocation_id for e in chain])
-                raise BudgetExceeded(
-                    retrieval_refusal(fresh, source_keys) or "knowledge retrieval budget exhausted"
-                )
+                after = {e.invocation_id: charged(e, source_keys) for e in chain}
+                return ChainSnapshot(root_id, tuple(ids), after, snapshot.seq, snapshot.cited)
             _check_retryable(reasons)
-            self._backoff(attempt)
+            if "ConditionalCheckFailed" not in reasons:
+                self._backoff(attempt)
+            # Someone spent or created first: decide on what is there now (refuse, or try again).
+            snapshot = self.open_chain(root_id, ids)
         raise StateUnavailable("ledger is too contended; try again")
 
-    def _chain(self, root_id: str, chain_ids: list[str]) -> list[LedgerEntry]:
-        by_id = {
-            item["sk"]["S"][4:]: item
-            for item in self._batch_get([self._key(root_id, f"INV#{i}") for i in chain_ids])
+    def _charge_item(
+        self, root_id: str, entry: LedgerEntry, depth: int, source_keys: list[str], now: float
+    ) -> dict:
+        """One entry's share of a charge: created with its agent, parent and limits if absent, and
+        conditional on both (agent and place are fixed on first sight) and on every limit."""
+        limits = entry.limits
+        names = {"#r": "r", "#ag": "agent", "#pa": "parent"}
+        values: dict[str, dict] = {
+            ":n": _n(len(source_keys)),
+            ":cap": _n(limits.max_retrievals - len(source_keys)),
+            ":one": _n(1),
+            ":zero": _n(0),
+            ":qcap": _n(limits.max_queries_per_source - 1),
+            ":agent": _s(entry.agent),
+            ":depth": _n(depth),
+            ":mr": _n(limits.max_retrievals),
+            ":mq": _n(limits.max_queries_per_source),
+            ":mc": _n(limits.max_context_chars),
+            ":now": _n(int(now)),
+            ":ttl": _n(int(now) + LEDGER_TTL_SECONDS),
         }
-        return [self._entry(by_id[i]) for i in chain_ids]
+        sets = [
+            "#r = if_not_exists(#r, :zero) + :n",
+            "#ag = if_not_exists(#ag, :agent)",
+            "#depth = if_not_exists(#depth, :depth)",
+            "#mr = if_not_exists(#mr, :mr)",
+            "#mq = if_not_exists(#mq, :mq)",
+            "#mc = if_not_exists(#mc, :mc)",
+            "#c = if_not_exists(#c, :zero)",
+            "#seq = if_not_exists(#seq, :zero)",
+            "#created = if_not_exists(#created, :now)",
+            "#ttl = if_not_exists(#ttl, :ttl)",
+        ]
+        names |= {
+            "#depth": "depth",
+            "#mr": "mr",
+            "#mq": "mq",
+            "#mc": "mc",
+            "#c": "c",
+            "#seq": "seq",
+            "#created": "created_at",
+            "#ttl": "ttl",
+        }
+        if entry.parent is None:
+            place = "attribute_not_exists(#pa)"
+        else:
+            values[":parent"] = _s(entry.parent)
+            sets.append("#pa = if_not_exists(#pa, :parent)")
+            place = "#pa = :parent"
+        if entry.deadline is not None:
+            values[":dl"] = _n(round(entry.deadline, 3))
+            names["#dl"] = "deadline"
+            sets.append("#dl = if_not_exists(#dl, :dl)")
+        conditions = [
+            f"(attribute_not_exists(pk) OR (#ag = :agent AND {place}))",
+            "(attribute_not_exists(#r) OR #r <= :cap)",
+        ]
+        for i, key in enumerate(source_keys):
+            names[f"#q{i}"] = f"q#{key}"
+            sets.append(f"#q{i} = if_not_exists(#q{i}, :zero) + :one")
+            conditions.append(f"(attribute_not_exists(#q{i}) OR #q{i} <= :qcap)")
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": self._key(root_id, f"INV#{entry.invocation_id}"),
+                "UpdateExpression": "SET " + ", ".join(sets),
+                "ConditionExpression": " AND ".join(conditions),
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
+        }
 
     def record_citations(
-        self, root_id: str, chain_ids: list[str], drafts: list[CitationDraft], now: float
-    ) -> list[Citation | None]:
-        if not drafts:
-            return []
-        fingerprints = list(dict.fromkeys(d.fingerprint for d in drafts))
+        self, snapshot: ChainSnapshot, drafts: list[CitationDraft], now: float
+    ) -> tuple[list[Citation | None], ChainSnapshot]:
+        root_id = snapshot.root_id
         for attempt in range(MAX_ATTEMPTS):
-            items = self._batch_get(
-                [self._key(root_id, f"INV#{i}") for i in chain_ids]
-                + [self._key(root_id, f"CITE#{fp}") for fp in fingerprints]
-            )
-            entries = {it["sk"]["S"][4:]: it for it in items if it["sk"]["S"].startswith("INV#")}
-            existing = {it["sk"]["S"][5:]: it for it in items if it["sk"]["S"].startswith("CITE#")}
-            chain = [self._entry(entries[i]) for i in chain_ids]
-            root_item = entries[chain_ids[0]]
-            seq = int(root_item["seq"]["N"])
-            result: list[Citation | None] = []
-            new_drafts: dict[str, CitationDraft] = {}
-            for draft in drafts:
-                if draft.fingerprint in existing:
-                    result.append(_citation(existing[draft.fingerprint], created=False))
-                elif draft.fingerprint not in new_drafts:
-                    new_drafts[draft.fingerprint] = draft
-                    result.append(None)  # filled below
-                else:
-                    result.append(None)
-            grants = dict(
-                zip(
-                    new_drafts,
-                    grant_chars([len(d.content) for d in new_drafts.values()], chars_remaining(chain)),
-                    strict=True,
-                )
-            )
-            created: dict[str, Citation] = {}
-            puts = []
-            for fp, draft in new_drafts.items():
-                if grants[fp] <= 0:
-                    continue
-                seq += 1
-                citation = Citation(
-                    citation_id=f"cite-{seq}",
-                    fingerprint=fp,
-                    knowledge=draft.knowledge,
-                    content=draft.content[: grants[fp]],
-                    retrieval_id=draft.retrieval_id,
-                    created=True,
-                )
-                created[fp] = citation
-                puts.append(
-                    {
-                        "Put": {
-                            "TableName": self._table,
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                            "Item": {
-                                **self._key(root_id, f"CITE#{fp}"),
-                                "cid": _s(citation.citation_id),
-                                "knowledge": _s(draft.knowledge),
-                                "doc_id": _s(draft.doc_id),
-                                "content": _s(citation.content),
-                                "retrieval_id": _s(draft.retrieval_id),
-                                "invocation_id": _s(draft.invocation_id),
-                                "created_at": _n(int(now)),
-                                "ttl": _n(int(now) + LEDGER_TTL_SECONDS),
-                            },
-                        }
-                    }
-                )
-            if not created:
-                return self._fill(drafts, result, created, existing)
-            total = sum(len(c.content) for c in created.values())
+            chain = snapshot.chain()
+            plan = plan_citations(chain, snapshot.seq, snapshot.cited, drafts)
+            if not plan.created:
+                return plan.citations, snapshot
             updates = []
             for depth, entry in enumerate(chain):
-                values = {":n": _n(total), ":cap": _n(entry.limits.max_context_chars - total)}
+                names = {"#c": "c"}
+                values = {":n": _n(plan.chars), ":cap": _n(entry.limits.max_context_chars - plan.chars)}
                 update = "SET #c = #c + :n"
                 condition = "#c <= :cap"
-                if depth == 0:  # citation ids are numbered on the root: a concurrent numbering retries
-                    values |= {":seq": _n(seq), ":seen": root_item["seq"]}
+                if depth == 0:  # numbered and marked on the root: a concurrent citation makes this retry
+                    names["#seq"] = "seq"
+                    values |= {":seq": _n(plan.seq), ":seen": _n(snapshot.seq)}
                     update += ", #seq = :seq"
                     condition += " AND #seq = :seen"
+                    for i, (citation, _) in enumerate(plan.created):
+                        names[f"#f{i}"] = f"f#{citation.fingerprint}"
+                        values[f":f{i}"] = _s(f"{citation.citation_id}:{len(citation.content)}")
+                        update += f", #f{i} = :f{i}"
                 updates.append(
                     {
                         "Update": {
@@ -298,62 +245,49 @@ class DynamoLedger(TableAdapter, BudgetLedger):
                             "Key": self._key(root_id, f"INV#{entry.invocation_id}"),
                             "UpdateExpression": update,
                             "ConditionExpression": condition,
-                            "ExpressionAttributeNames": {
-                                "#c": "c",
-                                **({"#seq": "seq"} if depth == 0 else {}),
-                            },
+                            "ExpressionAttributeNames": names,
                             "ExpressionAttributeValues": values,
                         }
                     }
                 )
+            puts = [
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                        "Item": {
+                            **self._key(root_id, f"CITE#{citation.fingerprint}"),
+                            "cid": _s(citation.citation_id),
+                            "knowledge": _s(draft.knowledge),
+                            "doc_id": _s(draft.doc_id),
+                            "content": _s(citation.content),
+                            "retrieval_id": _s(draft.retrieval_id),
+                            "invocation_id": _s(draft.invocation_id),
+                            "created_at": _n(int(now)),
+                            "ttl": _n(int(now) + LEDGER_TTL_SECONDS),
+                        },
+                    }
+                }
+                for citation, draft in plan.created
+            ]
             reasons = self._transact(updates + puts)
             if reasons is None:
-                return self._fill(drafts, result, created, existing)
+                entries = {e.invocation_id: with_chars(e, plan.chars) for e in chain}
+                cited = snapshot.cited | {
+                    c.fingerprint: CitationMark(c.citation_id, len(c.content)) for c, _ in plan.created
+                }
+                return plan.citations, ChainSnapshot(root_id, snapshot.chain_ids, entries, plan.seq, cited)
             _check_retryable(reasons)
-            self._backoff(attempt)
+            if "ConditionalCheckFailed" not in reasons:
+                self._backoff(attempt)
+            snapshot = self.open_chain(root_id, list(snapshot.chain_ids))
         raise StateUnavailable("ledger is too contended; try again")
 
-    @staticmethod
-    def _fill(
-        drafts: list[CitationDraft],
-        result: list[Citation | None],
-        created: dict[str, Citation],
-        existing: dict[str, dict],
-    ) -> list[Citation | None]:
-        out: list[Citation | None] = []
-        seen: set[str] = set()
-        for draft, current in zip(drafts, result, strict=True):
-            if current is not None:
-                out.append(current)
-            elif draft.fingerprint in created:
-                citation = created[draft.fingerprint]
-                # The same content twice in one call: the second mention reuses the first's id.
-                out.append(
-                    citation
-                    if draft.fingerprint not in seen
-                    else Citation(
-                        citation.citation_id,
-                        citation.fingerprint,
-                        citation.knowledge,
-                        citation.content,
-                        citation.retrieval_id,
-                        created=False,
-                    )
-                )
-            else:
-                out.append(None)
-            seen.add(draft.fingerprint)
-        return out
-
     def entry(self, root_id: str, invocation_id: str) -> LedgerEntry | None:
-        with self._call():
-            item = self._client.get_item(
-                TableName=self._table, Key=self._key(root_id, f"INV#{invocation_id}"), ConsistentRead=True
-            ).get("Item")
+        item = self._get(f"LEDGER#{root_id}", f"INV#{invocation_id}")
         return self._entry(item) if item else None
 
     def citations(self, root_id: str) -> list[Citation]:
-        """Every citation of a root tree (operations and tests)."""
         out: list[Citation] = []
         kwargs: dict = {
             "TableName": self._table,
@@ -364,10 +298,26 @@ class DynamoLedger(TableAdapter, BudgetLedger):
         while True:
             with self._call():
                 resp = self._client.query(**kwargs)
-            out.extend(_citation(item, created=False) for item in resp.get("Items", []))
+            out.extend(_citation(item) for item in resp.get("Items", []))
             if "LastEvaluatedKey" not in resp:
                 return out
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+
+def _refuse(links: list[ChainLink], snapshot: ChainSnapshot, source_keys: list[str]) -> None:
+    """A chain that contradicts the ledger, or a charge that does not fit it: nothing is written. Spends
+    only grow, so a refusal read from any snapshot stands."""
+    mismatch = chain_mismatch(links, snapshot.entries)
+    if mismatch:
+        raise ProtocolError(mismatch)
+    refusal = retrieval_refusal(effective_chain(links, snapshot.entries), source_keys)
+    if refusal:
+        raise BudgetExceeded(refusal)
+
+
+def _mark(value: str) -> CitationMark:
+    citation_id, _, chars = value.rpartition(":")
+    return CitationMark(citation_id, int(chars))
 
 
 def _check_retryable(reasons: list[str | None]) -> None:
@@ -377,12 +327,12 @@ def _check_retryable(reasons: list[str | None]) -> None:
         raise RuntimeError(f"ledger transaction cancelled: {sorted(unexpected)}")
 
 
-def _citation(item: dict, *, created: bool) -> Citation:
+def _citation(item: dict) -> Citation:
     return Citation(
         citation_id=item["cid"]["S"],
         fingerprint=item["sk"]["S"][5:],
         knowledge=item["knowledge"]["S"],
         content=item["content"]["S"],
         retrieval_id=item["retrieval_id"]["S"],
-        created=created,
+        created=False,
     )

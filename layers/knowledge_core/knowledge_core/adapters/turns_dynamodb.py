@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import zlib
-from typing import Any
 
 from ..domain.errors import StateUnavailable
 from ..ports import TurnRecord, TurnStore
@@ -18,17 +17,6 @@ _SK = "TURN"
 
 
 class DynamoTurnStore(TableAdapter, TurnStore):
-    def _conditional(self, **kwargs: Any) -> bool:
-        """A conditional write; False when its condition does not hold."""
-        with self._call():
-            try:
-                getattr(self._client, kwargs.pop("op"))(TableName=self._table, **kwargs)
-                return True
-            except self._client_error as exc:
-                if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                    return False
-                raise
-
     @staticmethod
     def _key(key: str) -> dict:
         return {"pk": _s(key), "sk": _s(_SK)}
@@ -60,12 +48,15 @@ class DynamoTurnStore(TableAdapter, TurnStore):
         }
         for _ in range(3):
             # DynamoDB deletes expired items lazily: an expired record must not block a new claim.
-            if self._conditional(
-                op="put_item",
-                Item=item,
-                ConditionExpression="attribute_not_exists(pk) OR #ttl <= :now",
-                ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
-                ExpressionAttributeValues={":now": _n(int(now))},
+            if (
+                self._conditional(
+                    "put_item",
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(pk) OR #ttl <= :now",
+                    ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
+                    ExpressionAttributeValues={":now": _n(int(now))},
+                )
+                is not None
             ):
                 return None
             existing = self.get_turn(key, now)
@@ -75,23 +66,23 @@ class DynamoTurnStore(TableAdapter, TurnStore):
         raise StateUnavailable()
 
     def get_turn(self, key: str, now: float) -> TurnRecord | None:
-        with self._call():
-            item = self._client.get_item(TableName=self._table, Key=self._key(key), ConsistentRead=True).get(
-                "Item"
-            )
+        item = self._get(key, _SK)
         if item is None or int(item[TTL_ATTRIBUTE]["N"]) <= now:
             return None
         return self._record(item)
 
     def _while_held(self, op: str, key: str, claim: str, values: dict | None = None, **update: str) -> bool:
         """`op` on the turn only while it is still pending and held by `claim`."""
-        return self._conditional(
-            op=op,
-            Key=self._key(key),
-            ConditionExpression="#st = :pending AND claim = :held",
-            ExpressionAttributeNames={"#st": "state"},
-            ExpressionAttributeValues={**(values or {}), ":pending": _s("pending"), ":held": _s(claim)},
-            **update,
+        return (
+            self._conditional(
+                op,
+                Key=self._key(key),
+                ConditionExpression="#st = :pending AND claim = :held",
+                ExpressionAttributeNames={"#st": "state"},
+                ExpressionAttributeValues={**(values or {}), ":pending": _s("pending"), ":held": _s(claim)},
+                **update,
+            )
+            is not None
         )
 
     def set_turn_run(self, key: str, claim: str, run_id: str) -> bool:

@@ -4,11 +4,14 @@ source deadlines. The ledger adapter applies these atomically; nothing here does
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .models import KnowledgeRouting
 
 MAX_CHAIN_DEPTH = 16  # root .. self; keeps one spend inside one TransactWriteItems (<= 100 items)
+# Citations one root tree may hold: the DynamoDB ledger marks each on the root item (~80 bytes of its
+# 400 KB), so a tree stops creating citations here, as when no chars remain; reuse still works.
+MAX_CITATIONS_PER_ROOT = 2000
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,126 @@ class LedgerEntry:
 
     def queries(self, source_key: str) -> int:
         return self.per_source.get(source_key, 0)
+
+
+def chain_mismatch(links: list[ChainLink], entries: dict[str, LedgerEntry]) -> str | None:
+    """Why the announced chain contradicts the ledger (None = it agrees): a known invocation announced
+    with another agent or another parent (R-BUDGET: an entry's agent and place are fixed on first sight)."""
+    for depth, link in enumerate(links):
+        known = entries.get(link.invocation_id)
+        parent = links[depth - 1].invocation_id if depth else None
+        if known is not None and (known.agent != link.agent or known.parent != parent):
+            return f"invocation {link.invocation_id} is already known with another agent or parent"
+    return None
+
+
+def effective_chain(links: list[ChainLink], entries: dict[str, LedgerEntry]) -> list[LedgerEntry]:
+    """The chain root first: each link's stored entry, or the empty entry first sight would create."""
+    chain: list[LedgerEntry] = []
+    for depth, link in enumerate(links):
+        known = entries.get(link.invocation_id)
+        parent = links[depth - 1].invocation_id if depth else None
+        chain.append(
+            known or LedgerEntry(link.invocation_id, link.agent, parent, link.limits, deadline=link.deadline)
+        )
+    return chain
+
+
+def charged(entry: LedgerEntry, source_keys: list[str]) -> LedgerEntry:
+    """`entry` after one request to each of `source_keys`."""
+    per_source = dict(entry.per_source)
+    for key in source_keys:
+        per_source[key] = per_source.get(key, 0) + 1
+    return replace(entry, retrievals=entry.retrievals + len(source_keys), per_source=per_source)
+
+
+@dataclass(frozen=True)
+class CitationDraft:
+    """A reference that would become a citation: `fingerprint` identifies its content within the root."""
+
+    fingerprint: str
+    knowledge: str  # exact id@version
+    doc_id: str
+    content: str  # already cut to the source's sourceMaxChars share
+    retrieval_id: str
+    invocation_id: str
+
+
+@dataclass(frozen=True)
+class Citation:
+    citation_id: str
+    fingerprint: str
+    knowledge: str
+    content: str
+    retrieval_id: str
+    created: bool  # False = an existing citation of the same content, reused without new chars
+
+
+@dataclass(frozen=True)
+class CitationMark:
+    """An existing citation of a root tree: its id and the characters it was granted."""
+
+    citation_id: str
+    chars: int
+
+
+@dataclass(frozen=True)
+class CitationPlan:
+    """What one call's drafts become: per draft its citation (None = no chars left), the new ones with
+    their drafts, the new chars to charge to every entry of the chain, and the root's counter after."""
+
+    citations: list[Citation | None]
+    created: list[tuple[Citation, CitationDraft]]
+    chars: int
+    seq: int
+
+
+def plan_citations(
+    chain: list[LedgerEntry], seq: int, cited: dict[str, CitationMark], drafts: list[CitationDraft]
+) -> CitationPlan:
+    """R-BUDGET citations: identical content (same fingerprint in the root tree, or earlier in this call)
+    reuses its id and spends nothing; new content is numbered `cite-<n>` on the root's counter and cut to
+    the smallest remaining char budget of the chain, in order; nothing is created once no chars remain."""
+    remaining = chars_remaining(chain)
+    out: list[Citation | None] = []
+    created: list[tuple[Citation, CitationDraft]] = []
+    first: dict[str, Citation | None] = {}
+    for draft in drafts:
+        mark = cited.get(draft.fingerprint)
+        if mark is not None:
+            content = draft.content[: mark.chars]
+            out.append(
+                Citation(
+                    mark.citation_id, draft.fingerprint, draft.knowledge, content, draft.retrieval_id, False
+                )
+            )
+            continue
+        if draft.fingerprint in first:
+            earlier = first[draft.fingerprint]
+            out.append(replace(earlier, created=False) if earlier is not None else None)
+            continue
+        room = remaining if len(cited) + len(created) < MAX_CITATIONS_PER_ROOT else 0
+        take = grant_chars([len(draft.content)], room)[0]
+        citation: Citation | None = None
+        if take > 0:
+            seq += 1
+            remaining -= take
+            citation = Citation(
+                f"cite-{seq}",
+                draft.fingerprint,
+                draft.knowledge,
+                draft.content[:take],
+                draft.retrieval_id,
+                True,
+            )
+            created.append((citation, draft))
+        first[draft.fingerprint] = citation
+        out.append(citation)
+    return CitationPlan(out, created, sum(len(c.content) for c, _ in created), seq)
+
+
+def with_chars(entry: LedgerEntry, chars: int) -> LedgerEntry:
+    return replace(entry, chars=entry.chars + chars)
 
 
 def retrieval_refusal(chain: list[LedgerEntry], source_keys: list[str]) -> str | None:

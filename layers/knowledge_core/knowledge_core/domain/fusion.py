@@ -28,16 +28,20 @@ def _canonical(value: dict | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """One hit of one source, as ranked by that source."""
+class Hit:
+    """A search hit rolled up to its parent document, as its source ranked it: what a backend returns and
+    what fusion ranks (its best passage is the content a citation quotes)."""
 
     source_key: str
     doc_id: str
     title: str
     revision: str
     score: float  # the vendor's score, kept as is
-    content: str
+    passage: str
     structured_source: dict | None = None
+
+
+Candidate = Hit  # fusion's name for a hit it ranks
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class Fused:
 
     @property
     def fingerprint(self) -> str:
-        return content_fingerprint(self.candidate.content)
+        return content_fingerprint(self.candidate.passage)
 
 
 def positive(candidate: Candidate, min_score: float) -> bool:
@@ -71,7 +75,7 @@ def positive(candidate: Candidate, min_score: float) -> bool:
 
 def lexical_matches(candidate: Candidate, query_terms: list[str]) -> int:
     """How many distinct query terms (English words, CJK bigrams) occur in the title or content."""
-    text_terms = set(unique_terms(candidate.title + "\n" + candidate.content))
+    text_terms = set(unique_terms(candidate.title + "\n" + candidate.passage))
     return sum(1 for t in query_terms if t in text_terms)
 
 
@@ -103,7 +107,7 @@ def fuse(
         for rank, cand in enumerate(cands, start=1):
             # Merge only equal structured source and content; never on a shared doc number alone.
             key: object = (
-                (_canonical(cand.structured_source), content_fingerprint(cand.content))
+                (_canonical(cand.structured_source), content_fingerprint(cand.passage))
                 if cand.structured_source is not None
                 else (cand.source_key, cand.doc_id)
             )

@@ -257,6 +257,18 @@ class Document(BaseModel):
         return document_revision(self.title, self.body)
 
 
+def citable(doc: Document | None, source_key: str, revision: str, viewer: Viewer) -> bool:
+    """A document may still be quoted under a hit or ref: it exists in that very source, is ready, the
+    viewer may see it, and it is the revision the hit or ref was made from (never a newer body)."""
+    return (
+        doc is not None
+        and doc.source_key == source_key
+        and doc.status == "ready"
+        and doc.acl.visible_to(viewer)
+        and doc.revision == revision
+    )
+
+
 # --- identity and runs -------------------------------------------------------------------------
 
 
@@ -299,3 +311,8 @@ class Run(BaseModel):
     route: str
     state: RunState
     turn_id: str | None = None
+
+
+def owns_run(run: Run, principal: Principal, route: str) -> bool:
+    """A run belongs to the session and client that created it, on the route it was created on."""
+    return (run.session_id, run.client_id, run.route) == (principal.session_id, principal.client_id, route)

@@ -9,7 +9,7 @@ import threading
 import uuid
 
 from ..domain.errors import Forbidden, RunNotFound, RunNotReady, Unauthorized
-from ..domain.models import Principal, Run, Session
+from ..domain.models import Principal, Run, Session, owns_run
 from ..ports import Clock, RunStore, SessionStore
 
 TOKEN_PREFIX = "kbt_"
@@ -81,11 +81,7 @@ class RunGuard:
         if run_id is None:
             return None
         run = self._get(run_id)
-        if run is None or (run.session_id, run.client_id, run.route) != (
-            principal.session_id,
-            principal.client_id,
-            route,
-        ):
+        if run is None or not owns_run(run, principal, route):
             raise RunNotFound()
         if run.state != "context_ready":
             raise RunNotReady()

@@ -14,7 +14,7 @@ from ..domain.errors import (
     ScopeChanged,
     SourceFailure,
 )
-from ..domain.models import Principal
+from ..domain.models import Principal, citable
 from ..domain.router import PlannedSource, expired_leases, plan_search
 from ..domain.scope import KnowledgeScope
 from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
@@ -194,14 +194,9 @@ class KnowledgeService:
             doc = self._backend.get_document(claims.source_key, claims.doc_id)
         except SourceFailure:
             raise KnowledgeUnavailable() from None
-        if (
-            doc is None
-            or doc.status != "ready"
-            or doc.source_key != claims.source_key
-            or not doc.acl.visible_to(principal.viewer)
-            or doc.revision != claims.revision
-        ):
+        if not citable(doc, claims.source_key, claims.revision, principal.viewer):
             raise KnowledgeChanged()
+        assert doc is not None  # citable
         return self._page(
             scope,
             route,

@@ -12,7 +12,15 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from ..domain.budget import ChainLink, LedgerEntry, Limits, cut_to_source_max, source_timeout
+from ..domain.budget import (
+    ChainLink,
+    LedgerEntry,
+    Limits,
+    chain_mismatch,
+    cut_to_source_max,
+    effective_chain,
+    source_timeout,
+)
 from ..domain.errors import (
     ProtocolError,
     SourceFailure,
@@ -22,17 +30,17 @@ from ..domain.errors import (
     ToolError,
     tool_error_for,
 )
-from ..domain.fusion import Candidate, Fused, RankedList, content_fingerprint, fuse
-from ..domain.models import AgentDefinition, Viewer
+from ..domain.fusion import Fused, RankedList, content_fingerprint, fuse
+from ..domain.models import AgentDefinition, Viewer, citable
 from ..domain.router import PlannedSource, expired_leases, plan_startup, plan_tool
 from ..domain.scope import KnowledgeScope
 from ..domain.tool_wire import KnowledgeId, Reference, SearchArguments, ToolEnvelope, failure, success
 from ..ports import (
     BudgetLedger,
+    ChainSnapshot,
     CitationDraft,
     Clock,
     Hit,
-    Registry,
     SearchBackend,
     SourceQuery,
     SourceResult,
@@ -61,13 +69,11 @@ class Events:
 class ToolsService:
     def __init__(
         self,
-        registry: Registry,
         agents: ScopeResolver,
         backend: SearchBackend,
         ledger: BudgetLedger,
         clock: Clock,
     ) -> None:
-        self._registry = registry
         self._agents = agents
         self._backend = backend
         self._ledger = ledger
@@ -97,8 +103,13 @@ class ToolsService:
     def _run(self, envelope: ToolEnvelope, events: Events) -> list[Reference]:
         inv = envelope.invocation
         now = self._clock.now()
+        # One read for the chain's ledger entries and any agent definition this process has not seen.
+        chain_ids = [a.invocation_id for a in inv.ancestors] + [inv.invocation_id]
+        agent_keys = [a.agent for a in inv.ancestors] + [inv.agent]
+        snapshot = self._ledger.open_chain(inv.root_id, chain_ids, self._agents.uncached_agents(agent_keys))
+        self._agents.remember_agents(snapshot.agents)
         agent = self._agent(inv.agent)
-        scope = KnowledgeScope(route="", agent=agent, sources=self._registry.get_sources(agent.allowed_keys))
+        scope = KnowledgeScope(route="", agent=agent, sources=self._agents.sources(agent.allowed_keys))
         routing = scope.routing
         query = envelope.arguments.query
         if envelope.operation == "knowledge_search":
@@ -111,10 +122,13 @@ class ToolsService:
             for a in inv.ancestors
         ]
         links.append(ChainLink(inv.invocation_id, agent.key, Limits.of(routing), inv.deadline_epoch))
-        chain = self._ledger.open_chain(inv.root_id, links, now)
+        mismatch = chain_mismatch(links, snapshot.entries)
+        if mismatch:
+            raise ProtocolError(mismatch)
+        chain = effective_chain(links, snapshot.entries)
         events.add("knowledge.planned", sources=[{"knowledge": p.key, "reason": p.reason} for p in planned])
         if not planned:
-            self._fused(events, inv.root_id, inv.invocation_id, 0, routing.rerank)
+            self._fused(events, chain[-1], 0, routing.rerank)
             return []
 
         # Leases and the chain's deadline fail a source before it is asked or charged.
@@ -134,7 +148,7 @@ class ToolsService:
             self._retrieved_failures(events, planned, failures, retrieval_ids)
             raise next(failures[p.key] for p in planned if p.key in failures)
 
-        self._ledger.charge_retrievals(inv.root_id, chain, [p.key for p in to_call])
+        snapshot = self._ledger.charge_retrievals(snapshot, links, [p.key for p in to_call], now)
         viewer = Viewer(tenant=inv.tenant, subject=inv.subject, groups=inv.groups)
         results = self._backend.search(
             [
@@ -153,7 +167,7 @@ class ToolsService:
                 lists.append(
                     RankedList(
                         p.key,
-                        [_candidate(h) for h in visible],
+                        visible,
                         p.source.definition.top_k,
                         p.source.definition.min_score,
                     )
@@ -162,17 +176,10 @@ class ToolsService:
         self._apply_policy(routing.failure_policy, planned, failures)
 
         fused = fuse(lists, query=query, top_k=routing.top_k, rerank=routing.rerank)
-        references = self._cite(
-            inv.root_id,
-            [link.invocation_id for link in links],
-            inv.invocation_id,
-            fused,
-            retrieval_ids,
-            routing.source_max_chars,
-            events,
-            now,
+        references, snapshot = self._cite(
+            snapshot, inv.invocation_id, fused, retrieval_ids, routing.source_max_chars, events, now
         )
-        self._fused(events, inv.root_id, inv.invocation_id, len(references), routing.rerank)
+        self._fused(events, snapshot.entries[inv.invocation_id], len(references), routing.rerank)
         return references
 
     def _live_check(self, result: SourceResult, viewer: Viewer) -> list[Hit]:
@@ -184,13 +191,7 @@ class ToolsService:
             except SourceFailure as exc:
                 result.error = exc
                 return []
-            if (
-                doc is not None
-                and doc.source_key == hit.source_key
-                and doc.status == "ready"
-                and doc.acl.visible_to(viewer)
-                and doc.revision == hit.revision
-            ):
+            if citable(doc, hit.source_key, hit.revision, viewer):
                 kept.append(hit)
         return kept
 
@@ -210,19 +211,18 @@ class ToolsService:
 
     def _cite(
         self,
-        root_id: str,
-        chain_ids: list[str],
+        snapshot: ChainSnapshot,
         invocation_id: str,
         fused: list[Fused],
         retrieval_ids: dict[str, str],
         source_max_chars: int,
         events: Events,
         now: float,
-    ) -> list[Reference]:
+    ) -> tuple[list[Reference], ChainSnapshot]:
         by_source: dict[str, list[int]] = {}
         for i, item in enumerate(fused):
             by_source.setdefault(item.candidate.source_key, []).append(i)
-        contents = [item.candidate.content for item in fused]
+        contents = [item.candidate.passage for item in fused]
         for indexes in by_source.values():
             for i, cut in zip(
                 indexes, cut_to_source_max([contents[i] for i in indexes], source_max_chars), strict=True
@@ -249,9 +249,8 @@ class ToolsService:
             )
             cited.append(item)
         references: list[Reference] = []
-        for item, citation in zip(
-            cited, self._ledger.record_citations(root_id, chain_ids, drafts, now), strict=True
-        ):
+        citations, snapshot = self._ledger.record_citations(snapshot, drafts, now)
+        for item, citation in zip(cited, citations, strict=True):
             if citation is None:
                 continue  # no chars left: no new citation
             cand = item.candidate
@@ -278,7 +277,7 @@ class ToolsService:
                     knowledgeVersion=citation.knowledge,
                     fusionScore=fusion_score,
                 )
-        return references
+        return references, snapshot
 
     # --- events ------------------------------------------------------------------------------------------
     @staticmethod
@@ -327,9 +326,9 @@ class ToolsService:
                 ms=round(result.ms, 3) if result else 0,
             )
 
-    def _fused(self, events: Events, root_id: str, invocation_id: str, count: int, rerank: str) -> None:
-        entry: LedgerEntry | None = self._ledger.entry(root_id, invocation_id)
-        assert entry is not None  # opened at the start of the call
+    @staticmethod
+    def _fused(events: Events, entry: LedgerEntry, count: int, rerank: str) -> None:
+        """Budgets of this invocation as this call left them."""
         events.add(
             "knowledge.fused",
             count=count,
@@ -339,12 +338,6 @@ class ToolsService:
             charsUsed=entry.chars,
             charsRemaining=entry.chars_remaining,
         )
-
-
-def _candidate(hit: Hit) -> Candidate:
-    return Candidate(
-        hit.source_key, hit.doc_id, hit.title, hit.revision, hit.score, hit.passage, hit.structured_source
-    )
 
 
 def _log(envelope: ToolEnvelope, result: dict) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from ..codec import identity_digest
 from ..domain.errors import RunNotFound, RunNotReady, SourceFailure, TurnConflict, TurnInProgress
-from ..domain.models import Principal, Run
+from ..domain.models import Principal, Run, citable, owns_run
 from ..domain.router import plan_startup
 from ..domain.scope import KnowledgeScope
 from ..domain.text import cut_title
@@ -158,11 +158,7 @@ class TurnService:
 
     def _resume(self, principal: Principal, route: str, run_id: str) -> str:
         run = self._runs.get_run(run_id)
-        if run is None or (run.session_id, run.client_id, run.route) != (
-            principal.session_id,
-            principal.client_id,
-            route,
-        ):
+        if run is None or not owns_run(run, principal, route):
             raise RunNotFound()
         if run.state not in ("preparing", "context_ready"):
             raise RunNotReady()
@@ -222,13 +218,9 @@ class TurnService:
                 status = "partial" if status == "ok" else status
                 continue
             # The document may have changed since the hit: never pair a newer body with the hit's revision.
-            if (
-                doc is None
-                or doc.status != "ready"
-                or doc.revision != hit.revision
-                or not doc.acl.visible_to(principal.viewer)
-            ):
+            if not citable(doc, hit.source_key, hit.revision, principal.viewer):
                 continue
+            assert doc is not None  # citable
             content = doc.body[:allowance]
             ref, _ = self._knowledge.mint_ref(hit, identity, scope.revision)
             items.append(

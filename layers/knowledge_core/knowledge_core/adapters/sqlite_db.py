@@ -1,0 +1,116 @@
+"""The one way the embedded adapters use SQLite: a file in WAL mode, one connection per thread, a busy
+timeout, `BEGIN IMMEDIATE` for every read-modify-write, forward-only schema migrations, and storage
+faults mapped to one typed error.
+
+Several processes may share a file (two `kb serve` on one `--state`, or `kb serve`'s worker processes):
+SQLite's own locking serialises their write transactions; readers never block writers in WAL mode."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+BUSY_TIMEOUT_S = 10.0
+# sqlite3.OperationalError covers a locked database past the busy timeout, a full disk, I/O errors and a
+# file that is not a database; DatabaseError is its base for corrupt files.
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (sqlite3.OperationalError, sqlite3.DatabaseError)
+
+Migration = Callable[[sqlite3.Connection], None]
+
+
+def statements(conn: sqlite3.Connection, script: str) -> None:
+    """Run `;`-separated DDL inside the current transaction (`executescript` would commit it first)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+class SchemaError(RuntimeError):
+    """The file is not ours or is newer than this code: a one-line message that names it and what to do."""
+
+
+class SqliteDatabase:
+    """One SQLite file. `application_id` marks it as ours; `user_version` is its schema version, moved
+    forward by `migrations[i]` (schema i -> i+1) inside one transaction each."""
+
+    def __init__(
+        self, path: str | Path, *, application_id: int | None = None, migrations: Sequence[Migration] = ()
+    ) -> None:
+        self.path = str(path)
+        self._local = threading.local()
+        self._application_id = application_id
+        self._migrations = list(migrations)
+        if application_id is not None:  # without one, the owner keeps its own schema (the search index)
+            self._migrate()
+
+    @property
+    def schema_version(self) -> int:
+        return len(self._migrations)
+
+    def connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: `BEGIN IMMEDIATE` takes the write lock up front (no upgrade deadlocks);
+        COMMIT on success, ROLLBACK on any exception."""
+        conn = self.connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every statement inside sees the same committed state."""
+        conn = self.connection()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # --- schema -------------------------------------------------------------------------------------
+    def _migrate(self) -> None:
+        try:
+            with self.transaction() as conn:
+                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
+                if app_id != self._application_id and (app_id != 0 or tables):
+                    raise SchemaError(
+                        f"{self.path} is not a file of this service (application_id {app_id}): "
+                        "move it away or point --state at another directory"
+                    )
+                if version > self.schema_version:
+                    raise SchemaError(
+                        f"{self.path} has schema version {version}, newer than this kb "
+                        f"({self.schema_version}): upgrade agent-knowledge-service or use another --state"
+                    )
+                for step in self._migrations[version:]:
+                    step(conn)
+                conn.execute(f"PRAGMA application_id = {self._application_id}")
+                conn.execute(f"PRAGMA user_version = {self.schema_version}")
+        except sqlite3.DatabaseError as exc:
+            raise SchemaError(f"{self.path} cannot be opened as a SQLite database ({exc})") from None

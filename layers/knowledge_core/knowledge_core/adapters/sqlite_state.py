@@ -1,0 +1,477 @@
+"""Embedded state on SQLite: registry, sessions, runs, turn records and the budget ledger in one file
+(`state.sqlite3` beside the search index under `kb serve --state`).
+
+Same contracts as the DynamoDB table (tests/contract/test_state_contract.py runs both): every
+read-modify-write is one `BEGIN IMMEDIATE` transaction, so conditional writes, the turn claim and the
+ledger's "whole chain or nothing, never overspent" hold across threads and processes sharing the file."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from ..domain.budget import (
+    ChainLink,
+    Citation,
+    CitationDraft,
+    CitationMark,
+    LedgerEntry,
+    Limits,
+    chain_mismatch,
+    charged,
+    effective_chain,
+    plan_citations,
+    retrieval_refusal,
+    with_chars,
+)
+from ..domain.errors import BudgetExceeded, Conflict, ProtocolError, StateUnavailable
+from ..domain.models import AgentDefinition, Run, Session, Source, SourceDefinition, SourceState
+from ..ports import (
+    BudgetLedger,
+    ChainSnapshot,
+    Registry,
+    RunStore,
+    SessionStore,
+    StateStores,
+    TurnRecord,
+    TurnStore,
+)
+from .sqlite_db import SqliteDatabase, statements
+
+APPLICATION_ID = 0x4B425354  # "KBST"
+RUN_TTL_SECONDS = 7 * 86400
+LEDGER_TTL_SECONDS = 7 * 86400
+T = TypeVar("T")
+_TRANSPORT = (sqlite3.OperationalError, sqlite3.InternalError)
+
+
+def _schema_v1(conn: sqlite3.Connection) -> None:
+    statements(
+        conn,
+        """
+        CREATE TABLE sources (key TEXT PRIMARY KEY, definition TEXT NOT NULL, state TEXT,
+                              created_at REAL NOT NULL);
+        CREATE TABLE agents (key TEXT PRIMARY KEY, definition TEXT NOT NULL, created_at REAL NOT NULL);
+        CREATE TABLE workspaces (route TEXT PRIMARY KEY, agent TEXT NOT NULL, updated_at REAL NOT NULL);
+        CREATE TABLE sessions (token_hash TEXT PRIMARY KEY, session TEXT NOT NULL,
+                               expires_at INTEGER NOT NULL);
+        CREATE TABLE runs (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, client_id TEXT NOT NULL,
+                           route TEXT NOT NULL, state TEXT NOT NULL, turn_id TEXT,
+                           expires_at INTEGER NOT NULL);
+        CREATE TABLE turns (key TEXT PRIMARY KEY, request_hash TEXT NOT NULL, state TEXT NOT NULL,
+                            claim TEXT NOT NULL, claimed_at REAL NOT NULL, expires_at INTEGER NOT NULL,
+                            run_id TEXT, response TEXT);
+        CREATE TABLE ledger_entries (
+          root_id TEXT NOT NULL, invocation_id TEXT NOT NULL, agent TEXT NOT NULL, parent TEXT,
+          depth INTEGER NOT NULL, max_retrievals INTEGER NOT NULL, max_queries INTEGER NOT NULL,
+          max_chars INTEGER NOT NULL, retrievals INTEGER NOT NULL, chars INTEGER NOT NULL,
+          per_source TEXT NOT NULL, deadline REAL, seq INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+          PRIMARY KEY (root_id, invocation_id));
+        CREATE TABLE ledger_citations (
+          root_id TEXT NOT NULL, fingerprint TEXT NOT NULL, citation_id TEXT NOT NULL,
+          knowledge TEXT NOT NULL, doc_id TEXT NOT NULL, content TEXT NOT NULL, retrieval_id TEXT NOT NULL,
+          invocation_id TEXT NOT NULL, created_at REAL NOT NULL, expires_at INTEGER NOT NULL,
+          PRIMARY KEY (root_id, fingerprint));
+        """,
+    )
+
+
+MIGRATIONS = [_schema_v1]
+_EXPIRING = ("sessions", "runs", "turns", "ledger_entries", "ledger_citations")
+
+
+def open_state_database(path: str | Path) -> SqliteDatabase:
+    """The state file, migrated forward; expired records (sessions, runs, turns, ledgers) purged."""
+    db = SqliteDatabase(path, application_id=APPLICATION_ID, migrations=MIGRATIONS)
+    with db.transaction() as conn:
+        for table in _EXPIRING:
+            conn.execute(f"DELETE FROM {table} WHERE expires_at <= ?", (int(time.time()),))
+    return db
+
+
+def sqlite_stores(path: str | Path) -> StateStores:
+    db = open_state_database(path)
+    state = SqliteState(db)
+    return StateStores(
+        registry=state, sessions=state, runs=state, turns=SqliteTurnStore(db), ledger=SqliteLedger(db)
+    )
+
+
+class SqliteStore:
+    """What every store of the state file shares: its transactions, with storage faults as 503."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        try:
+            with self._db.transaction() as conn:
+                yield conn
+        except _TRANSPORT as exc:
+            raise StateUnavailable() from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        try:
+            with self._db.snapshot() as conn:
+                yield conn
+        except _TRANSPORT as exc:
+            raise StateUnavailable() from exc
+
+
+def _placeholders(values: Sequence[object]) -> str:
+    return ",".join("?" * len(values))
+
+
+class SqliteState(SqliteStore, Registry, SessionStore, RunStore):
+    # --- registry -------------------------------------------------------------------------------
+    def _publish(self, table: str, key: str, definition: str, parse: Callable[[str], T]) -> bool:
+        """Immutable versions: identical re-publish is a no-op, different content a conflict."""
+        with self._write() as conn:
+            row = conn.execute(f"SELECT definition FROM {table} WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                conn.execute(
+                    f"INSERT INTO {table} (key, definition, created_at) VALUES (?, ?, ?)",
+                    (key, definition, time.time()),
+                )
+                return True
+        if parse(row[0]) != parse(definition):
+            raise Conflict(f"{key} is already published with different content")
+        return False
+
+    def get_sources(self, keys: list[str]) -> dict[str, Source | None]:
+        wanted = list(dict.fromkeys(keys))
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT key, definition, state FROM sources WHERE key IN ({_placeholders(wanted)})", wanted
+            ).fetchall()
+        found = {
+            key: Source(
+                definition=SourceDefinition.model_validate_json(definition),
+                state=SourceState.model_validate_json(state) if state else SourceState(),
+            )
+            for key, definition, state in rows
+        }
+        return {key: found.get(key) for key in wanted}
+
+    def put_source(self, definition: SourceDefinition) -> bool:
+        return self._publish(
+            "sources",
+            definition.key,
+            definition.model_dump_json(by_alias=True),
+            SourceDefinition.model_validate_json,
+        )
+
+    def update_source_state(self, key: str, state: SourceState) -> None:
+        with self._write() as conn:
+            conn.execute("UPDATE sources SET state = ? WHERE key = ?", (state.model_dump_json(), key))
+
+    def get_agent(self, key: str) -> AgentDefinition | None:
+        with self._read() as conn:
+            return _agents(conn, [key]).get(key)
+
+    def put_agent(self, definition: AgentDefinition) -> bool:
+        return self._publish(
+            "agents",
+            definition.key,
+            definition.model_dump_json(by_alias=True, exclude_none=True),
+            AgentDefinition.model_validate_json,
+        )
+
+    def get_workspace_agent(self, route: str) -> str | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT agent FROM workspaces WHERE route = ?", (route,)).fetchone()
+        return row[0] if row else None
+
+    def set_workspace_agent(self, route: str, agent_key: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO workspaces (route, agent, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (route) DO UPDATE SET agent = excluded.agent, updated_at = excluded.updated_at",
+                (route, agent_key, time.time()),
+            )
+
+    # --- sessions --------------------------------------------------------------------------------
+    def put_session(self, token_hash: str, session: Session) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO sessions (token_hash, session, expires_at) VALUES (?, ?, ?)",
+                (token_hash, session.model_dump_json(), session.expires_at),
+            )
+
+    def get_session(self, token_hash: str) -> Session | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT session FROM sessions WHERE token_hash = ?", (token_hash,)).fetchone()
+        return Session.model_validate_json(row[0]) if row else None
+
+    # --- runs ------------------------------------------------------------------------------------
+    def create_run(self, run: Run) -> None:
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
+                raise Conflict("run already exists")
+            conn.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run.run_id,
+                    run.session_id,
+                    run.client_id,
+                    run.route,
+                    run.state,
+                    run.turn_id,
+                    int(time.time()) + RUN_TTL_SECONDS,
+                ),
+            )
+
+    def get_run(self, run_id: str) -> Run | None:
+        with self._read() as conn:
+            return _run(conn, run_id)
+
+    def transition_run(self, run_id: str, from_states: tuple[str, ...], to_state: str) -> Run | None:
+        with self._write() as conn:
+            changed = conn.execute(
+                f"UPDATE runs SET state = ? WHERE run_id = ? AND state IN ({_placeholders(from_states)})",
+                (to_state, run_id, *from_states),
+            ).rowcount
+            return _run(conn, run_id) if changed else None
+
+
+def _run(conn: sqlite3.Connection, run_id: str) -> Run | None:
+    row = conn.execute(
+        "SELECT session_id, client_id, route, state, turn_id FROM runs WHERE run_id = ?", (run_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    session_id, client_id, route, state, turn_id = row
+    return Run(
+        run_id=run_id, session_id=session_id, client_id=client_id, route=route, state=state, turn_id=turn_id
+    )
+
+
+def _agents(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, AgentDefinition | None]:
+    wanted = list(dict.fromkeys(keys))
+    if not wanted:
+        return {}
+    rows = conn.execute(
+        f"SELECT key, definition FROM agents WHERE key IN ({_placeholders(wanted)})", wanted
+    ).fetchall()
+    found = {key: AgentDefinition.model_validate_json(definition) for key, definition in rows}
+    return {key: found.get(key) for key in wanted}
+
+
+class SqliteTurnStore(SqliteStore, TurnStore):
+    _COLUMNS = "key, request_hash, state, claim, claimed_at, expires_at, run_id, response"
+
+    @staticmethod
+    def _record(row: tuple) -> TurnRecord:
+        key, request_hash, state, claim, claimed_at, expires_at, run_id, response = row
+        return TurnRecord(
+            key=key,
+            request_hash=request_hash,
+            state=state,
+            claim=claim,
+            claimed_at=claimed_at,
+            expires_at=expires_at,
+            run_id=run_id,
+            response=json.loads(response) if response is not None else None,
+        )
+
+    def _live(self, conn: sqlite3.Connection, key: str, now: float) -> TurnRecord | None:
+        row = conn.execute(f"SELECT {self._COLUMNS} FROM turns WHERE key = ?", (key,)).fetchone()
+        if row is None or row[5] <= now:  # an expired record counts as absent
+            return None
+        return self._record(row)
+
+    def claim_turn(
+        self, key: str, request_hash: str, claim: str, now: float, expires_at: int
+    ) -> TurnRecord | None:
+        with self._write() as conn:
+            existing = self._live(conn, key, now)
+            if existing is not None:
+                return existing
+            conn.execute(
+                f"INSERT OR REPLACE INTO turns ({self._COLUMNS}) "
+                "VALUES (?, ?, 'pending', ?, ?, ?, NULL, NULL)",
+                (key, request_hash, claim, now, expires_at),
+            )
+        return None
+
+    def get_turn(self, key: str, now: float) -> TurnRecord | None:
+        with self._read() as conn:
+            return self._live(conn, key, now)
+
+    def _while_held(self, key: str, claim: str, sql: str, values: tuple = ()) -> bool:
+        """`sql` (an UPDATE or DELETE of the turn) only while it is still pending and held by `claim`."""
+        with self._write() as conn:
+            return (
+                conn.execute(
+                    f"{sql} WHERE key = ? AND state = 'pending' AND claim = ?", (*values, key, claim)
+                ).rowcount
+                > 0
+            )
+
+    def set_turn_run(self, key: str, claim: str, run_id: str) -> bool:
+        return self._while_held(key, claim, "UPDATE turns SET run_id = ?", (run_id,))
+
+    def complete_turn(self, key: str, claim: str, response: dict) -> bool:
+        blob = json.dumps(response, ensure_ascii=False, separators=(",", ":"))
+        return self._while_held(key, claim, "UPDATE turns SET state = 'done', response = ?", (blob,))
+
+    def release_turn(self, key: str, claim: str) -> None:
+        self._while_held(key, claim, "DELETE FROM turns")
+
+    def take_over_turn(self, key: str, old_claim: str, new_claim: str, now: float) -> bool:
+        return self._while_held(
+            key, old_claim, "UPDATE turns SET claim = ?, claimed_at = ?", (new_claim, now)
+        )
+
+
+class SqliteLedger(SqliteStore, BudgetLedger):
+    """R-BUDGET on the state file: each phase of a tool call is one write transaction that re-reads what
+    it checks, so the snapshot a caller holds is only a hint here (exact under any concurrency)."""
+
+    _ENTRY = (
+        "invocation_id, agent, parent, max_retrievals, max_queries, max_chars, retrievals, chars, "
+        "per_source, deadline, seq"
+    )
+
+    @staticmethod
+    def _entry(row: tuple) -> tuple[LedgerEntry, int]:
+        inv, agent, parent, mr, mq, mc, r, c, per_source, deadline, seq = row
+        entry = LedgerEntry(inv, agent, parent, Limits(mr, mq, mc), r, c, json.loads(per_source), deadline)
+        return entry, seq
+
+    def _snapshot(
+        self, conn: sqlite3.Connection, root_id: str, chain_ids: Sequence[str], agent_keys: Sequence[str] = ()
+    ) -> ChainSnapshot:
+        rows = conn.execute(
+            f"SELECT {self._ENTRY} FROM ledger_entries WHERE root_id = ? "
+            f"AND invocation_id IN ({_placeholders(chain_ids)})",
+            (root_id, *chain_ids),
+        ).fetchall()
+        entries: dict[str, LedgerEntry] = {}
+        seq = 0
+        for row in rows:
+            entry, entry_seq = self._entry(row)
+            entries[entry.invocation_id] = entry
+            if entry.invocation_id == root_id:
+                seq = entry_seq
+        cited = {
+            fp: CitationMark(cid, chars)
+            for fp, cid, chars in conn.execute(
+                "SELECT fingerprint, citation_id, length(content) FROM ledger_citations WHERE root_id = ?",
+                (root_id,),
+            )
+        }
+        return ChainSnapshot(root_id, tuple(chain_ids), entries, seq, cited, _agents(conn, agent_keys))
+
+    def open_chain(
+        self, root_id: str, invocation_ids: list[str], agent_keys: Sequence[str] = ()
+    ) -> ChainSnapshot:
+        with self._read() as conn:
+            return self._snapshot(conn, root_id, invocation_ids, agent_keys)
+
+    def charge_retrievals(
+        self, snapshot: ChainSnapshot, links: list[ChainLink], source_keys: list[str], now: float
+    ) -> ChainSnapshot:
+        root_id = snapshot.root_id
+        ids = [link.invocation_id for link in links]
+        with self._write() as conn:
+            current = self._snapshot(conn, root_id, ids)
+            mismatch = chain_mismatch(links, current.entries)
+            if mismatch:
+                raise ProtocolError(mismatch)
+            chain = effective_chain(links, current.entries)
+            refusal = retrieval_refusal(chain, source_keys)
+            if refusal:
+                raise BudgetExceeded(refusal)
+            after = [charged(entry, source_keys) for entry in chain]
+            for depth, entry in enumerate(after):
+                conn.execute(
+                    "INSERT INTO ledger_entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                    "ON CONFLICT (root_id, invocation_id) DO UPDATE SET "
+                    "retrievals = excluded.retrievals, per_source = excluded.per_source",
+                    (
+                        root_id,
+                        entry.invocation_id,
+                        entry.agent,
+                        entry.parent,
+                        depth,
+                        entry.limits.max_retrievals,
+                        entry.limits.max_queries_per_source,
+                        entry.limits.max_context_chars,
+                        entry.retrievals,
+                        entry.chars,
+                        json.dumps(entry.per_source, sort_keys=True),
+                        entry.deadline,
+                        0,
+                        int(now) + LEDGER_TTL_SECONDS,
+                    ),
+                )
+        return ChainSnapshot(
+            root_id, tuple(ids), {e.invocation_id: e for e in after}, current.seq, current.cited
+        )
+
+    def record_citations(
+        self, snapshot: ChainSnapshot, drafts: list[CitationDraft], now: float
+    ) -> tuple[list[Citation | None], ChainSnapshot]:
+        if not drafts:
+            return [], snapshot
+        root_id = snapshot.root_id
+        with self._write() as conn:
+            current = self._snapshot(conn, root_id, snapshot.chain_ids)
+            plan = plan_citations(current.chain(), current.seq, current.cited, drafts)
+            if plan.created:
+                for entry in current.chain():
+                    conn.execute(
+                        "UPDATE ledger_entries SET chars = chars + ? WHERE root_id = ? AND invocation_id = ?",
+                        (plan.chars, root_id, entry.invocation_id),
+                    )
+                conn.execute(
+                    "UPDATE ledger_entries SET seq = ? WHERE root_id = ? AND invocation_id = ?",
+                    (plan.seq, root_id, root_id),
+                )
+                conn.executemany(
+                    "INSERT INTO ledger_citations VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        (
+                            root_id,
+                            citation.fingerprint,
+                            citation.citation_id,
+                            draft.knowledge,
+                            draft.doc_id,
+                            citation.content,
+                            draft.retrieval_id,
+                            draft.invocation_id,
+                            now,
+                            int(now) + LEDGER_TTL_SECONDS,
+                        )
+                        for citation, draft in plan.created
+                    ],
+                )
+        entries = {e.invocation_id: with_chars(e, plan.chars) for e in current.chain()}
+        cited = current.cited | {
+            c.fingerprint: CitationMark(c.citation_id, len(c.content)) for c, _ in plan.created
+        }
+        return plan.citations, ChainSnapshot(root_id, snapshot.chain_ids, entries, plan.seq, cited)
+
+    def entry(self, root_id: str, invocation_id: str) -> LedgerEntry | None:
+        with self._read() as conn:
+            return self._snapshot(conn, root_id, [invocation_id]).entries.get(invocation_id)
+
+    def citations(self, root_id: str) -> list[Citation]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT citation_id, fingerprint, knowledge, content, retrieval_id FROM ledger_citations "
+                "WHERE root_id = ? ORDER BY created_at, citation_id",
+                (root_id,),
+            ).fetchall()
+        return [
+            Citation(cid, fp, knowledge, content, rid, created=False)
+            for cid, fp, knowledge, content, rid in rows
+        ]

@@ -1,0 +1,300 @@
+"""The state-port contract (Registry, SessionStore, RunStore, TurnStore, BudgetLedger) on every state
+adapter: the SQLite file (embedded default), DynamoDB on moto (fast), and the DynamoDB-API server on
+loopback (`real`). R-BUDGET scenarios: three-level chain, atomic refusal, char grants, citation reuse,
+chain mismatch, and 16 concurrent callers on one root that never overspend. A-TURN: claims."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from knowledge_core.adapters.sqlite_state import sqlite_stores
+from knowledge_core.domain.budget import ChainLink, CitationDraft, Limits
+from knowledge_core.domain.errors import BudgetExceeded, Conflict, ProtocolError
+from knowledge_core.domain.models import (
+    AgentDefinition,
+    Run,
+    Session,
+    SourceDefinition,
+    SourceState,
+)
+from knowledge_core.ports import BudgetLedger, Citation, StateStores
+
+from tests.contract.conftest import REAL_MARKS
+from tests.dynamo_tables import moto_table, real_table
+
+NOW = 1_795_953_600.0
+ATTEMPTS = 8  # per caller: 16 x 8 = 128 attempts for a root that allows 64
+STATE_BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("moto", id="moto"),
+    pytest.param("real", id="real", marks=REAL_MARKS),
+]
+
+
+@pytest.fixture(params=STATE_BACKENDS)
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStores]:
+    if request.param == "sqlite":
+        yield sqlite_stores(tmp_path / "state.sqlite3")
+    elif request.param == "moto":
+        with moto_table() as table:
+            yield table.stores()
+    else:
+        with real_table(request.getfixturevalue("real_endpoints")["DYNAMODB_ENDPOINT"]) as table:
+            yield table.stores()
+
+
+# --- ledger driving, as a tool call does it ---------------------------------------------------------------
+
+
+class Chain:
+    """One invocation chain of a root tree, driven like a tool call: read, charge, cite."""
+
+    def __init__(self, ledger: BudgetLedger, links: list[ChainLink]) -> None:
+        self.ledger = ledger
+        self.links = links
+        self.root = links[0].invocation_id
+        self.ids = [link.invocation_id for link in links]
+
+    def charge(self, keys: list[str]) -> None:
+        snapshot = self.ledger.open_chain(self.root, self.ids)
+        self.ledger.charge_retrievals(snapshot, self.links, keys, NOW)
+
+    def cite(self, drafts: list[CitationDraft]) -> list[Citation | None]:
+        snapshot = self.ledger.open_chain(self.root, self.ids)
+        citations, _ = self.ledger.record_citations(snapshot, drafts, NOW)
+        return citations
+
+
+def _ids() -> tuple[str, str, str]:
+    run = uuid.uuid4().hex[:8]
+    return f"root-{run}", f"mid-{run}", f"leaf-{run}"
+
+
+def scenario_three_level_chain(ledger: BudgetLedger) -> None:
+    root, mid, leaf = _ids()
+    links = [
+        ChainLink(root, "root@1", Limits(5, 3, 300)),
+        ChainLink(mid, "mid@1", Limits(4, 3, 200)),
+        ChainLink(leaf, "leaf@1", Limits(8, 2, 100), deadline=NOW + 30),
+    ]
+    chain = Chain(ledger, links)
+    assert ledger.open_chain(root, chain.ids).entries == {}  # nothing exists before the first charge
+    chain.charge(["s@1", "t@1"])
+    entries = ledger.open_chain(root, chain.ids).chain()
+    assert [e.parent for e in entries] == [None, root, mid]
+    assert entries[2].limits == Limits(8, 2, 100) and entries[2].deadline == pytest.approx(NOW + 30)
+    chain.charge(["s@1"])
+    with pytest.raises(BudgetExceeded, match=f"per-source budget of invocation {leaf}"):  # leaf: 2 per source
+        chain.charge(["s@1"])
+    with pytest.raises(BudgetExceeded, match=f"retrieval budget of invocation {mid}"):  # mid: 4 in total
+        chain.charge(["t@1", "u@1"])
+    after = [ledger.entry(root, i) for i in chain.ids]
+    assert [e.retrievals for e in after if e] == [3, 3, 3]  # refusals charged nothing anywhere
+    assert [e.per_source for e in after if e] == [{"s@1": 2, "t@1": 1}] * 3
+
+    # Char grants: cut to the smallest remaining budget in the chain (leaf 100).
+    drafts = [CitationDraft(f"fp-{i}", "s@1", f"d{i}", "x" * 60, "ret-1", leaf) for i in range(3)]
+    cited = chain.cite(drafts)
+    assert [len(c.content) if c else None for c in cited] == [60, 40, None]
+    assert [c.citation_id for c in cited if c] == ["cite-1", "cite-2"]
+    assert [e.chars for e in ledger.open_chain(root, chain.ids).chain()] == [100, 100, 100]
+    # The same content again: the same id, no new chars; nothing new fits.
+    again = chain.cite(drafts[:1])
+    assert again[0] is not None and again[0].citation_id == "cite-1" and not again[0].created
+    assert again[0].content == "x" * 60
+    entry = ledger.entry(root, leaf)
+    assert entry is not None and entry.chars == 100
+
+    # A sibling sub-agent spends the root's remaining 200 chars, cut to the root's limit.
+    sibling = Chain(
+        ledger, [links[0], ChainLink(f"sib-{uuid.uuid4().hex[:6]}", "leaf@1", Limits(8, 2, 65536))]
+    )
+    sibling.charge(["t@1"])
+    big = [CitationDraft("fp-big", "t@1", "d9", "y" * 500, "ret-2", sibling.ids[1])]
+    (granted,) = sibling.cite(big)
+    assert granted is not None and len(granted.content) == 200 and granted.citation_id == "cite-3"
+    assert [e.chars for e in ledger.open_chain(root, sibling.ids).chain()] == [300, 200]
+    assert sibling.cite([CitationDraft("fp-new", "t@1", "d8", "z", "ret-3", sibling.ids[1])]) == [None]
+    assert sorted(c.citation_id for c in ledger.citations(root)) == ["cite-1", "cite-2", "cite-3"]
+
+
+def scenario_chain_mismatch(ledger: BudgetLedger) -> None:
+    root, mid, _ = _ids()
+    first = Chain(
+        ledger, [ChainLink(root, "root@1", Limits(5, 3, 300)), ChainLink(mid, "mid@1", Limits(3, 3, 200))]
+    )
+    first.charge(["s@1"])
+    other_agent = Chain(
+        ledger, [ChainLink(root, "root@1", Limits(5, 3, 300)), ChainLink(mid, "other@1", Limits(3, 3, 200))]
+    )
+    with pytest.raises(ProtocolError):
+        other_agent.charge(["s@1"])
+    moved = Chain(  # mid re-announced under another parent
+        ledger,
+        [
+            ChainLink(root, "root@1", Limits(5, 3, 300)),
+            ChainLink("x", "x@1", Limits(1, 1, 1)),
+            ChainLink(mid, "mid@1", Limits(3, 3, 200)),
+        ],
+    )
+    with pytest.raises(ProtocolError):
+        moved.charge(["s@1"])
+    assert ledger.entry(root, "x") is None  # a refused charge created nothing
+    entry = ledger.entry(root, mid)
+    assert entry is not None and entry.retrievals == 1
+
+
+def scenario_concurrent_shared_root(ledger: BudgetLedger, callers: int = 16) -> dict:
+    """`callers` sub-agents of one root spend until refused: the root's limits are met exactly, never
+    exceeded, and every refusal left no partial charge (children sum to the root)."""
+    root = f"root-{uuid.uuid4().hex[:8]}"
+    root_link = ChainLink(root, "root@1", Limits(64, 16, 1000))
+    sources = ["a@1", "b@1", "c@1", "d@1"]
+    granted = [0] * callers
+    refused = [0] * callers
+    chars = [0] * callers
+    ids: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(callers)
+
+    def caller(n: int) -> None:
+        chain = Chain(ledger, [root_link, ChainLink(f"child-{n}", "child@1", Limits(64, 16, 65536))])
+        start.wait()
+        for i in range(ATTEMPTS):
+            try:
+                chain.charge([sources[(n + i) % 4]])
+                granted[n] += 1
+            except BudgetExceeded:
+                refused[n] += 1
+        if not granted[n]:
+            return  # never charged: no entry to cite from
+        drafts = [CitationDraft(f"{n}-{k}", "a@1", f"d{n}", "c" * 37, "r", f"child-{n}") for k in range(3)]
+        for citation in chain.cite(drafts):
+            if citation is not None:
+                chars[n] += len(citation.content)
+                with lock:
+                    ids.append(citation.citation_id)
+
+    with ThreadPoolExecutor(max_workers=callers) as pool:
+        list(pool.map(caller, range(callers)))
+    root_entry = ledger.entry(root, root)
+    children = [ledger.entry(root, f"child-{n}") for n in range(callers)]
+    assert root_entry is not None
+    assert sum(granted) == root_entry.retrievals == 64  # exactly the limit: never over, nothing lost
+    assert sum(refused) == callers * ATTEMPTS - 64
+    assert root_entry.per_source == dict.fromkeys(sources, 16)
+    assert [c.retrievals if c else 0 for c in children] == granted  # a refusal charged no child either
+    assert root_entry.chars == sum(chars) == 1000
+    assert [c.chars if c else 0 for c in children] == chars
+    assert len(ids) == len(set(ids))  # citation ids unique within the root
+    return {"granted": sum(granted), "refused": sum(refused), "chars": sum(chars), "citations": len(ids)}
+
+
+def test_r_budget_three_level_chain(stores: StateStores) -> None:
+    scenario_three_level_chain(stores.ledger)
+
+
+def test_r_budget_chain_mismatch_is_protocol_error(stores: StateStores) -> None:
+    scenario_chain_mismatch(stores.ledger)
+
+
+@pytest.mark.timeout(900)
+def test_r_budget_16_concurrent_callers_never_overspend(stores: StateStores) -> None:
+    outcome = scenario_concurrent_shared_root(stores.ledger)
+    assert outcome["granted"] == 64 and outcome["chars"] == 1000
+
+
+def test_r_budget_open_chain_reads_agents_in_the_same_call(stores: StateStores) -> None:
+    agent = AgentDefinition.model_validate(
+        {"id": "reader", "version": "1.0.0", "modelProfile": {"candidates": [{"model": "m"}]}}
+    )
+    stores.registry.put_agent(agent)
+    snapshot = stores.ledger.open_chain("r-1", ["r-1"], ["reader@1.0.0", "ghost@1.0.0"])
+    assert snapshot.agents == {"reader@1.0.0": agent, "ghost@1.0.0": None}
+    assert snapshot.entries == {} and snapshot.seq == 0 and snapshot.cited == {}
+
+
+# --- registry, sessions, runs ------------------------------------------------------------------------------
+
+
+def test_state_registry_publish_is_immutable_and_switches_change(stores: StateStores) -> None:
+    registry = stores.registry
+    source = SourceDefinition.model_validate({"id": "docs", "version": "1.0.0", "description": "d"})
+    assert registry.put_source(source) is True
+    assert registry.put_source(source) is False  # identical: a no-op
+    with pytest.raises(Conflict):
+        registry.put_source(
+            SourceDefinition.model_validate({"id": "docs", "version": "1.0.0", "description": "x"})
+        )
+    found = registry.get_sources(["docs@1.0.0", "none@1.0.0"])
+    assert found["none@1.0.0"] is None
+    published = found["docs@1.0.0"]
+    assert published is not None and published.definition == source and published.state == SourceState()
+    registry.update_source_state("docs@1.0.0", SourceState(enabled=False, lease_until="2030-01-01T00:00:00Z"))
+    updated = registry.get_sources(["docs@1.0.0"])["docs@1.0.0"]
+    assert updated is not None and updated.state.enabled is False
+
+    agent = AgentDefinition.model_validate(
+        {"id": "a", "version": "1.0.0", "modelProfile": {"candidates": [{"model": "m"}]}}
+    )
+    assert registry.get_agent("a@1.0.0") is None
+    assert registry.put_agent(agent) is True and registry.put_agent(agent) is False
+    assert registry.get_agent("a@1.0.0") == agent
+    assert registry.get_workspace_agent("ws") is None
+    registry.set_workspace_agent("ws", "a@1.0.0")
+    registry.set_workspace_agent("ws", "a@2.0.0")  # rollback and roll forward are one pointer
+    assert registry.get_workspace_agent("ws") == "a@2.0.0"
+
+
+def test_state_sessions_and_runs(stores: StateStores) -> None:
+    session = Session(
+        client_id="c", session_id="s", subject="u", tenant="t", routes=["r"], expires_at=int(NOW) + 60
+    )
+    stores.sessions.put_session("h" * 64, session)
+    assert stores.sessions.get_session("h" * 64) == session
+    assert stores.sessions.get_session("0" * 64) is None
+
+    runs = stores.runs
+    run = Run(run_id="run-1", session_id="s", client_id="c", route="r", state="preparing", turn_id="t-1")
+    runs.create_run(run)
+    with pytest.raises(Conflict):
+        runs.create_run(run)
+    assert runs.get_run("run-1") == run and runs.get_run("run-2") is None
+    assert runs.transition_run("run-1", ("context_ready",), "completed") is None  # not in that state
+    ready = runs.transition_run("run-1", ("preparing", "context_ready"), "context_ready")
+    assert ready is not None and ready.state == "context_ready"
+    assert runs.transition_run("run-2", ("preparing",), "failed") is None
+
+
+# --- turns (A-TURN) -------------------------------------------------------------------------------------
+
+
+def test_a_turn_store_claims_once_and_only_the_holder_moves_it(stores: StateStores) -> None:
+    turns = stores.turns
+    key = f"TURN#r#{uuid.uuid4().hex}"
+    assert turns.claim_turn(key, "hash", "claim-1", NOW, int(NOW) + 100) is None
+    held = turns.claim_turn(key, "hash", "claim-2", NOW, int(NOW) + 100)
+    assert held is not None and held.claim == "claim-1" and held.state == "pending"
+    assert turns.set_turn_run(key, "claim-2", "run-x") is False
+    assert turns.set_turn_run(key, "claim-1", "run-1") is True
+    assert turns.take_over_turn(key, "claim-1", "claim-3", NOW + 40) is True
+    assert turns.complete_turn(key, "claim-1", {"a": 1}) is False  # no longer the holder
+    assert turns.complete_turn(key, "claim-3", {"a": "回答"}) is True
+    done = turns.get_turn(key, NOW)
+    assert done is not None and done.state == "done" and done.run_id == "run-1"
+    assert done.response == {"a": "回答"}
+    turns.release_turn(key, "claim-3")  # done records are not released
+    assert turns.get_turn(key, NOW) is not None
+    # An expired record counts as absent: a new claim wins.
+    assert turns.get_turn(key, NOW + 101) is None
+    assert turns.claim_turn(key, "other", "claim-4", NOW + 101, int(NOW) + 500) is None
+
+    released = f"TURN#r#{uuid.uuid4().hex}"
+    assert turns.claim_turn(released, "h", "c-1", NOW, int(NOW) + 100) is None
+    turns.release_turn(released, "c-1")
+    assert turns.get_turn(released, NOW) is None
