@@ -17,7 +17,6 @@ import ipaddress
 import json
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 import time
@@ -154,14 +153,17 @@ def _worker_main(conn: Connection, name: str, verbose: bool) -> None:
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when kb serve dies, even by SIGKILL (no orphans holding the state)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+    """End this worker when kb serve is gone, even killed by SIGKILL (no orphan holds the state): an idle
+    worker sees its pipe close; a busy one is caught by this watch. (PR_SET_PDEATHSIG would not do: it
+    fires when the *thread* that started the worker ends, and request threads end after each request.)"""
+    parent = os.getppid()
 
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:
-        os._exit(0)
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 class WorkerHandlers:

@@ -44,6 +44,9 @@ def configure_local_env(
         "KB_STATE_BACKEND": "dynamodb" if dynamodb_endpoint else "sqlite",
         "KB_STATE_PATH": str(state / STATE_FILE),
         "KB_TABLE_NAME": os.environ.get("KB_TABLE_NAME", "agent-knowledge"),
+        # Every function runs in its own processes here: without a registry cache, a disabled source or an
+        # ended run is seen by the next request (local reads are cheap); on Lambda the default is 2 s.
+        "KB_REGISTRY_CACHE_SECONDS": os.environ.get("KB_REGISTRY_CACHE_SECONDS", "0"),
         "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_METRICS_NAMESPACE": "AgentKnowledge",
