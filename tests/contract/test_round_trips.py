@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kb_cli import demo
 from knowledge_core.adapters.dynamodb import DynamoTable
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.tool_wire import parse_envelope
 from knowledge_core.settings import Settings
 
+from kb_cli import demo
 from tests.conftest import TEST_SECRET, FakeClock
 from tests.contract.conftest import REAL_MARKS
 from tests.dynamo_tables import moto_table, real_table
@@ -87,7 +87,11 @@ def test_r_budget_round_trips_per_tool_call(table: DynamoTable, tmp_path: Path) 
     assert len(calls) <= COLD_MAX, calls
 
     # Warm: the same invocation again (reusing a citation), then a new query, then a new tree.
-    for root_id, query in ((root, "设备安装规范"), (root, "网关离线"), (f"root-{uuid.uuid4().hex[:8]}", "网关")):
+    for root_id, query in (
+        (root, "设备安装规范"),
+        (root, "网关离线"),
+        (f"root-{uuid.uuid4().hex[:8]}", "网关"),
+    ):
         result, calls = counter.during(lambda r=root_id, q=query: cold.tools.call(_envelope(r, q)))
         assert "references" in result, result
         assert len(calls) <= WARM_MAX, (query, calls)

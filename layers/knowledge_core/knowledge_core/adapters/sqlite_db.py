@@ -37,9 +37,15 @@ class SqliteDatabase:
     forward by `migrations[i]` (schema i -> i+1) inside one transaction each."""
 
     def __init__(
-        self, path: str | Path, *, application_id: int | None = None, migrations: Sequence[Migration] = ()
+        self,
+        path: str | Path,
+        *,
+        application_id: int | None = None,
+        migrations: Sequence[Migration] = (),
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
     ) -> None:
         self.path = str(path)
+        self._busy_timeout_s = busy_timeout_s
         self._local = threading.local()
         self._application_id = application_id
         self._migrations = list(migrations)
@@ -54,11 +60,11 @@ class SqliteDatabase:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False
             )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
             self._local.conn = conn
         return conn
 
@@ -93,24 +99,37 @@ class SqliteDatabase:
 
     # --- schema -------------------------------------------------------------------------------------
     def _migrate(self) -> None:
+        """Check and migrate on a plain connection first: a file that is not ours is left byte for byte
+        as it was (not even switched to WAL)."""
+        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
         try:
-            with self.transaction() as conn:
-                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
-                if app_id != self._application_id and (app_id != 0 or tables):
-                    raise SchemaError(
-                        f"{self.path} is not a file of this service (application_id {app_id}): "
-                        "move it away or point --state at another directory"
-                    )
-                if version > self.schema_version:
-                    raise SchemaError(
-                        f"{self.path} has schema version {version}, newer than this kb "
-                        f"({self.schema_version}): upgrade agent-knowledge-service or use another --state"
-                    )
-                for step in self._migrations[version:]:
-                    step(conn)
-                conn.execute(f"PRAGMA application_id = {self._application_id}")
-                conn.execute(f"PRAGMA user_version = {self.schema_version}")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._check_and_migrate(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             raise SchemaError(f"{self.path} cannot be opened as a SQLite database ({exc})") from None
+        finally:
+            conn.close()
+
+    def _check_and_migrate(self, conn: sqlite3.Connection) -> None:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if app_id != self._application_id and (app_id != 0 or tables):
+            raise SchemaError(
+                f"{self.path} is not a file of this service (application_id {app_id}): "
+                "move it away or point --state at another directory"
+            )
+        if version > self.schema_version:
+            raise SchemaError(
+                f"{self.path} has schema version {version}, newer than this kb "
+                f"({self.schema_version}): upgrade agent-knowledge-service or use another --state"
+            )
+        for step in self._migrations[version:]:
+            step(conn)
+        conn.execute(f"PRAGMA application_id = {self._application_id}")
+        conn.execute(f"PRAGMA user_version = {self.schema_version}")

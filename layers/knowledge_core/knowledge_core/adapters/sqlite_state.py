@@ -41,7 +41,7 @@ from ..ports import (
     TurnRecord,
     TurnStore,
 )
-from .sqlite_db import SqliteDatabase, statements
+from .sqlite_db import BUSY_TIMEOUT_S, SqliteDatabase, statements
 
 APPLICATION_ID = 0x4B425354  # "KBST"
 RUN_TTL_SECONDS = 7 * 86400
@@ -85,17 +85,19 @@ MIGRATIONS = [_schema_v1]
 _EXPIRING = ("sessions", "runs", "turns", "ledger_entries", "ledger_citations")
 
 
-def open_state_database(path: str | Path) -> SqliteDatabase:
+def open_state_database(path: str | Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> SqliteDatabase:
     """The state file, migrated forward; expired records (sessions, runs, turns, ledgers) purged."""
-    db = SqliteDatabase(path, application_id=APPLICATION_ID, migrations=MIGRATIONS)
+    db = SqliteDatabase(
+        path, application_id=APPLICATION_ID, migrations=MIGRATIONS, busy_timeout_s=busy_timeout_s
+    )
     with db.transaction() as conn:
         for table in _EXPIRING:
             conn.execute(f"DELETE FROM {table} WHERE expires_at <= ?", (int(time.time()),))
     return db
 
 
-def sqlite_stores(path: str | Path) -> StateStores:
-    db = open_state_database(path)
+def sqlite_stores(path: str | Path, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> StateStores:
+    db = open_state_database(path, busy_timeout_s)
     state = SqliteState(db)
     return StateStores(
         registry=state, sessions=state, runs=state, turns=SqliteTurnStore(db), ledger=SqliteLedger(db)

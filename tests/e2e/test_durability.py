@@ -1,0 +1,306 @@
+"""The embedded default keeps what it is given (issue: embedded state): `kb serve` restarted on the same
+`--state` answers exactly as before — tokens, published sources and agents, workspaces, documents, runs,
+turn records and budget ledgers (R-BUDGET, A-TURN, R-ADMIN) — and a `kill -9` in the middle of tool calls
+and an ingest loses no committed write and leaves no partial charge; bad state files stop it with one
+clear line. Also: concurrent requests of several identities never see one another's request."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import KB, ROOT, START_TIMEOUT_S, KbServer, free_port, running_kb_serve
+
+INVOKE = "/2015-03-31/functions/AgentToolsFunction/invocations"
+EVENT = json.loads((ROOT / "events" / "agent_tools" / "knowledge_search.json").read_text(encoding="utf-8"))
+
+
+def tool_event(root: str, child: str, query: str = "设备安装规范") -> dict:
+    """The example two-ancestor event, on a root tree of our own."""
+    event = json.loads(json.dumps(EVENT))
+    inv = event["invocation"]
+    inv["ancestors"] = [{"invocation_id": root, "agent": "demo-agent@1.0.0"}]
+    inv["invocation_id"] = child
+    event["arguments"]["query"] = query
+    return event
+
+
+def fused(result: dict) -> dict:
+    return next(e for e in result["events"] if e["type"] == "knowledge.fused")
+
+
+def test_restart_keeps_tokens_registry_documents_runs_turns_and_ledgers(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    term = f"zz{uuid.uuid4().hex[:8]}"
+    source = {"id": "durable", "version": "1.0.0", "description": f"durable notes {term}"}
+    agent = {
+        "id": "durable-agent",
+        "version": "1.0.0",
+        "modelProfile": {"candidates": [{"model": "m", "toolCalling": True}]},
+        "allowedKnowledge": [{"id": "durable", "version": "1.0.0"}],
+    }
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    (tmp_path / "agent.json").write_text(json.dumps(agent))
+    (tmp_path / "note.md").write_text(f"# Durable note\n\nThe {term} valve is checked weekly.\n")
+    turn_body = {"turn_id": "t-durable", "message": "网关离线怎么排查？"}
+    with running_kb_serve(state) as kb:
+        demo_token = kb.token
+        for step in (
+            ("publish", "source", str(tmp_path / "source.json")),
+            ("publish", "agent", str(tmp_path / "agent.json")),
+            ("workspace", "set", "durable", "--agent", "durable-agent@1.0.0"),
+            ("ingest", "--source", "durable@1.0.0", "--doc-id", "note", str(tmp_path / "note.md")),
+        ):
+            assert kb.kb(*step).returncode == 0, step
+        issued = kb.kb("token", "issue", "--route", "durable", "--subject", "dora", "--ttl", "3600")
+        assert issued.returncode == 0, issued.stderr
+        token = issued.stdout.strip()
+        before = kb.knowledge("durable", "search", {"query": term}, token=token)
+        assert before.status == 200 and [h["title"] for h in before.json["hints"]] == ["Durable note"]
+        turn = kb.request("POST", "/agent-api/v1/workspaces/demo/turns", turn_body, kb.token)
+        assert turn.status == 200, turn.raw
+        first_call = kb.request("POST", INVOKE, tool_event("dur-root", "dur-child")).json
+        assert first_call.get("references"), first_call
+        spent = fused(first_call)
+
+    with running_kb_serve(state) as kb:
+        assert kb.token == demo_token  # the demo token is kept, not reissued
+        after = kb.knowledge("durable", "search", {"query": term}, token=token)
+        assert after.status == 200
+        assert [(h["title"], h["revision"]) for h in after.json["hints"]] == [
+            (h["title"], h["revision"]) for h in before.json["hints"]
+        ]
+        page = kb.knowledge("durable", "read", {"ref": after.json["hints"][0]["ref"]}, token=token)
+        assert page.status == 200 and term in page.json["content"]
+        # The turn record answers the replay with the stored response; its run is still ready.
+        again = kb.request("POST", "/agent-api/v1/workspaces/demo/turns", turn_body, kb.token)
+        assert again.status == 200 and again.json == turn.json
+        run_id = turn.json["run_id"]
+        in_run = kb.knowledge("demo", "search", {"query": "网关离线", "run_id": run_id})
+        assert in_run.status == 200 and in_run.json["run_id"] == run_id
+        # The ledger remembers the tree: the same invocation spends on from where it was.
+        second_call = kb.request("POST", INVOKE, tool_event("dur-root", "dur-child", "网关离线")).json
+        assert fused(second_call)["retrievalsUsed"] == spent["retrievalsUsed"] + 1
+        assert fused(second_call)["charsUsed"] >= spent["charsUsed"]
+        # Published versions are still there (identical re-publish is a no-op).
+        republish = kb.kb("publish", "source", str(tmp_path / "source.json"))
+        assert republish.returncode == 0 and "already published" in republish.stdout
+
+
+@contextmanager
+def own_group_kb_serve(state: Path) -> Iterator[tuple[KbServer, subprocess.Popen]]:
+    """`kb serve` in a process group of its own, so that a test can SIGKILL it and all its workers."""
+    port = free_port()
+    log_path = state / "serve.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [*KB, "serve", "--state", str(state), "--port", str(port)],
+            cwd=ROOT,
+            env={**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while "listening on" not in log_path.read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.1)
+            token = (state / "demo-token").read_text().strip()
+            yield KbServer(f"http://127.0.0.1:{port}", port, token, state), proc
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_kill_9_mid_tool_calls_and_ingest_loses_no_commit_and_charges_nothing_partially(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(400):
+        (docs / f"d{i:03}.md").write_text(f"# Crash note {i}\n\n" + f"crash {i} recovery text. " * 200)
+    root = "crash-root"
+    with own_group_kb_serve(state) as (kb, proc):
+        stop = threading.Event()
+
+        def tool_calls(n: int) -> None:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                try:
+                    kb.request("POST", INVOKE, tool_event(root, f"crash-child-{n}-{i}", f"安装 {i}"))
+                except OSError:
+                    return
+
+        ingest = subprocess.Popen(
+            [
+                *KB,
+                "ingest",
+                "--source",
+                "demo-docs@1.0.0",
+                "--doc-id",
+                "crash",
+                str(docs),
+                "--endpoint",
+                kb.endpoint,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for n in range(4):
+                pool.submit(tool_calls, n)
+            time.sleep(2.5)  # tool calls and ingest batches in flight
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            stop.set()
+        ingest.wait(timeout=60)
+
+    # The files agree with themselves: every charge reached the whole chain, every citation its chars.
+    with sqlite3.connect(state / "state.sqlite3") as conn:
+        rows = conn.execute(
+            "SELECT invocation_id, parent, retrievals, chars FROM ledger_entries WHERE root_id = ?", (root,)
+        ).fetchall()
+        cited = conn.execute(
+            "SELECT invocation_id, sum(length(content)) FROM ledger_citations WHERE root_id = ? "
+            "GROUP BY invocation_id",
+            (root,),
+        ).fetchall()
+    assert rows, "no tool call committed before the kill"
+    children = [r for r in rows if r[1] == root]
+    [root_row] = [r for r in rows if r[0] == root]
+    assert root_row[2] == sum(r[2] for r in children)  # no partial charge
+    assert root_row[3] == sum(r[3] for r in children) == sum(n for _, n in cited)
+    with sqlite3.connect(state / "search.sqlite3") as conn:
+        ingested = conn.execute("SELECT count(*) FROM documents WHERE doc_id LIKE 'crash-%'").fetchone()[0]
+        orphans = conn.execute(
+            "SELECT count(*) FROM passage_rows r LEFT JOIN documents d "
+            "ON d.source_key = r.source_key AND d.doc_id = r.doc_id WHERE d.doc_id IS NULL"
+        ).fetchone()[0]
+        empty = conn.execute(
+            "SELECT count(*) FROM documents d WHERE NOT EXISTS (SELECT 1 FROM passage_rows r "
+            "WHERE r.source_key = d.source_key AND r.doc_id = d.doc_id)"
+        ).fetchone()[0]
+        unindexed = conn.execute(
+            "SELECT count(*) FROM passage_rows r WHERE r.id NOT IN (SELECT rowid FROM passages)"
+        ).fetchone()[0]
+    assert ingested % 50 == 0  # kb ingest sends batches of 50: each is all or nothing
+    assert orphans == empty == unindexed == 0
+
+    # It starts again on the same files and answers; the registry still has every indexed source.
+    with running_kb_serve(state) as kb:
+        hints = kb.knowledge("demo", "search", {"query": "网关离线"}).json["hints"]
+        assert hints
+        result = kb.request("POST", INVOKE, tool_event("after-root", "after-restart")).json
+        assert "references" in result, result
+        if ingested:
+            found = kb.knowledge("demo", "search", {"query": "crash recovery"}).json["hints"]
+            assert found and found[0]["title"].startswith("Crash note")
+
+
+def _serve_once(state: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*KB, "serve", "--state", str(state), "--port", str(free_port()), "--no-demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [
+        ("corrupt", "cannot be opened as a SQLite database"),
+        ("foreign", "is not a file of this service"),
+        ("newer", "newer than this kb"),
+    ],
+)
+def test_bad_state_file_stops_kb_serve_with_one_clear_line(tmp_path: Path, how: str, says: str) -> None:
+    state_file = tmp_path / "state.sqlite3"
+    if how == "corrupt":
+        state_file.write_bytes(b"this is not a database" * 100)
+    else:
+        with sqlite3.connect(state_file) as conn:
+            conn.execute("CREATE TABLE notes (x)")
+            if how == "newer":
+                conn.execute("PRAGMA application_id = 1262637908")  # ours
+                conn.execute("PRAGMA user_version = 99")
+    before = state_file.read_bytes()
+    done = _serve_once(tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(state_file) in lines[0] and says in lines[0], done.stderr
+    assert state_file.read_bytes() == before  # never re-seeded over what is there
+
+
+def test_state_of_an_older_kb_serve_says_what_to_do(tmp_path: Path) -> None:
+    """An older kb serve kept its registry in memory: its index holds documents of sources that no
+    registry knows any more. The new one says which and what to do, and serves."""
+    with sqlite3.connect(tmp_path / "search.sqlite3") as conn:
+        conn.execute(
+            "CREATE TABLE documents (source_key TEXT NOT NULL, doc_id TEXT NOT NULL, title TEXT NOT NULL, "
+            "body TEXT NOT NULL, revision TEXT NOT NULL, status TEXT NOT NULL, acl TEXT NOT NULL, "
+            "structured_source TEXT, updated_at REAL NOT NULL, PRIMARY KEY (source_key, doc_id))"
+        )
+        conn.execute(
+            "INSERT INTO documents VALUES ('legacy@1.0.0', 'a', 'A', 'old body', 'r', 'ready', '{}', NULL, 0)"
+        )
+    with running_kb_serve(tmp_path) as kb:
+        log = (tmp_path / "serve.log").read_text()
+        assert "legacy@1.0.0" in log and "kb publish source" in log
+        assert kb.knowledge("demo", "capabilities").status == 200
+
+
+def test_concurrent_identities_never_see_each_others_request(kb_server: KbServer) -> None:
+    """Lambda-style isolation: many identities at once, each sees its own principal, run and route."""
+    identities = []
+    for n in range(4):
+        issued = kb_server.kb(
+            "token", "issue", "--route", "demo", "--client", f"iso-{n}", "--subject", f"u{n}"
+        )
+        assert issued.returncode == 0, issued.stderr
+        token = issued.stdout.strip()
+        turn = kb_server.request(
+            "POST",
+            "/agent-api/v1/workspaces/demo/turns",
+            {"turn_id": "iso", "message": "hi", "knowledge_delivery": "on_demand"},
+            token,
+        )
+        assert turn.status == 200, turn.raw
+        identities.append((token, turn.json["run_id"]))
+
+    def one(k: int) -> tuple[int, int, str | None]:
+        n = k % len(identities)
+        token, run_id = identities[n]
+        own = kb_server.knowledge("demo", "search", {"query": "网关离线", "run_id": run_id}, token=token)
+        other_run = identities[(n + 1) % len(identities)][1]
+        other = kb_server.knowledge("demo", "search", {"query": "网关", "run_id": other_run}, token=token)
+        return own.status, other.status, own.json.get("run_id")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(one, range(64)))
+    assert all(own == 200 for own, _, _ in results), results
+    assert all(other == 404 for _, other, _ in results), results  # another's run is never theirs
+    assert [run for _, _, run in results] == [identities[k % 4][1] for k in range(64)]
+    log = (kb_server.state / "serve.log").read_text()
+    assert "POST /agent-api/v1/workspaces/demo/knowledge/search 200 " in log  # one line per request
+    assert '"level"' not in log  # handler logs and metrics stay behind --verbose
