@@ -17,11 +17,13 @@ import ipaddress
 import json
 import multiprocessing
 import os
+import socket
 import sys
 import threading
 import time
 import traceback
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
@@ -98,6 +100,18 @@ class Handlers:
                 raise FunctionError(type(exc).__name__, str(exc)) from exc
 
 
+class _Handoff:
+    """A waiting event's place in the queue: it receives an instance, or None (start a new one)."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.instance: _Instance | None = None
+
+    def hand(self, instance: _Instance | None) -> None:
+        self.instance = instance
+        self.ready.set()
+
+
 class _Instance:
     """One worker process of one function: the handler loaded once, one event at a time over a pipe."""
 
@@ -168,16 +182,19 @@ def _die_with_parent() -> None:
 
 class WorkerHandlers:
     """Every function as a pool of worker processes: an idle instance takes the event, or a new one is
-    started (a cold start) up to `max_instances`, else the event waits for the first free one."""
+    started (a cold start) up to `max_instances`; past that, events wait their turn, first come first
+    served (a fair queue keeps the tail latency of a busy function close to its median)."""
 
     def __init__(self, max_instances: int = 2, verbose: bool = False) -> None:
         self.functions = tpl.functions()
         self._max = max_instances
         self._verbose = verbose
-        self._idle: dict[str, list[_Instance]] = {fn.logical_id: [] for fn in self.functions.values()}
-        self._count: dict[str, int] = dict.fromkeys(self._idle, 0)
+        names = [fn.logical_id for fn in self.functions.values()]
+        self._idle: dict[str, list[_Instance]] = {n: [] for n in names}
+        self._waiting: dict[str, deque[_Handoff]] = {n: deque() for n in names}
+        self._count: dict[str, int] = dict.fromkeys(names, 0)
         self._all: list[_Instance] = []
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._timeouts = {fn.logical_id: fn.timeout_s for fn in self.functions.values()}
 
     def resolve(self, name: str) -> tpl.Function:
@@ -187,35 +204,49 @@ class WorkerHandlers:
         raise KeyError(name)
 
     def _acquire(self, name: str) -> _Instance:
-        with self._cond:
-            while True:
-                if self._idle[name]:
-                    return self._idle[name].pop()
-                if self._count[name] < self._max:
-                    self._count[name] += 1
-                    break
-                self._cond.wait()
+        with self._lock:
+            if self._idle[name]:
+                return self._idle[name].pop()
+            handoff = None
+            if self._count[name] < self._max:
+                self._count[name] += 1
+            else:
+                handoff = _Handoff()
+                self._waiting[name].append(handoff)
+        if handoff is not None:
+            handoff.ready.wait()
+            if handoff.instance is not None:
+                return handoff.instance
+            # A retired instance's place was handed over: start its successor.
         try:
             instance = _Instance(name, self._verbose)
         except BaseException:
-            with self._cond:
-                self._count[name] -= 1
-                self._cond.notify()
+            self._vacate(name)
             raise
-        with self._cond:
+        with self._lock:
             self._all.append(instance)
         return instance
 
-    def _release(self, name: str, instance: _Instance, healthy: bool) -> None:
-        with self._cond:
-            if healthy:
-                self._idle[name].append(instance)
+    def _vacate(self, name: str) -> None:
+        """An instance's place is free: the next waiter starts a new one, or the count drops."""
+        with self._lock:
+            if self._waiting[name]:
+                self._waiting[name].popleft().hand(None)
             else:
                 self._count[name] -= 1
-                self._all.remove(instance)
-            self._cond.notify()
-        if not healthy:
-            instance.stop()
+
+    def _release(self, name: str, instance: _Instance, healthy: bool) -> None:
+        if healthy:
+            with self._lock:
+                if self._waiting[name]:
+                    self._waiting[name].popleft().hand(instance)
+                else:
+                    self._idle[name].append(instance)
+            return
+        with self._lock:
+            self._all.remove(instance)
+        instance.stop()
+        self._vacate(name)
 
     def invoke(self, name: str, event: Any) -> Any:
         fn = self.resolve(name)
@@ -230,7 +261,7 @@ class WorkerHandlers:
             self._release(fn.logical_id, instance, healthy)
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             instances, self._all = self._all, []
         for instance in instances:
             instance.stop()
@@ -417,6 +448,12 @@ class _Handler(BaseHTTPRequestHandler):
     gateway: LocalGateway
     log_requests: bool
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out as separate writes: without this, Nagle's algorithm holds the body back
+        # until the client's delayed ACK (~40 ms) on a keep-alive connection.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def _serve(self) -> None:
         started = time.perf_counter()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from knowledge_core.domain.analyzer import is_cjk, terms, unique_terms
+from knowledge_core.domain.analyzer import count_terms_in, is_cjk, terms, unique_terms
 
 
 @pytest.mark.parametrize(
@@ -56,3 +56,13 @@ def test_terms_are_lowercase_words_without_separators(text):
 def test_terms_of_plain_english_are_its_words(words):
     assert terms(" ".join(words)) == words
     assert terms(", ".join(w.upper() for w in words)) == words
+
+
+@given(
+    st.text(alphabet="ab 网关离线安装 Gateway-offline的。\n", max_size=80),
+    st.text(alphabet="ab 网关离线 gateway的", max_size=12),
+)
+def test_r_fuse_count_terms_in_equals_membership_in_terms(text: str, query: str) -> None:
+    """The fast lexical count is exactly `how many query terms are terms of the text`."""
+    wanted = unique_terms(query)
+    assert count_terms_in(text, wanted) == sum(1 for t in wanted if t in set(terms(text)))

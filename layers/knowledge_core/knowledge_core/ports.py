@@ -111,6 +111,11 @@ class Embedder(ABC):
 class SearchBackend(ABC):
     """Documents and passages of every source; searched per source, hits grouped by parent document."""
 
+    # True when a search reads its hits and their documents in one consistent read, so every hit it returns
+    # is citable as returned (ready, visible, the hit's revision): a live re-check would read it again.
+    # False for a near-real-time index (OpenSearch), whose hits are checked against the stored document.
+    live_hits: bool = False
+
     @abstractmethod
     def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
         """One result per query, same order; a failing source reports its error instead of hits."""

@@ -58,6 +58,8 @@ def _match_expression(query: str) -> str | None:
 
 
 class SqliteFtsBackend(SearchBackend):
+    live_hits = True  # one statement reads passages and their documents (status, ACL, revision)
+
     def __init__(
         self, path: str | Path, embedder: Embedder | None = None, hybrid: HybridRanking | None = None
     ) -> None:
@@ -167,7 +169,8 @@ class SqliteFtsBackend(SearchBackend):
         if row is None:
             return None
         title, body, status, acl, structured = row
-        return Document(
+        # Validated when it was written: rebuilt without re-checking (bodies are large).
+        return Document.model_construct(
             source_key=source_key,
             doc_id=doc_id,
             title=title,

@@ -119,10 +119,14 @@ class SqliteStore:
             raise StateUnavailable() from exc
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _read(self, *, consistent: bool = False) -> Iterator[sqlite3.Connection]:
+        """Reads: one statement is consistent on its own; `consistent` holds several in one snapshot."""
         try:
-            with self._db.snapshot() as conn:
-                yield conn
+            if consistent:
+                with self._db.snapshot() as conn:
+                    yield conn
+            else:
+                yield self._db.connection()
         except _TRANSPORT as exc:
             raise StateUnavailable() from exc
 
@@ -349,8 +353,14 @@ class SqliteLedger(SqliteStore, BudgetLedger):
         return entry, seq
 
     def _snapshot(
-        self, conn: sqlite3.Connection, root_id: str, chain_ids: Sequence[str], agent_keys: Sequence[str] = ()
+        self,
+        conn: sqlite3.Connection,
+        root_id: str,
+        chain_ids: Sequence[str],
+        agent_keys: Sequence[str] = (),
+        fingerprints: Sequence[str] | None = None,
     ) -> ChainSnapshot:
+        """The chain's entries; the root tree's citations (only `fingerprints`' when given)."""
         rows = conn.execute(
             f"SELECT {self._ENTRY} FROM ledger_entries WHERE root_id = ? "
             f"AND invocation_id IN ({_placeholders(chain_ids)})",
@@ -363,11 +373,13 @@ class SqliteLedger(SqliteStore, BudgetLedger):
             entries[entry.invocation_id] = entry
             if entry.invocation_id == root_id:
                 seq = entry_seq
+        only = "" if fingerprints is None else f" AND fingerprint IN ({_placeholders(fingerprints)})"
         cited = {
             fp: CitationMark(cid, chars)
             for fp, cid, chars in conn.execute(
-                "SELECT fingerprint, citation_id, length(content) FROM ledger_citations WHERE root_id = ?",
-                (root_id,),
+                "SELECT fingerprint, citation_id, length(content) FROM ledger_citations WHERE root_id = ?"
+                + only,
+                (root_id, *(fingerprints or ())),
             )
         }
         return ChainSnapshot(root_id, tuple(chain_ids), entries, seq, cited, _agents(conn, agent_keys))
@@ -375,7 +387,7 @@ class SqliteLedger(SqliteStore, BudgetLedger):
     def open_chain(
         self, root_id: str, invocation_ids: list[str], agent_keys: Sequence[str] = ()
     ) -> ChainSnapshot:
-        with self._read() as conn:
+        with self._read(consistent=True) as conn:
             return self._snapshot(conn, root_id, invocation_ids, agent_keys)
 
     def charge_retrievals(
@@ -384,7 +396,7 @@ class SqliteLedger(SqliteStore, BudgetLedger):
         root_id = snapshot.root_id
         ids = [link.invocation_id for link in links]
         with self._write() as conn:
-            current = self._snapshot(conn, root_id, ids)
+            current = self._snapshot(conn, root_id, ids, fingerprints=())
             mismatch = chain_mismatch(links, current.entries)
             if mismatch:
                 raise ProtocolError(mismatch)
@@ -393,11 +405,11 @@ class SqliteLedger(SqliteStore, BudgetLedger):
             if refusal:
                 raise BudgetExceeded(refusal)
             after = [charged(entry, source_keys) for entry in chain]
-            for depth, entry in enumerate(after):
-                conn.execute(
-                    "INSERT INTO ledger_entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                    "ON CONFLICT (root_id, invocation_id) DO UPDATE SET "
-                    "retrievals = excluded.retrievals, per_source = excluded.per_source",
+            conn.executemany(
+                "INSERT INTO ledger_entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (root_id, invocation_id) DO UPDATE SET "
+                "retrievals = excluded.retrievals, per_source = excluded.per_source",
+                [
                     (
                         root_id,
                         entry.invocation_id,
@@ -413,10 +425,12 @@ class SqliteLedger(SqliteStore, BudgetLedger):
                         entry.deadline,
                         0,
                         int(now) + LEDGER_TTL_SECONDS,
-                    ),
-                )
+                    )
+                    for depth, entry in enumerate(after)
+                ],
+            )
         return ChainSnapshot(
-            root_id, tuple(ids), {e.invocation_id: e for e in after}, current.seq, current.cited
+            root_id, tuple(ids), {e.invocation_id: e for e in after}, current.seq, snapshot.cited
         )
 
     def record_citations(
@@ -425,18 +439,17 @@ class SqliteLedger(SqliteStore, BudgetLedger):
         if not drafts:
             return [], snapshot
         root_id = snapshot.root_id
+        fingerprints = list(dict.fromkeys(d.fingerprint for d in drafts))
         with self._write() as conn:
-            current = self._snapshot(conn, root_id, snapshot.chain_ids)
+            current = self._snapshot(conn, root_id, snapshot.chain_ids, fingerprints=fingerprints)
             plan = plan_citations(current.chain(), current.seq, current.cited, drafts)
             if plan.created:
-                for entry in current.chain():
-                    conn.execute(
-                        "UPDATE ledger_entries SET chars = chars + ? WHERE root_id = ? AND invocation_id = ?",
-                        (plan.chars, root_id, entry.invocation_id),
-                    )
+                ids = list(snapshot.chain_ids)
                 conn.execute(
-                    "UPDATE ledger_entries SET seq = ? WHERE root_id = ? AND invocation_id = ?",
-                    (plan.seq, root_id, root_id),
+                    "UPDATE ledger_entries SET chars = chars + ?, "
+                    "seq = CASE WHEN invocation_id = ? THEN ? ELSE seq END "
+                    f"WHERE root_id = ? AND invocation_id IN ({_placeholders(ids)})",
+                    (plan.chars, root_id, plan.seq, root_id, *ids),
                 )
                 conn.executemany(
                     "INSERT INTO ledger_citations VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -464,7 +477,7 @@ class SqliteLedger(SqliteStore, BudgetLedger):
 
     def entry(self, root_id: str, invocation_id: str) -> LedgerEntry | None:
         with self._read() as conn:
-            return self._snapshot(conn, root_id, [invocation_id]).entries.get(invocation_id)
+            return self._snapshot(conn, root_id, [invocation_id], fingerprints=()).entries.get(invocation_id)
 
     def citations(self, root_id: str) -> list[Citation]:
         with self._read() as conn:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 # Runs of letters/digits (Latin and other alphabetic scripts), or runs of CJK ideographs / kana / hangul.
 _TOKEN_RE = re.compile(
@@ -35,6 +36,37 @@ def terms(text: str) -> list[str]:
         else:
             out.append(run)
     return out
+
+
+def _word_char(c: str) -> bool:
+    """A character of a non-CJK token run (`_TOKEN_RE`'s second branch: \\w without `_` and CJK)."""
+    return c.isalnum() and not _CJK_RE.match(c)
+
+
+def _occurs_as_run(term: str, text: str, inside: Callable[[str], bool]) -> bool:
+    """`term` occurs in `text` with no character of its own kind (`inside`) on either side."""
+    start = text.find(term)
+    while start >= 0:
+        end = start + len(term)
+        if (start == 0 or not inside(text[start - 1])) and (end == len(text) or not inside(text[end])):
+            return True
+        start = text.find(term, start + 1)
+    return False
+
+
+def count_terms_in(text: str, wanted: list[str]) -> int:
+    """How many of `wanted` (distinct `terms`) are terms of `text`, without analysing the whole text: a CJK
+    bigram is a term exactly when it occurs (both characters are CJK, so they sit in one run); a word or a
+    lone CJK character must occur as a whole run."""
+    lowered = text.lower()
+    count = 0
+    for term in wanted:
+        if is_cjk(term):
+            found = term in lowered if len(term) == 2 else _occurs_as_run(term, lowered, is_cjk)
+        else:
+            found = _occurs_as_run(term, lowered, _word_char)
+        count += found
+    return count
 
 
 def unique_terms(text: str) -> list[str]:

@@ -137,7 +137,8 @@ def plan_citations(
 ) -> CitationPlan:
     """R-BUDGET citations: identical content (same fingerprint in the root tree, or earlier in this call)
     reuses its id and spends nothing; new content is numbered `cite-<n>` on the root's counter and cut to
-    the smallest remaining char budget of the chain, in order; nothing is created once no chars remain."""
+    the smallest remaining char budget of the chain, in order; nothing is created once no chars remain.
+    `cited` needs to hold (at least) the drafts' fingerprints that the tree has cited."""
     remaining = chars_remaining(chain)
     out: list[Citation | None] = []
     created: list[tuple[Citation, CitationDraft]] = []
@@ -156,7 +157,7 @@ def plan_citations(
             earlier = first[draft.fingerprint]
             out.append(replace(earlier, created=False) if earlier is not None else None)
             continue
-        room = remaining if len(cited) + len(created) < MAX_CITATIONS_PER_ROOT else 0
+        room = remaining if seq < MAX_CITATIONS_PER_ROOT else 0  # seq = citations the tree holds
         take = grant_chars([len(draft.content)], room)[0]
         citation: Citation | None = None
         if take > 0:

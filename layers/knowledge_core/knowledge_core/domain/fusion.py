@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .analyzer import unique_terms
+from .analyzer import count_terms_in, unique_terms
 
 RRF_K = 60
 
@@ -75,8 +75,7 @@ def positive(candidate: Candidate, min_score: float) -> bool:
 
 def lexical_matches(candidate: Candidate, query_terms: list[str]) -> int:
     """How many distinct query terms (English words, CJK bigrams) occur in the title or content."""
-    text_terms = set(unique_terms(candidate.title + "\n" + candidate.passage))
-    return sum(1 for t in query_terms if t in text_terms)
+    return count_terms_in(candidate.title + "\n" + candidate.passage, query_terms)
 
 
 def fuse(

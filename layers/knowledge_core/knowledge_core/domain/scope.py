@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 from .models import AgentDefinition, KnowledgeRouting, Source
 
@@ -14,10 +15,11 @@ class KnowledgeScope:
     route: str
     agent: AgentDefinition
     sources: dict[str, Source | None]  # allowed key -> current source (None = not published)
-    revision: str = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "revision", scope_revision(self.agent, self.sources))
+    @cached_property
+    def revision(self) -> str:
+        """Computed when first asked (the agent tool path never needs it)."""
+        return scope_revision(self.agent, self.sources)
 
     @property
     def routing(self) -> KnowledgeRouting:

@@ -184,6 +184,8 @@ class ToolsService:
 
     def _live_check(self, result: SourceResult, viewer: Viewer) -> list[Hit]:
         """Each hit's document, now: still in that source, ready, visible to the viewer, same revision."""
+        if self._backend.live_hits:
+            return result.hits
         kept: list[Hit] = []
         for hit in result.hits:
             try:
