@@ -68,7 +68,7 @@ def main() -> int:
         i = iter(range(10**9))
 
         def search() -> None:
-            svc.search(principal, "demo", SearchRequest(query=QUERIES[next(i) % len(QUERIES)]))
+            svc.search(principal, "demo", SearchRequest(query=QUERIES[next(i) % len(QUERIES)])).wire()
 
         j = iter(range(10**9))
 
@@ -81,11 +81,13 @@ def main() -> int:
             report("search (service, 3 hints)", s, b, "raw backend.search", "(target p50 <= 5 ms)")
         )
 
-        hint = svc.search(principal, "demo", SearchRequest(query="database failover runbook"))["hints"][0]
+        hint = svc.search(principal, "demo", SearchRequest(query="database failover runbook")).wire()[
+            "hints"
+        ][0]
         doc_id = json.loads(__import__("base64").urlsafe_b64decode(hint["ref"].split(".")[0] + "=="))["d"]
 
         def read() -> None:
-            svc.read(principal, "demo", ReadRequest(ref=hint["ref"]))
+            svc.read(principal, "demo", ReadRequest(ref=hint["ref"])).wire()
 
         def raw_get() -> None:
             backend.get_document(source.key, doc_id)

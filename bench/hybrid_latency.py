@@ -80,10 +80,14 @@ def main() -> int:
         i, j = iter(range(10**9)), iter(range(10**9))
 
         def hybrid_search() -> None:
-            hybrid.knowledge.search(principal, "demo", SearchRequest(query=QUERIES[next(i) % len(QUERIES)]))
+            hybrid.knowledge.search(
+                principal, "demo", SearchRequest(query=QUERIES[next(i) % len(QUERIES)])
+            ).wire()
 
         def plain_search() -> None:
-            plain.knowledge.search(principal, "demo", SearchRequest(query=QUERIES[next(j) % len(QUERIES)]))
+            plain.knowledge.search(
+                principal, "demo", SearchRequest(query=QUERIES[next(j) % len(QUERIES)])
+            ).wire()
 
         s, b = interleaved(hybrid_search, plain_search, args.rounds)
         results.append(report("search, hybrid (English queries)", s, b, "same search, BM25 only"))

@@ -145,7 +145,8 @@ def main() -> int:
             bodies[q] = (backend.search_body(sq, q, viewer), len(sq))
         assert all(n == len(keys) for _, n in bodies.values()), "every query searches both sources"
         statuses = {
-            container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query=q))["status"] for q in queries
+            container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query=q)).wire()["status"]
+            for q in queries
         }
         assert statuses == {"ok"}, statuses
         cycle = iter(range(1 << 30))
@@ -153,7 +154,7 @@ def main() -> int:
 
         def service() -> object:
             current["q"] = queries[next(cycle) % len(queries)]
-            return container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query=current["q"]))
+            return container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query=current["q"])).wire()
 
         def raw() -> object:  # the same query's `_msearch`, as the service sent it
             return backend.msearch(bodies[current["q"]][0], timeout + 1.0)

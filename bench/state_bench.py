@@ -199,7 +199,7 @@ def bench_round_trips() -> dict:
         counts = []
         for n in range(6):
             start = len(calls)
-            result = container.tools.call(parse_envelope(tool_event(n)))
+            result = container.tools.call(parse_envelope(tool_event(n))).wire()
             assert result.get("references"), result
             counts.append(calls[start:])
     cold, warm = counts[0], counts[1:]

@@ -18,10 +18,10 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
     except ToolError as error:
         logger.info("knowledge tool refused", extra={"code": error.code, "field": error.field})
         metrics.add_metric(name="ToolErrors", unit=MetricUnit.Count, value=1)
-        return failure(error, [])
+        return failure(error, []).wire()
     result = bootstrap.container().tools.call(envelope)
-    if "error" in result:
+    if result.error is not None:
         metrics.add_metric(name="ToolErrors", unit=MetricUnit.Count, value=1)
     else:
-        metrics.add_metric(name="ToolReferences", unit=MetricUnit.Count, value=len(result["references"]))
-    return result
+        metrics.add_metric(name="ToolReferences", unit=MetricUnit.Count, value=len(result.references))
+    return result.wire()

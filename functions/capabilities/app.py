@@ -14,7 +14,7 @@ app = make_resolver()
 @app.get("/agent-api/v1/workspaces/<route>/knowledge/capabilities")
 def capabilities(route: str) -> Response:
     body = bootstrap.container().knowledge.capabilities(principal_of(app), route)
-    metrics.add_metric(name="CapabilitiesEnabled", unit=MetricUnit.Count, value=int(body["enabled"]))
+    metrics.add_metric(name="CapabilitiesEnabled", unit=MetricUnit.Count, value=int(body.enabled))
     return json_response(body)
 
 

@@ -17,7 +17,7 @@ def read(route: str) -> Response:
     principal = principal_of(app)
     request = parse_request(ReadRequest, body_of(app))
     body = bootstrap.container().knowledge.read(principal, route, request)
-    metrics.add_metric(name="ReadBytes", unit=MetricUnit.Bytes, value=len(body["content"].encode("utf-8")))
+    metrics.add_metric(name="ReadBytes", unit=MetricUnit.Bytes, value=len(body.content.encode("utf-8")))
     return json_response(body)
 
 

@@ -17,7 +17,7 @@ def search(route: str) -> Response:
     principal = principal_of(app)
     request = parse_request(SearchRequest, body_of(app))
     body = bootstrap.container().knowledge.search(principal, route, request)
-    metrics.add_metric(name="SearchHints", unit=MetricUnit.Count, value=len(body["hints"]))
+    metrics.add_metric(name="SearchHints", unit=MetricUnit.Count, value=len(body.hints))
     return json_response(body)
 
 

@@ -18,9 +18,7 @@ def turns(route: str) -> Response:
     principal = principal_of(app)
     request = parse_request(TurnRequest, body_of(app))
     body = bootstrap.container().turns.start(principal, route, request)
-    metrics.add_metric(
-        name="TurnKnowledgeItems", unit=MetricUnit.Count, value=len(body["context"]["knowledge"])
-    )
+    metrics.add_metric(name="TurnKnowledgeItems", unit=MetricUnit.Count, value=len(body.context.knowledge))
     return json_response(body)
 
 

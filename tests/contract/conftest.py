@@ -146,14 +146,14 @@ class World:
         self.c.admin.put_documents(list(docs))
 
     def search(self, query: str, limit: int = 3, principal: Principal = PRINCIPAL) -> dict:
-        return self.c.knowledge.search(principal, self.route, SearchRequest(query=query, limit=limit))
+        return self.c.knowledge.search(principal, self.route, SearchRequest(query=query, limit=limit)).wire()
 
     def read(
         self, ref: str, principal: Principal = PRINCIPAL, max_bytes: int = 16384, cursor: str | None = None
     ) -> dict:
         return self.c.knowledge.read(
             principal, self.route, ReadRequest(ref=ref, max_bytes=max_bytes, cursor=cursor)
-        )
+        ).wire()
 
     def read_all(self, ref: str, max_bytes: int = 4096) -> tuple[bytes, int]:
         content, cursor, pages = b"", None, 0

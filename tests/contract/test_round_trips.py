@@ -82,7 +82,7 @@ def test_r_budget_round_trips_per_tool_call(table: DynamoTable, tmp_path: Path) 
 
     cold = _container(table, tmp_path, clock)  # a new process: empty caches
     root = f"root-{uuid.uuid4().hex[:8]}"
-    result, calls = counter.during(lambda: cold.tools.call(_envelope(root, "设备安装规范")))
+    result, calls = counter.during(lambda: cold.tools.call(_envelope(root, "设备安装规范")).wire())
     assert result.get("references"), result
     assert len(calls) <= COLD_MAX, calls
 
@@ -92,7 +92,7 @@ def test_r_budget_round_trips_per_tool_call(table: DynamoTable, tmp_path: Path) 
         (root, "网关离线"),
         (f"root-{uuid.uuid4().hex[:8]}", "网关"),
     ):
-        result, calls = counter.during(lambda r=root_id, q=query: cold.tools.call(_envelope(r, q)))
+        result, calls = counter.during(lambda r=root_id, q=query: cold.tools.call(_envelope(r, q)).wire())
         assert "references" in result, result
         assert len(calls) <= WARM_MAX, (query, calls)
     assert calls == ["BatchGetItem", "TransactWriteItems", "TransactWriteItems"]

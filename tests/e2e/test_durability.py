@@ -127,6 +127,16 @@ def own_group_kb_serve(state: Path) -> Iterator[tuple[KbServer, subprocess.Popen
                 proc.wait()
 
 
+def _committed_trees(state: Path, prefix: str) -> int:
+    try:
+        with sqlite3.connect(state / "state.sqlite3", timeout=5) as conn:
+            return conn.execute(
+                "SELECT count(DISTINCT root_id) FROM ledger_entries WHERE root_id LIKE ?", (prefix + "-%",)
+            ).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
 def test_kill_9_mid_tool_calls_and_ingest_loses_no_commit_and_charges_nothing_partially(
     tmp_path: Path,
 ) -> None:
@@ -134,8 +144,8 @@ def test_kill_9_mid_tool_calls_and_ingest_loses_no_commit_and_charges_nothing_pa
     state.mkdir()
     docs = tmp_path / "docs"
     docs.mkdir()
-    for i in range(400):
-        (docs / f"d{i:03}.md").write_text(f"# Crash note {i}\n\n" + f"crash {i} recovery text. " * 200)
+    for i in range(300):
+        (docs / f"d{i:03}.md").write_text(f"# Crash note {i}\n\n" + f"crash {i} recovery text. " * 100)
     root = "crash-root"
     with own_group_kb_serve(state) as (kb, proc):
         stop = threading.Event()
@@ -144,8 +154,8 @@ def test_kill_9_mid_tool_calls_and_ingest_loses_no_commit_and_charges_nothing_pa
             i = 0
             while not stop.is_set():
                 i += 1
-                try:
-                    kb.request("POST", INVOKE, tool_event(root, f"crash-child-{n}-{i}", f"安装 {i}"))
+                try:  # a new tree each call: every call charges and cites (no budget runs out)
+                    kb.request("POST", INVOKE, tool_event(f"{root}-{n}-{i}", f"child-{n}-{i}", f"安装 {i}"))
                 except OSError:
                     return
 
@@ -168,7 +178,11 @@ def test_kill_9_mid_tool_calls_and_ingest_loses_no_commit_and_charges_nothing_pa
         with ThreadPoolExecutor(max_workers=4) as pool:
             for n in range(4):
                 pool.submit(tool_calls, n)
-            time.sleep(2.5)  # tool calls and ingest batches in flight
+            # Kill once tool calls have committed and while they and the ingest are still going.
+            deadline = time.monotonic() + 60
+            while _committed_trees(state, root) < 20 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.3)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             stop.set()
@@ -176,19 +190,28 @@ def test_kill_9_mid_tool_calls_and_ingest_loses_no_commit_and_charges_nothing_pa
 
     # The files agree with themselves: every charge reached the whole chain, every citation its chars.
     with sqlite3.connect(state / "state.sqlite3") as conn:
-        rows = conn.execute(
-            "SELECT invocation_id, parent, retrievals, chars FROM ledger_entries WHERE root_id = ?", (root,)
+        entries = conn.execute(
+            "SELECT root_id, invocation_id, parent, retrievals, chars FROM ledger_entries "
+            "WHERE root_id LIKE ?",
+            (root + "-%",),
         ).fetchall()
-        cited = conn.execute(
-            "SELECT invocation_id, sum(length(content)) FROM ledger_citations WHERE root_id = ? "
-            "GROUP BY invocation_id",
-            (root,),
-        ).fetchall()
-    assert rows, "no tool call committed before the kill"
-    children = [r for r in rows if r[1] == root]
-    [root_row] = [r for r in rows if r[0] == root]
-    assert root_row[2] == sum(r[2] for r in children)  # no partial charge
-    assert root_row[3] == sum(r[3] for r in children) == sum(n for _, n in cited)
+        cited = dict(
+            conn.execute(
+                "SELECT root_id, sum(length(content)) FROM ledger_citations "
+                "WHERE root_id LIKE ? GROUP BY root_id",
+                (root + "-%",),
+            ).fetchall()
+        )
+    trees: dict[str, list[tuple]] = {}
+    for row in entries:
+        trees.setdefault(row[0], []).append(row)
+    assert len(trees) >= 20, "too few tool calls committed before the kill"
+    for tree_root, rows in trees.items():
+        [top] = [r for r in rows if r[1] == tree_root]
+        children = [r for r in rows if r[2] == tree_root]
+        assert len(rows) == 2 and len(children) == 1  # both entries of the chain, or neither
+        assert top[3] == children[0][3] == 1  # no partial charge
+        assert top[4] == children[0][4] == cited.get(tree_root, 0)  # chars are the citations' own
     with sqlite3.connect(state / "search.sqlite3") as conn:
         ingested = conn.execute("SELECT count(*) FROM documents WHERE doc_id LIKE 'crash-%'").fetchone()[0]
         orphans = conn.execute(

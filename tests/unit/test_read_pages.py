@@ -102,7 +102,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Container:
 
 
 def ref_for(container: Container, term: str) -> str:
-    result = container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query=term, limit=1))
+    result = container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query=term, limit=1)).wire()
     assert result["status"] == "ok" and len(result["hints"]) == 1, result
     return result["hints"][0]["ref"]
 
@@ -112,7 +112,7 @@ def read_chain(container: Container, ref: str, max_bytes: int | None) -> list[di
     cursor = None
     while True:
         fields = {"ref": ref, "cursor": cursor} | ({"max_bytes": max_bytes} if max_bytes else {})
-        page = container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(**fields))
+        page = container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(**fields)).wire()
         pages.append(page)
         cursor = page["next_cursor"]
         if cursor is None:
@@ -210,24 +210,26 @@ def test_a_read_empty_document(world):
 
 
 def test_a_read_cursor_of_another_ref_is_invalid(world):
-    first = world.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=ref_for(world, "zzcjk"), max_bytes=4096))
+    first = world.knowledge.read(
+        PRINCIPAL, ROUTE, ReadRequest(ref=ref_for(world, "zzcjk"), max_bytes=4096)
+    ).wire()
     with pytest.raises(ReferenceInvalid):
         world.knowledge.read(
             PRINCIPAL,
             ROUTE,
             ReadRequest(ref=ref_for(world, "zzemoji"), max_bytes=4096, cursor=first["next_cursor"]),
-        )
+        ).wire()
 
 
 def test_a_read_a_cursor_may_be_replayed_and_page_size_changed(world):
     ref = ref_for(world, "zzmixed")
-    first = world.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=ref, max_bytes=4096))
+    first = world.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=ref, max_bytes=4096)).wire()
     again = world.knowledge.read(
         PRINCIPAL, ROUTE, ReadRequest(ref=ref, max_bytes=4096, cursor=first["next_cursor"])
-    )
+    ).wire()
     bigger = world.knowledge.read(
         PRINCIPAL, ROUTE, ReadRequest(ref=ref, max_bytes=32768, cursor=first["next_cursor"])
-    )
+    ).wire()
     body = ADVERSARIAL["mixed"].encode()
     start = len(first["content"].encode())
     assert body[start:].startswith(again["content"].encode())

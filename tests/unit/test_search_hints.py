@@ -65,7 +65,11 @@ def search(
     principal: Principal = PRINCIPAL,
     service: KnowledgeService | None = None,
 ) -> dict:
-    return (service or container.knowledge).search(principal, ROUTE, SearchRequest(query=query, limit=limit))
+    return (
+        (service or container.knowledge)
+        .search(principal, ROUTE, SearchRequest(query=query, limit=limit))
+        .wire()
+    )
 
 
 class FailingBackend(SearchBackend):
@@ -173,13 +177,13 @@ def test_a_search_small_hints_are_not_truncated(tmp_path, clock):
         result = search(container, "zzsmall", limit=limit)
         assert len(result["hints"]) == limit and result["truncated"] is False
         assert all(h["summary"].startswith("zzsmall gateway") for h in result["hints"])
-    default = container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query="zzsmall"))
+    default = container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query="zzsmall")).wire()
     assert len(default["hints"]) == 3
 
 
 def test_a_search_hint_ref_reads_the_hit_document(hostile):
     hint = search(hostile, "zzbig", limit=1)["hints"][0]
-    page = hostile.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=hint["ref"], max_bytes=4096))
+    page = hostile.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=hint["ref"], max_bytes=4096)).wire()
     assert page["revision"] == hint["revision"] and page["title"] == hint["title"]
     assert len(dumps(page)) <= 4096
 
@@ -322,9 +326,9 @@ def test_search_expired_lease_is_unavailable_not_empty(demo_container, clock):
     demo_container.state.registry.update_source_state(key, SourceState(lease_until="2000-01-01T00:00:00Z"))
     demo_container.scopes.invalidate()
     principal = Principal(client_id="c", session_id="s", subject="u", tenant="demo", routes=["demo"])
-    result = demo_container.knowledge.search(principal, "demo", SearchRequest(query="网关离线"))
+    result = demo_container.knowledge.search(principal, "demo", SearchRequest(query="网关离线")).wire()
     assert result["status"] == "unavailable" and result["hints"] == []
     demo_container.state.registry.update_source_state(key, SourceState(lease_until="2999-01-01T00:00:00Z"))
     demo_container.scopes.invalidate()
-    result = demo_container.knowledge.search(principal, "demo", SearchRequest(query="网关离线"))
+    result = demo_container.knowledge.search(principal, "demo", SearchRequest(query="网关离线")).wire()
     assert result["status"] == "ok" and result["hints"]

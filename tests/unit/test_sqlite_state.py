@@ -55,11 +55,11 @@ def test_state_locked_turn_request_is_503_without_a_half_written_run(
     holder.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StateUnavailable):
-            container.turns.start(principal, "demo", request)
+            container.turns.start(principal, "demo", request).wire()
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     with sqlite3.connect(seeded.settings.state_path) as conn:
         assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
-    assert container.turns.start(principal, "demo", request)["run_id"]  # and then it answers
+    assert container.turns.start(principal, "demo", request).wire()["run_id"]  # and then it answers

@@ -145,7 +145,7 @@ class World:
             invocation["deadline"] = deadline
         return self.tools.call(
             parse_envelope({"operation": operation, "invocation": invocation, "arguments": arguments})
-        )
+        ).wire()
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ OTHER_SESSION = Principal(client_id="c", session_id="s2", subject="u", tenant="d
 
 
 def turn(container, body: dict, principal: Principal = PRINCIPAL, route: str = ROUTE) -> dict:
-    return container.turns.start(principal, route, parse_request(TurnRequest, json.dumps(body)))
+    return container.turns.start(principal, route, parse_request(TurnRequest, json.dumps(body))).wire()
 
 
 class CountingSearch:
@@ -92,12 +92,12 @@ def test_a_turn_inline_returns_bounded_startup_knowledge_bound_to_the_run(demo_c
     # maxContextChars (default 16000) counts content characters only.
     assert sum(len(k["content"]) for k in ctx["knowledge"]) <= 16000
     ref = ctx["knowledge_refs"][0]
-    page = demo_container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=ref, run_id=resp["run_id"]))
+    page = demo_container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=ref, run_id=resp["run_id"])).wire()
     assert page["revision"] == ctx["knowledge"][0]["revision"]
     assert page["content"].startswith(ctx["knowledge"][0]["content"][:100])
     # A ref minted with a run reads only with that run.
     with pytest.raises(ReferenceInvalid):
-        demo_container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=ref))
+        demo_container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=ref)).wire()
 
 
 def test_a_turn_inline_honours_max_context_chars(demo_container):
@@ -138,11 +138,11 @@ def test_a_turn_on_demand_echoes_delivery_and_keeps_other_fields(demo_container)
     # The on_demand run is context_ready: search and read within it.
     hits = demo_container.knowledge.search(
         PRINCIPAL, ROUTE, SearchRequest(query="网关离线", run_id=resp["run_id"])
-    )
+    ).wire()
     assert hits["run_id"] == resp["run_id"] and hits["hints"]
     page = demo_container.knowledge.read(
         PRINCIPAL, ROUTE, ReadRequest(ref=hits["hints"][0]["ref"], run_id=resp["run_id"])
-    )
+    ).wire()
     assert page["content"]
 
 
@@ -250,7 +250,7 @@ def test_a_turn_duplicate_waits_for_pending_then_reports_in_progress(demo_contai
         turn(demo_container, {"turn_id": "t-pending", "message": "other"})
     # The holder died: once the claim is stale, a duplicate takes it over and finishes the turn.
     demo_container.clock.advance(60)
-    resp = svc.start(PRINCIPAL, ROUTE, request)
+    resp = svc.start(PRINCIPAL, ROUTE, request).wire()
     assert (
         resp["run_state"] == "context_ready"
         and turn(demo_container, {"turn_id": "t-pending", "message": "hi"}) == resp
@@ -270,11 +270,13 @@ def test_a_turn_resumes_the_callers_run_only(demo_container):
     with pytest.raises(RunNotReady):
         turn(demo_container, {"turn_id": "t-r4", "message": "hi", "run_id": first["run_id"]})
     with pytest.raises(RunNotReady):
-        demo_container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query="网关", run_id=first["run_id"]))
+        demo_container.knowledge.search(
+            PRINCIPAL, ROUTE, SearchRequest(query="网关", run_id=first["run_id"])
+        ).wire()
     with pytest.raises(RunNotFound):
         demo_container.knowledge.search(
             OTHER_SESSION, ROUTE, SearchRequest(query="网关", run_id=first["run_id"])
-        )
+        ).wire()
 
 
 # --- lifecycle (A-REF outcomes) --------------------------------------------------------------------
@@ -296,18 +298,21 @@ def test_a_ref_lifecycle_scope_and_document_changes(demo_container):
         ]
     )
     with pytest.raises(KnowledgeChanged):
-        demo_container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=item["ref"], run_id=run_id))
-    assert demo_container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=other["ref"], run_id=run_id))
+        demo_container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=item["ref"], run_id=run_id)).wire()
+    assert demo_container.knowledge.read(
+        PRINCIPAL, ROUTE, ReadRequest(ref=other["ref"], run_id=run_id)
+    ).wire()
     # Source disabled -> scope changed; no source left -> capabilities disabled, search "disabled".
     demo_container.admin.set_source_enabled(source, False)
     with pytest.raises(ScopeChanged):
-        demo_container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=other["ref"], run_id=run_id))
-    assert demo_container.knowledge.capabilities(PRINCIPAL, ROUTE)["enabled"] is False
+        demo_container.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=other["ref"], run_id=run_id)).wire()
+    assert demo_container.knowledge.capabilities(PRINCIPAL, ROUTE).wire()["enabled"] is False
     assert (
-        demo_container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query="网关"))["status"] == "disabled"
+        demo_container.knowledge.search(PRINCIPAL, ROUTE, SearchRequest(query="网关")).wire()["status"]
+        == "disabled"
     )
     demo_container.admin.set_source_enabled(source, True)
-    assert demo_container.knowledge.capabilities(PRINCIPAL, ROUTE)["enabled"] is True
+    assert demo_container.knowledge.capabilities(PRINCIPAL, ROUTE).wire()["enabled"] is True
 
 
 def test_a_ref_workspace_rollback_changes_scope(demo_container):
@@ -328,7 +333,7 @@ def test_a_ref_workspace_rollback_changes_scope(demo_container):
     with pytest.raises(ScopeChanged):
         demo_container.knowledge.read(
             PRINCIPAL, ROUTE, ReadRequest(ref=resp["context"]["knowledge_refs"][0], run_id=resp["run_id"])
-        )
+        ).wire()
 
 
 def _all_docs(container, source: str) -> list[Document]:

@@ -88,7 +88,9 @@ def new_run(
 def ref_of(
     container: Container, run_id: str | None = None, route: str = ROUTE, principal: Principal = PRINCIPAL
 ) -> str:
-    result = container.knowledge.search(principal, route, SearchRequest(query=SECRET_PHRASE, run_id=run_id))
+    result = container.knowledge.search(
+        principal, route, SearchRequest(query=SECRET_PHRASE, run_id=run_id)
+    ).wire()
     assert result["status"] == "ok" and result["hints"], result
     return result["hints"][0]["ref"]
 
@@ -103,8 +105,10 @@ def read(
     principal: Principal = PRINCIPAL,
     service: KnowledgeService | None = None,
 ) -> dict:
-    return (service or container.knowledge).read(
-        principal, route, ReadRequest(ref=ref, run_id=run_id, cursor=cursor, max_bytes=4096)
+    return (
+        (service or container.knowledge)
+        .read(principal, route, ReadRequest(ref=ref, run_id=run_id, cursor=cursor, max_bytes=4096))
+        .wire()
     )
 
 
@@ -244,9 +248,9 @@ def test_a_ref_workspace_switched_to_another_agent_is_scope_changed(world):
 @pytest.mark.parametrize("source", [A, B])
 def test_a_ref_source_disabled_is_scope_changed(world, source):
     ref = ref_of(world)
-    revision = world.knowledge.capabilities(PRINCIPAL, ROUTE)["knowledge_scope_revision"]
+    revision = world.knowledge.capabilities(PRINCIPAL, ROUTE).wire()["knowledge_scope_revision"]
     world.admin.set_source_enabled(source, False)
-    assert world.knowledge.capabilities(PRINCIPAL, ROUTE)["knowledge_scope_revision"] != revision
+    assert world.knowledge.capabilities(PRINCIPAL, ROUTE).wire()["knowledge_scope_revision"] != revision
     assert refused(read, world, ref) == SCOPE_CHANGED
 
 

@@ -11,16 +11,19 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 
 from .domain.errors import InvalidRequest, KnowledgeError, NotFound, Unauthorized
 from .domain.models import Principal
+from .domain.wire import WireModel
 from .observability import logger, metrics
 
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-def json_response(body: dict, status: int = 200) -> Response:
+def json_response(body: WireModel | dict, status: int = 200) -> Response:
+    """The one place a response body becomes JSON (services return typed bodies)."""
+    data = body.wire() if isinstance(body, WireModel) else body
     return Response(
         status_code=status,
         content_type="application/json",
-        body=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
+        body=json.dumps(data, ensure_ascii=False, separators=(",", ":")),
         headers=dict(NO_STORE),
     )
 

@@ -22,7 +22,7 @@ from pydantic import (
 from .budget import MAX_CHAIN_DEPTH
 from .errors import ProtocolError, ToolError
 from .models import split_key
-from .wire import NonBlank
+from .wire import NonBlank, WireModel
 
 INVOCATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 QUERY_MAX_CHARS = 2000
@@ -160,12 +160,30 @@ class Reference(BaseModel):
     score: float
 
 
-def success(references: list[Reference], events: list[dict]) -> dict:
-    return {
-        "references": [r.model_dump(by_alias=True, exclude_none=True) for r in references],
-        "events": events,
-    }
+class ToolFailure(BaseModel):
+    code: str
+    message: str
 
 
-def failure(error: ToolError, events: list[dict]) -> dict:
-    return {"error": {"code": error.code, "message": error.message}, "events": events}
+class ToolResult(WireModel):
+    """What one tool call returns to the agent runtime: references or a typed error, and its events."""
+
+    references: list[Reference] = Field(default_factory=list)
+    error: ToolFailure | None = None
+    events: list[dict] = Field(default_factory=list)
+
+    def wire(self) -> dict:
+        if self.error is not None:
+            return {"error": self.error.model_dump(), "events": self.events}
+        return {
+            "references": [r.model_dump(by_alias=True, exclude_none=True) for r in self.references],
+            "events": self.events,
+        }
+
+
+def success(references: list[Reference], events: list[dict]) -> ToolResult:
+    return ToolResult(references=references, events=events)
+
+
+def failure(error: ToolError, events: list[dict]) -> ToolResult:
+    return ToolResult(error=ToolFailure(code=error.code, message=error.message), events=events)

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from .wire import PROTOCOL, NonBlank, RunId, SearchStatus, StrictRequest
+from .wire import PROTOCOL, NonBlank, RunId, SearchStatus, StrictRequest, WireModel
 
 TURN_SCHEMA = "bailing.agent-turn.v1"
 DELIVERY_SCHEMA = "bailing.agent-knowledge-delivery.v1"
@@ -71,7 +71,7 @@ class KnowledgeDelivery(BaseModel):
     hints: list[dict] = []
 
 
-class TurnResponse(BaseModel):
+class TurnResponse(WireModel):
     schema_: Annotated[str, Field(alias="schema")] = TURN_SCHEMA
     turn_id: str
     run_id: str

@@ -83,6 +83,13 @@ def parse_request(model: type[M], raw: str | bytes | None) -> M:
         raise InvalidRequest(f"{field}: {err['msg']}", field=field) from None
 
 
+class WireModel(BaseModel):
+    """A response body: services return it typed, the edge serialises it (`wire()`)."""
+
+    def wire(self) -> dict:
+        return to_wire(self)
+
+
 class Hint(BaseModel):
     ref: str
     title: str
@@ -95,7 +102,7 @@ class Hint(BaseModel):
 SearchStatus = Literal["ok", "disabled", "unavailable", "partial"]
 
 
-class SearchResponse(BaseModel):
+class SearchResponse(WireModel):
     schema_: Annotated[str, Field(alias="schema")] = "bailing.agent-knowledge-search.v1"
     route: str
     run_id: str | None = None
@@ -106,7 +113,7 @@ class SearchResponse(BaseModel):
     truncated: bool
 
 
-class ReadResponse(BaseModel):
+class ReadResponse(WireModel):
     schema_: Annotated[str, Field(alias="schema")] = "bailing.agent-knowledge-read.v1"
     route: str
     run_id: str | None = None
@@ -123,7 +130,7 @@ class ReadResponse(BaseModel):
     read_chain_max_bytes: int = LIMITS.read_chain_max_bytes
 
 
-class CapabilitiesResponse(BaseModel):
+class CapabilitiesResponse(WireModel):
     schema_: Annotated[str, Field(alias="schema")] = "bailing.agent-knowledge-capabilities.v1"
     protocol: str = PROTOCOL
     supported: bool = True

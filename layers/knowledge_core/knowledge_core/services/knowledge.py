@@ -74,15 +74,13 @@ class KnowledgeService:
             self._health = (now, healthy)
         return healthy
 
-    def capabilities(self, principal: Principal, route: str) -> dict:
+    def capabilities(self, principal: Principal, route: str) -> CapabilitiesResponse:
         scope = self._enter(principal, route, None)
         enabled = bool(scope.searchable()) and self.backend_healthy()
-        return to_wire(
-            CapabilitiesResponse(route=route, enabled=enabled, knowledge_scope_revision=scope.revision)
-        )
+        return CapabilitiesResponse(route=route, enabled=enabled, knowledge_scope_revision=scope.revision)
 
     # --- A-SEARCH -----------------------------------------------------------------------------------
-    def search(self, principal: Principal, route: str, request: SearchRequest) -> dict:
+    def search(self, principal: Principal, route: str, request: SearchRequest) -> SearchResponse:
         scope = self._enter(principal, route, request.run_id)
         response = SearchResponse(
             route=route,
@@ -94,13 +92,13 @@ class KnowledgeService:
         )
         if not scope.searchable():
             response.status = "disabled"
-            return to_wire(response)
+            return response
         response.status, hits = self._ranked_hits(scope, request.query, principal, depth=None)
         identity = identity_digest(principal, route, request.run_id)
         query_terms = unique_terms(request.query)
         hints = [self._hint(h, identity, scope.revision, query_terms) for h in hits[: request.limit]]
         response.hints, response.truncated = _fit_hints(response, hints)
-        return to_wire(response)
+        return response
 
     def rank(self, principal: Principal, route: str, query: str, depth: int) -> list[tuple[str, str, float]]:
         """Internal evaluation path (not exposed over HTTP): the same planning, backend search and merge as
@@ -180,7 +178,7 @@ class KnowledgeService:
         )
 
     # --- A-READ -------------------------------------------------------------------------------------
-    def read(self, principal: Principal, route: str, request: ReadRequest) -> dict:
+    def read(self, principal: Principal, route: str, request: ReadRequest) -> ReadResponse:
         scope = self._enter(principal, route, request.run_id)
         claims = self._codec.open_ref(request.ref, identity=identity_digest(principal, route, request.run_id))
         offset = 0
@@ -218,7 +216,7 @@ class KnowledgeService:
         body: bytes,
         offset: int,
         expires_at: int,
-    ) -> dict:
+    ) -> ReadResponse:
         chain_end = min(len(body), LIMITS.read_chain_max_bytes)
         # The chain limit may fall inside a code point: the chain then ends before it.
         while chain_end < len(body) and (body[chain_end] & 0xC0) == 0x80:
@@ -248,7 +246,7 @@ class KnowledgeService:
         else:
             page.next_cursor = None
             page.truncated = page.budget_exhausted = chain_end < len(body)
-        return to_wire(page)
+        return page
 
 
 def _fit_hints(response: SearchResponse, hints: list[Hint]) -> tuple[list[Hint], bool]:

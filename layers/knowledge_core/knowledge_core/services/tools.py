@@ -34,7 +34,15 @@ from ..domain.fusion import Fused, RankedList, content_fingerprint, fuse
 from ..domain.models import AgentDefinition, Viewer, citable
 from ..domain.router import PlannedSource, expired_leases, plan_startup, plan_tool
 from ..domain.scope import KnowledgeScope
-from ..domain.tool_wire import KnowledgeId, Reference, SearchArguments, ToolEnvelope, failure, success
+from ..domain.tool_wire import (
+    KnowledgeId,
+    Reference,
+    SearchArguments,
+    ToolEnvelope,
+    ToolResult,
+    failure,
+    success,
+)
 from ..ports import (
     BudgetLedger,
     ChainSnapshot,
@@ -80,8 +88,8 @@ class ToolsService:
         self._clock = clock
 
     # --- entry point ---------------------------------------------------------------------------------
-    def call(self, envelope: ToolEnvelope) -> dict:
-        """A Lambda result: {"references", "events"} or {"error": {code, message}, "events"}."""
+    def call(self, envelope: ToolEnvelope) -> ToolResult:
+        """References and events, or the typed error and the events so far."""
         events = Events(self._clock, envelope.invocation.invocation_id)
         try:
             result = success(self._run(envelope, events), events.items)
@@ -342,11 +350,11 @@ class ToolsService:
         )
 
 
-def _log(envelope: ToolEnvelope, result: dict) -> None:
+def _log(envelope: ToolEnvelope, result: ToolResult) -> None:
     from ..observability import logger
 
     inv = envelope.invocation
-    for event in result["events"]:
+    for event in result.events:
         logger.info(
             event["type"],
             extra={
@@ -356,11 +364,11 @@ def _log(envelope: ToolEnvelope, result: dict) -> None:
                 "root_invocation": inv.root_id,
             },
         )
-    if "error" in result:
+    if result.error is not None:
         logger.info(
             "knowledge tool refused",
             extra={
-                "code": result["error"]["code"],
+                "code": result.error.code,
                 "operation": envelope.operation,
                 "agent": inv.agent,
                 "invocation_id": inv.invocation_id,

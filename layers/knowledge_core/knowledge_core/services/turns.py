@@ -64,7 +64,7 @@ class TurnService:
         self._lease = claim_lease_seconds
         self._sleep = sleep
 
-    def start(self, principal: Principal, route: str, request: TurnRequest) -> dict:
+    def start(self, principal: Principal, route: str, request: TurnRequest) -> TurnResponse:
         authorize_route(principal, route)
         scope = self._scopes.resolve(route)
         key = turn_key(route, principal, request.turn_id)
@@ -80,7 +80,7 @@ class TurnService:
         key: str,
         claim: str,
         request_hash: str,
-    ) -> dict:
+    ) -> TurnResponse:
         """Claim the turn and assemble it; if it was seen before: the stored response, a conflict, or
         (briefly) wait for the claimer."""
         deadline = time.monotonic() + self._wait
@@ -96,7 +96,7 @@ class TurnService:
             if record.request_hash != request_hash:
                 raise TurnConflict()
             if record.state == "done" and record.response is not None:
-                return record.response
+                return TurnResponse.model_validate(record.response)
             if now - record.claimed_at > self._lease and self._turns.take_over_turn(
                 key, record.claim, claim, now
             ):
@@ -118,7 +118,7 @@ class TurnService:
         key: str,
         claim: str,
         orphan_run_id: str | None,
-    ) -> dict:
+    ) -> TurnResponse:
         created: str | None = None
         try:
             if request.run_id is not None:
@@ -153,8 +153,8 @@ class TurnService:
             # Our claim was taken over as stale meanwhile: the record's response is the turn's answer.
             stored = self._turns.get_turn(key, self._clock.now())
             if stored is not None and stored.state == "done" and stored.response is not None:
-                return stored.response
-        return body
+                return TurnResponse.model_validate(stored.response)
+        return response
 
     def _resume(self, principal: Principal, route: str, run_id: str) -> str:
         run = self._runs.get_run(run_id)
