@@ -45,6 +45,7 @@ bench: dev
 	$(BIN)/python bench/api_latency.py
 	$(BIN)/python bench/hybrid_latency.py
 	$(BIN)/python bench/scale_sim.py
+	$(BIN)/python bench/state_bench.py
 
 services-start: dev
 	$(BIN)/kb services start --state $(STATE)
