@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import threading
 import time
@@ -355,9 +356,7 @@ class OpenSearchBackend(SearchBackend):
             raw = self.msearch(
                 self.search_body(queries, text, viewer, vector), max(q.timeout_s for q in queries) + 1.0
             )
-        except Exception as exc:  # transport failures of the one round trip fail every source
-            if not _is_transport_error(exc):
-                raise
+        except transport_errors() as exc:  # transport failures of the one round trip fail every source
             failure = _failure(exc)
             return [SourceResult(q.key, error=failure) for q in queries]
         elapsed = (time.perf_counter() - started) * 1000
@@ -400,9 +399,7 @@ class OpenSearchBackend(SearchBackend):
             )
         except NotFoundError:
             return None
-        except Exception as exc:
-            if not _is_transport_error(exc):
-                raise
+        except transport_errors() as exc:
             raise _failure(exc) from None
         src = found["_source"]
         if src["source_key"] != source_key or src["doc_id"] != doc_id:
@@ -586,9 +583,7 @@ class OpenSearchBackend(SearchBackend):
                 return True
             health = self.client.cluster.health(request_timeout=timeout_s)
             return health.get("status") in ("green", "yellow")
-        except Exception as exc:
-            if not _is_transport_error(exc):
-                raise
+        except transport_errors():
             return False
 
 
@@ -597,19 +592,17 @@ def _write_faults() -> Iterator[None]:
     """A write the cluster could not take is 503 knowledge_unavailable; programming errors propagate."""
     try:
         yield
-    except KnowledgeUnavailable:
-        raise
-    except Exception as exc:
-        if not _is_transport_error(exc):
-            raise
+    except transport_errors() as exc:
         raise KnowledgeUnavailable() from exc
 
 
-def _is_transport_error(exc: Exception) -> bool:
+@functools.cache
+def transport_errors() -> tuple[type[Exception], ...]:
+    """What a failed round trip to the cluster raises (imported on first use: opensearch-py is heavy)."""
     from opensearchpy.exceptions import OpenSearchException
     from urllib3.exceptions import HTTPError
 
-    return isinstance(exc, OpenSearchException | HTTPError | OSError)
+    return (OpenSearchException, HTTPError, OSError)
 
 
 def _hit(source_key: str, raw: dict) -> Hit:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import split_passages
 from ..ports import Embedder, Hit, SearchBackend, SourceQuery, SourceResult
 from .embedding import document_vectors, passage_text, rescore
+from .sqlite_db import SqliteDatabase, statements
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -63,30 +63,21 @@ class SqliteFtsBackend(SearchBackend):
     def __init__(
         self, path: str | Path, embedder: Embedder | None = None, hybrid: HybridRanking | None = None
     ) -> None:
-        self._path = str(path)
-        self._local = threading.local()
-        self._write_lock = threading.Lock()
+        self._db = SqliteDatabase(path)  # its own schema: the tables below, analyzer version in user_version
         self._embedder = embedder
         self._hybrid = hybrid or HybridRanking()
-        with self._write_lock:
-            conn = self._conn()
-            conn.executescript(_SCHEMA)
+        with self._db.transaction() as conn:
+            statements(conn, _SCHEMA)
             columns = {row[1] for row in conn.execute("PRAGMA table_info(passage_rows)")}
             if "vector" not in columns:  # a file written before hybrid ranking
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN vector BLOB")
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN vector_model TEXT")
             if conn.execute("PRAGMA user_version").fetchone()[0] != ANALYZER_VERSION:
                 self._reindex(conn)
-            self._embed_missing(conn)
+        self._embed_missing()
 
     def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self._path, timeout=10, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
-        return conn
+        return self._db.connection()
 
     # --- search -----------------------------------------------------------------------------------
     def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
@@ -181,37 +172,30 @@ class SqliteFtsBackend(SearchBackend):
         )
 
     def put_documents(self, documents: list[Document]) -> None:
-        # Vectors are computed before the write lock: embedding is the slow part of ingestion.
+        # Vectors are computed before the write transaction: embedding is the slow part of ingestion.
         passages = [split_passages(doc.body) for doc in documents]
         vectors: Sequence[Sequence[bytes | None]] = [[None] * len(p) for p in passages]
         if self._embedder:
             pairs = [(d.title, ps) for d, ps in zip(documents, passages, strict=True)]
             vectors = document_vectors(self._embedder, pairs)
-        with self._write_lock:
-            conn = self._conn()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for doc, doc_passages, doc_vectors in zip(documents, passages, vectors, strict=True):
-                    self._delete(conn, doc.source_key, doc.doc_id)
-                    conn.execute(
-                        "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
-                        (
-                            doc.source_key,
-                            doc.doc_id,
-                            doc.title,
-                            doc.body,
-                            doc.revision,
-                            doc.status,
-                            doc.acl.model_dump_json(),
-                            json.dumps(doc.structured_source) if doc.structured_source else None,
-                            time.time(),
-                        ),
-                    )
-                    self._index(conn, doc.source_key, doc.doc_id, doc.title, doc_passages, doc_vectors)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+        with self._db.transaction() as conn:
+            for doc, doc_passages, doc_vectors in zip(documents, passages, vectors, strict=True):
+                self._delete(conn, doc.source_key, doc.doc_id)
+                conn.execute(
+                    "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
+                    (
+                        doc.source_key,
+                        doc.doc_id,
+                        doc.title,
+                        doc.body,
+                        doc.revision,
+                        doc.status,
+                        doc.acl.model_dump_json(),
+                        json.dumps(doc.structured_source) if doc.structured_source else None,
+                        time.time(),
+                    ),
+                )
+                self._index(conn, doc.source_key, doc.doc_id, doc.title, doc_passages, doc_vectors)
 
     def _index(
         self,
@@ -236,27 +220,23 @@ class SqliteFtsBackend(SearchBackend):
             )
 
     def _reindex(self, conn: sqlite3.Connection) -> None:
-        """Re-split and re-analyze every stored document (the analyzer or the splitter changed)."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("DELETE FROM passages")
-            conn.execute("DELETE FROM passage_rows")
-            for source_key, doc_id, title, body in conn.execute(
-                "SELECT source_key, doc_id, title, body FROM documents"
-            ).fetchall():
-                passages = split_passages(body)
-                self._index(conn, source_key, doc_id, title, passages, [None] * len(passages))
-            conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        """Re-split and re-analyze every stored document (the analyzer or the splitter changed), inside the
+        caller's transaction."""
+        conn.execute("DELETE FROM passages")
+        conn.execute("DELETE FROM passage_rows")
+        for source_key, doc_id, title, body in conn.execute(
+            "SELECT source_key, doc_id, title, body FROM documents"
+        ).fetchall():
+            passages = split_passages(body)
+            self._index(conn, source_key, doc_id, title, passages, [None] * len(passages))
+        conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
 
-    def _embed_missing(self, conn: sqlite3.Connection, batch: int = 256) -> None:
+    def _embed_missing(self, batch: int = 256) -> None:
         """Give every passage a vector of the configured model (new model, or a file from before it)."""
         if self._embedder is None:
             return
         model = self._embedder.model_id
+        conn = self._conn()
         while True:
             rows = conn.execute(
                 "SELECT r.id, d.title, r.text FROM passage_rows r JOIN documents d "
@@ -267,12 +247,11 @@ class SqliteFtsBackend(SearchBackend):
             if not rows:
                 return
             vectors = self._embedder.embed_passages([passage_text(t, p) for _, t, p in rows])
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(
-                "UPDATE passage_rows SET vector=?, vector_model=? WHERE id=?",
-                [(v, model, row[0]) for v, row in zip(vectors, rows, strict=True)],
-            )
-            conn.execute("COMMIT")
+            with self._db.transaction() as tx:
+                tx.executemany(
+                    "UPDATE passage_rows SET vector=?, vector_model=? WHERE id=?",
+                    [(v, model, row[0]) for v, row in zip(vectors, rows, strict=True)],
+                )
 
     @staticmethod
     def _delete(conn: sqlite3.Connection, source_key: str, doc_id: str) -> int:
@@ -287,16 +266,13 @@ class SqliteFtsBackend(SearchBackend):
         ).rowcount
 
     def delete_document(self, source_key: str, doc_id: str) -> bool:
-        with self._write_lock:
-            conn = self._conn()
-            conn.execute("BEGIN IMMEDIATE")
+        with self._db.transaction() as conn:
             deleted = self._delete(conn, source_key, doc_id)
-            conn.execute("COMMIT")
         return deleted > 0
 
     def set_document_status(self, source_key: str, doc_id: str, status: str) -> bool:
-        with self._write_lock:
-            cur = self._conn().execute(
+        with self._db.transaction() as conn:
+            cur = conn.execute(
                 "UPDATE documents SET status=?, updated_at=? WHERE source_key=? AND doc_id=?",
                 (status, time.time(), source_key, doc_id),
             )
