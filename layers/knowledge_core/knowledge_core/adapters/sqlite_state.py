@@ -373,21 +373,25 @@ class SqliteLedger(SqliteStore, BudgetLedger):
             entries[entry.invocation_id] = entry
             if entry.invocation_id == root_id:
                 seq = entry_seq
-        only = "" if fingerprints is None else f" AND fingerprint IN ({_placeholders(fingerprints)})"
-        cited = {
-            fp: CitationMark(cid, chars)
-            for fp, cid, chars in conn.execute(
-                "SELECT fingerprint, citation_id, length(content) FROM ledger_citations WHERE root_id = ?"
-                + only,
-                (root_id, *(fingerprints or ())),
-            )
-        }
+        cited: dict[str, CitationMark] = {}
+        if fingerprints is None or fingerprints:
+            only = "" if fingerprints is None else f" AND fingerprint IN ({_placeholders(fingerprints)})"
+            cited = {
+                fp: CitationMark(cid, chars)
+                for fp, cid, chars in conn.execute(
+                    "SELECT fingerprint, citation_id, length(content) FROM ledger_citations WHERE root_id = ?"
+                    + only,
+                    (root_id, *(fingerprints or ())),
+                )
+            }
         return ChainSnapshot(root_id, tuple(chain_ids), entries, seq, cited, _agents(conn, agent_keys))
 
     def open_chain(
         self, root_id: str, invocation_ids: list[str], agent_keys: Sequence[str] = ()
     ) -> ChainSnapshot:
-        with self._read(consistent=True) as conn:
+        # Not one snapshot: every write phase below re-reads what it checks, so this read is only the
+        # caller's view (for its plan, deadlines and events), and its statements need no transaction.
+        with self._read() as conn:
             return self._snapshot(conn, root_id, invocation_ids, agent_keys)
 
     def charge_retrievals(

@@ -151,6 +151,9 @@ class KnowledgeRouting(Strict):
         return rules
 
 
+DEFAULT_ROUTING = KnowledgeRouting()  # an agent without knowledgeRouting (frozen: shared safely)
+
+
 class ModelCandidate(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True, populate_by_name=True)
 
@@ -180,7 +183,7 @@ class AgentDefinition(Strict):
 
     @property
     def routing(self) -> KnowledgeRouting:
-        return self.knowledge_routing or KnowledgeRouting()
+        return self.knowledge_routing or DEFAULT_ROUTING
 
     @model_validator(mode="after")
     def _precheck(self) -> AgentDefinition:
