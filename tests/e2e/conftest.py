@@ -103,15 +103,31 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_kb_serve(state: Path, *, demo: bool = True, table_prefix: str = "kb-e2e") -> Iterator[KbServer]:
+def running_kb_serve(
+    state: Path,
+    *,
+    demo: bool = True,
+    table_prefix: str = "kb-e2e",
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Iterator[KbServer]:
     """`kb serve` as a subprocess on a free port with its own state and table; stopped on exit."""
     port = free_port()
     table = f"{table_prefix}-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_TABLE_NAME": table}
+    env = {**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_TABLE_NAME": table, **(env or {})}
     log_path = state / "serve.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            [*KB, "serve", "--state", str(state), "--port", str(port), *([] if demo else ["--no-demo"])],
+            [
+                *KB,
+                "serve",
+                "--state",
+                str(state),
+                "--port",
+                str(port),
+                *([] if demo else ["--no-demo"]),
+                *args,
+            ],
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -327,3 +327,47 @@ def test_concurrent_identities_never_see_each_others_request(kb_server: KbServer
     log = (kb_server.state / "serve.log").read_text()
     assert "POST /agent-api/v1/workspaces/demo/knowledge/search 200 " in log  # one line per request
     assert '"level"' not in log  # handler logs and metrics stay behind --verbose
+
+
+@pytest.mark.integration
+@pytest.mark.opensearch
+@pytest.mark.dynamodb_local
+def test_kb_serve_on_the_real_backends_keeps_state_across_restarts(tmp_path: Path) -> None:
+    """`--state-backend dynamodb` + OpenSearch: the same handlers, the same answers, state kept."""
+    from tests.contract.conftest import real_endpoints_or_skip
+
+    endpoints = real_endpoints_or_skip()
+    args = (
+        "--search-backend",
+        "opensearch",
+        "--opensearch-url",
+        endpoints["OPENSEARCH_URL"],
+        "--state-backend",
+        "dynamodb",
+        "--dynamodb-endpoint",
+        endpoints["DYNAMODB_ENDPOINT"],
+    )
+    env = {
+        "KB_OPENSEARCH_INDEX_PREFIX": f"kbe-{uuid.uuid4().hex[:8]}",
+        "KB_TABLE_NAME": f"kbe-{uuid.uuid4().hex[:8]}",
+    }
+    with running_kb_serve(tmp_path, args=args, env=env) as kb:
+        assert "state: DynamoDB at" in (tmp_path / "serve.log").read_text()
+        first = kb.knowledge("demo", "search", {"query": "网关离线怎么排查？"})
+        assert first.status == 200 and first.json["hints"], first.raw
+        tool = kb.request("POST", INVOKE, tool_event("real-root", "real-child")).json
+        assert tool.get("references"), tool
+        token = kb.token
+    with running_kb_serve(tmp_path, args=args, env=env) as kb:
+        assert kb.token == token and "kept" in (tmp_path / "serve.log").read_text()
+        again = kb.knowledge("demo", "search", {"query": "网关离线怎么排查？"})
+        assert [h["title"] for h in again.json["hints"]] == [h["title"] for h in first.json["hints"]]
+        tool = kb.request("POST", INVOKE, tool_event("real-root", "real-child", "网关")).json
+        assert fused(tool)["retrievalsUsed"] == 2  # the ledger kept the first call's charge
+    from knowledge_core.adapters.opensearch import OpenSearchBackend
+
+    from kb_cli.services import ensure_running  # noqa: F401 - the servers outlive this test
+
+    OpenSearchBackend(
+        endpoints["OPENSEARCH_URL"], index_prefix=env["KB_OPENSEARCH_INDEX_PREFIX"]
+    ).drop_indices()
