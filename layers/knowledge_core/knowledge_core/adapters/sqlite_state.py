@@ -7,6 +7,7 @@ ledger's "whole chain or nothing, never overspent" hold across threads and proce
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -136,6 +137,10 @@ def _placeholders(values: Sequence[object]) -> str:
 
 
 class SqliteState(SqliteStore, Registry, SessionStore, RunStore):
+    def __init__(self, db: SqliteDatabase) -> None:
+        super().__init__(db)
+        self._definitions: dict[str, SourceDefinition] = {}
+
     # --- registry -------------------------------------------------------------------------------
     def _publish(self, table: str, key: str, definition: str, parse: Callable[[str], T]) -> bool:
         """Immutable versions: identical re-publish is a no-op, different content a conflict."""
@@ -158,13 +163,17 @@ class SqliteState(SqliteStore, Registry, SessionStore, RunStore):
                 f"SELECT key, definition, state FROM sources WHERE key IN ({_placeholders(wanted)})", wanted
             ).fetchall()
         found = {
-            key: Source(
-                definition=SourceDefinition.model_validate_json(definition),
-                state=SourceState.model_validate_json(state) if state else SourceState(),
-            )
+            key: Source(definition=self._definition(key, definition), state=_source_state(state))
             for key, definition, state in rows
         }
         return {key: found.get(key) for key in wanted}
+
+    def _definition(self, key: str, stored: str) -> SourceDefinition:
+        """Published versions never change: each is parsed once per process."""
+        definition = self._definitions.get(key)
+        if definition is None:
+            definition = self._definitions[key] = SourceDefinition.model_validate_json(stored)
+        return definition
 
     def put_source(self, definition: SourceDefinition) -> bool:
         return self._publish(
@@ -257,6 +266,12 @@ def _run(conn: sqlite3.Connection, run_id: str) -> Run | None:
     return Run(
         run_id=run_id, session_id=session_id, client_id=client_id, route=route, state=state, turn_id=turn_id
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _source_state(stored: str | None) -> SourceState:
+    """A source's switches as stored (a handful of distinct values: memoised, and never mutated)."""
+    return SourceState.model_validate_json(stored) if stored else SourceState()
 
 
 def _agents(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, AgentDefinition | None]:
