@@ -62,23 +62,30 @@ class FunctionError(Exception):
         self.error_type = error_type
 
 
-class Handlers:
-    """Loads each function's handler module once, from its CodeUri, by file path, and runs one event at
-    a time per function (as one Lambda instance would)."""
+class _Functions:
+    """The template's functions, found by logical id (SearchFunction) or short name (search)."""
 
     def __init__(self) -> None:
         self.functions = tpl.functions()
-        self._modules: dict[str, ModuleType] = {}
-        self._lock = threading.Lock()
-        self._busy: dict[str, threading.Lock] = {
-            fn.logical_id: threading.Lock() for fn in self.functions.values()
-        }
 
     def resolve(self, name: str) -> tpl.Function:
         for fn in self.functions.values():
             if name in (fn.logical_id, fn.short_name):
                 return fn
         raise KeyError(name)
+
+
+class Handlers(_Functions):
+    """Loads each function's handler module once, from its CodeUri, by file path, and runs one event at
+    a time per function (as one Lambda instance would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._modules: dict[str, ModuleType] = {}
+        self._lock = threading.Lock()
+        self._busy: dict[str, threading.Lock] = {
+            fn.logical_id: threading.Lock() for fn in self.functions.values()
+        }
 
     def invoke(self, name: str, event: Any) -> Any:
         fn = self.resolve(name)
@@ -180,13 +187,13 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-class WorkerHandlers:
+class WorkerHandlers(_Functions):
     """Every function as a pool of worker processes: an idle instance takes the event, or a new one is
     started (a cold start) up to `max_instances`; past that, events wait their turn, first come first
     served (a fair queue keeps the tail latency of a busy function close to its median)."""
 
     def __init__(self, max_instances: int = 2, verbose: bool = False) -> None:
-        self.functions = tpl.functions()
+        super().__init__()
         self._max = max_instances
         self._verbose = verbose
         names = [fn.logical_id for fn in self.functions.values()]
@@ -196,12 +203,6 @@ class WorkerHandlers:
         self._all: list[_Instance] = []
         self._lock = threading.Lock()
         self._timeouts = {fn.logical_id: fn.timeout_s for fn in self.functions.values()}
-
-    def resolve(self, name: str) -> tpl.Function:
-        for fn in self.functions.values():
-            if name in (fn.logical_id, fn.short_name):
-                return fn
-        raise KeyError(name)
 
     def _acquire(self, name: str) -> _Instance:
         with self._lock:
