@@ -25,6 +25,7 @@ import traceback
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from types import ModuleType
@@ -36,6 +37,8 @@ from . import template as tpl
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 INVOKE_PREFIX = "/2015-03-31/functions/"
+MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+READ_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -405,9 +408,13 @@ class LocalGateway:
         try:
             result = self.handlers.invoke(name, event)
         except FunctionError as exc:
+            # The exception's text stays in kb serve's log: it may quote internals or input.
             return _plain(
                 200,
-                {"errorMessage": str(exc), "errorType": exc.error_type},
+                {
+                    "errorMessage": "the function failed (details in kb serve's log)",
+                    "errorType": exc.error_type,
+                },
                 {"X-Amz-Function-Error": "Unhandled"},
             )
         return (
@@ -428,7 +435,12 @@ def _is_text(body: bytes) -> bool:
 def _plain(
     status: int, body: dict, headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, str], bytes]:
-    return status, {"Content-Type": "application/json", **(headers or {})}, json.dumps(body).encode("utf-8")
+    """The gateway's own answers (as API Gateway's): JSON, never cached."""
+    return (
+        status,
+        {"Content-Type": "application/json", "Cache-Control": "no-store", **(headers or {})},
+        json.dumps(body).encode("utf-8"),
+    )
 
 
 def _from_proxy_result(result: Any) -> tuple[int, dict[str, str], bytes]:
@@ -449,6 +461,7 @@ class _Handler(BaseHTTPRequestHandler):
     gateway: LocalGateway
     log_requests: bool
     protocol_version = "HTTP/1.1"
+    timeout = READ_TIMEOUT_S  # a client that stops sending is dropped, never holds a thread for good
 
     def setup(self) -> None:
         super().setup()
@@ -459,6 +472,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         started = time.perf_counter()
         url = urlsplit(self.path)
+        refused = self._refuse_framing()
+        if refused is not None:
+            self.close_connection = True  # the body was not read: the connection cannot be reused
+            self._respond(*refused, started=started, path=url.path)
+            return
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
         client_ip = self.client_address[0]
@@ -477,18 +495,46 @@ class _Handler(BaseHTTPRequestHandler):
             status, headers, raw = self.gateway.http(
                 self.command, url.path, url.query, lowered, body, client_ip
             )
+        self._respond(status, headers, raw, started=started, path=url.path)
+
+    def _refuse_framing(self) -> tuple[int, dict[str, str], bytes] | None:
+        """API Gateway's limits on the request itself: a readable Content-Length, at most 10 MB."""
+        if self.headers.get("transfer-encoding"):
+            return _plain(411, {"message": "Length Required"})
+        declared = self.headers.get("content-length")
+        if declared is None:
+            return None
+        if not declared.isdigit():
+            return _plain(400, {"message": "Bad Request"})
+        if int(declared) > MAX_BODY_BYTES:
+            return _plain(413, {"message": "Request Entity Too Large"})
+        return None
+
+    def _respond(
+        self, status: int, headers: dict[str, str], raw: bytes, *, started: float, path: str
+    ) -> None:
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(raw)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(raw)
+        if self.command != "HEAD":
+            self.wfile.write(raw)
         if self.log_requests:  # one line per request, as `sam local start-api` prints
             ms = (time.perf_counter() - started) * 1000
             with _log_lock:
-                print(f"{self.command} {url.path} {status} {ms:.1f} ms", flush=True)
+                print(f"{self.command} {path} {status} {ms:.1f} ms", flush=True)
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (unknown method, malformed request line) as the gateway's JSON."""
+        self.close_connection = True
+        status, headers, raw = _plain(code, {"message": HTTPStatus(code).phrase})
+        with contextlib.suppress(OSError):
+            self._respond(status, headers, raw, started=time.perf_counter(), path="-")
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = _serve
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

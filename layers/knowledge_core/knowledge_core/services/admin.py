@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from ..domain.errors import InvalidRequest, NotFound
-from ..domain.models import AgentDefinition, Document, SourceDefinition, SourceState
+from ..domain.models import ROUTE_PATTERN, AgentDefinition, Document, SourceDefinition, SourceState
 from ..ports import Registry, RunStore, SearchBackend
 from .access import RunGuard
 from .scope import ScopeResolver
@@ -33,6 +35,8 @@ class AdminService:
         return self._registry.put_agent(definition)
 
     def set_workspace(self, route: str, agent_key: str) -> None:
+        if not re.fullmatch(ROUTE_PATTERN, route):
+            raise InvalidRequest("route: must be lower-case letters, digits and '-' (1-63)", field="route")
         if self._scopes.agent(agent_key) is None:
             raise NotFound(f"agent {agent_key} is not published", field="agent")
         self._registry.set_workspace_agent(route, agent_key)
