@@ -371,3 +371,31 @@ def test_kb_serve_on_the_real_backends_keeps_state_across_restarts(tmp_path: Pat
     OpenSearchBackend(
         endpoints["OPENSEARCH_URL"], index_prefix=env["KB_OPENSEARCH_INDEX_PREFIX"]
     ).drop_indices()
+
+
+def test_r_budget_two_kb_serve_on_one_state_never_overspend(tmp_path: Path) -> None:
+    """Two `kb serve` processes share one --state: a root's per-source budget (3 for demo-agent) is spent
+    exactly once across both, whatever the interleaving; every refusal is the typed budget error."""
+    with running_kb_serve(tmp_path) as first, running_kb_serve(tmp_path, demo=False) as second:
+        servers = [first, second]
+
+        def call(n: int) -> dict:
+            server = servers[n % 2]
+            return server.request("POST", INVOKE, tool_event("shared-root", f"shared-child-{n}")).json
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(call, range(12)))
+    granted = [r for r in results if r.get("references")]
+    refused = [r for r in results if "error" in r]
+    assert len(granted) == 3 and len(refused) == 9, results
+    assert {r["error"]["code"] for r in refused} == {"KNOWLEDGE_BUDGET_EXCEEDED"}
+    with sqlite3.connect(tmp_path / "state.sqlite3") as conn:
+        root = conn.execute(
+            "SELECT retrievals, per_source FROM ledger_entries WHERE root_id = ? AND invocation_id = ?",
+            ("shared-root", "shared-root"),
+        ).fetchone()
+        children = conn.execute(
+            "SELECT sum(retrievals) FROM ledger_entries WHERE root_id = ? AND parent = ?",
+            ("shared-root", "shared-root"),
+        ).fetchone()[0]
+    assert root[0] == children == 3 and json.loads(root[1]) == {"demo-docs@1.0.0": 3}
