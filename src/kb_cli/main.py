@@ -197,6 +197,12 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from .mcp_server import cmd_mcp as run
+
+    return run(args)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from . import evaluation
 
@@ -434,6 +440,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-e", "--event", required=True)
     p.add_argument("--endpoint", help="a running kb serve; default: in-process on fresh embedded state")
     p.set_defaults(func=cmd_invoke)
+
+    p = sub.add_parser("mcp", help="the knowledge tools as an MCP server on stdio (remote or --embedded)")
+    from .mcp_server import add_arguments as add_mcp_arguments
+
+    add_mcp_arguments(p, DEFAULT_ENDPOINT, str(DEFAULT_STATE))
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser(
         "eval",

@@ -417,6 +417,21 @@ class KnowledgeClient:
             parts.append(page["content"])
         return "".join(parts), page
 
+    def api(self, action: Literal["capabilities", "search", "read"], body: dict | None = None) -> dict:
+        """One request of the knowledge API exactly as given (no turn, no cache, no retry): the response
+        body, or ApiError with the server's code. For proxies such as `kb mcp` that speak the API as is."""
+        method = "GET" if action == "capabilities" else "POST"
+        try:
+            resp = self._send(method, self._path(self.route, f"knowledge/{action}"), body)
+        except TransportError as exc:
+            raise KnowledgeClientError(f"{action}: {exc}", code="knowledge_unavailable") from None
+        if resp.status != 200:
+            raise self._error(resp)
+        payload = self._json(resp)
+        if not isinstance(payload, dict):
+            raise ProtocolError(f"{action}: response is not a JSON object", status=resp.status)
+        return payload
+
     # --- model tools ----------------------------------------------------------------------------
     @staticmethod
     def tools(fmt: Literal["openai", "anthropic"] = "openai") -> list[dict[str, Any]]:

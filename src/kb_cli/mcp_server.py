@@ -1,0 +1,121 @@
+"""`kb mcp`: the knowledge tools over MCP stdio, for local MCP clients (M-MCP).
+
+Remote: a running service over HTTP through `knowledge_client` (endpoint + bearer token + route).
+Embedded: the embedded default in this process, on the state directory `kb serve` uses."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from knowledge_core.domain.errors import KnowledgeError
+from knowledge_core.domain.wire import ReadRequest, SearchRequest
+from knowledge_core.mcp_server import KnowledgeDoor
+
+from knowledge_client import ApiError, KnowledgeClient, KnowledgeClientError
+
+
+class RemoteError(KnowledgeError):
+    """A typed refusal the service answered over HTTP, carried as is to the MCP client."""
+
+    def __init__(self, code: str, status: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+@dataclass
+class ClientDoor:
+    """The knowledge API of a running service, for one token on one route."""
+
+    client: KnowledgeClient
+
+    @property
+    def route(self) -> str:
+        return self.client.route
+
+    def _call(self, action: Any, body: dict | None) -> dict:
+        try:
+            return self.client.api(action, body)
+        except ApiError as exc:
+            message = str(exc).split(": ", 2)[-1] if exc.code else "the service refused the request"
+            raise RemoteError(exc.code or "internal_error", exc.status or 500, message) from None
+        except KnowledgeClientError as exc:
+            raise RemoteError(
+                exc.code or "knowledge_unavailable", 503, "knowledge service unreachable"
+            ) from None
+
+    def capabilities(self) -> dict:
+        return self._call("capabilities", None)
+
+    def search(self, request: SearchRequest) -> dict:
+        return self._call("search", request.model_dump(exclude_none=True))
+
+    def read(self, request: ReadRequest) -> dict:
+        return self._call("read", request.model_dump(exclude_none=True))
+
+
+def embedded_door(state: Path, route: str, token: str | None, seed_demo: bool) -> KnowledgeDoor:
+    """The core services in this process. Without a token, a session for the demo principal on `route`
+    is issued in-process (the operator of the state directory is trusted, as with `kb serve`)."""
+    from knowledge_core.mcp_server import ServiceDoor
+
+    from . import demo
+    from .main import local_container
+
+    container = local_container(state)
+    if seed_demo:
+        demo.seed(container, with_token=False)
+    if token is None:
+        token, _ = container.access.issue_token(
+            routes=[route], ttl_seconds=7 * 86400, **{**demo.PRINCIPAL, "client_id": "kb-mcp"}
+        )
+    principal = container.access.authenticate(f"Bearer {token}")
+    return ServiceDoor(container.knowledge, principal, route)
+
+
+def run_stdio(door: KnowledgeDoor) -> None:
+    import anyio
+    from knowledge_core.mcp_server import build_server
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(door)
+
+    async def main() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    # stdout carries only JSON-RPC: every log line goes to stderr.
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    route = args.route or os.environ.get("KB_ROUTE")
+    if args.embedded:
+        token = args.token or os.environ.get("KB_TOKEN") or None
+        door = embedded_door(Path(args.state), route or "demo", token, seed_demo=not args.no_demo)
+    else:
+        token = args.token or os.environ.get("KB_TOKEN")
+        if not token:
+            raise SystemExit("kb mcp: --token (or KB_TOKEN) is required unless --embedded")
+        if not route:
+            raise SystemExit("kb mcp: --route (or KB_ROUTE) is required unless --embedded")
+        door = ClientDoor(KnowledgeClient(args.endpoint, route, token))
+    run_stdio(door)
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser, default_endpoint: str, default_state: str) -> None:
+    p.add_argument("--endpoint", default=default_endpoint, help="service base URL (env KB_ENDPOINT)")
+    p.add_argument("--token", help="bearer token (env KB_TOKEN)")
+    p.add_argument("--route", help="workspace route (env KB_ROUTE; --embedded: default demo)")
+    p.add_argument("--embedded", action="store_true", help="serve the embedded default in this process")
+    p.add_argument("--state", default=default_state, help="--embedded: state directory")
+    p.add_argument("--no-demo", action="store_true", help="--embedded: do not seed the demo workspace")
