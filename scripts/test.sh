@@ -24,6 +24,9 @@ KB_TEST_EMBEDDING_MODEL_DIR=$($BIN/kb models fetch --dest "$STATE/models")
 export KB_TEST_EMBEDDING_MODEL_DIR  # only the tests that ask for it; the service settings stay as they are
 echo "embedding model: $KB_TEST_EMBEDDING_MODEL_DIR"
 
+# The MCP Inspector CLIs (npm ci from tests/mcp_inspector/package-lock.json; once per lockfile).
+bash scripts/mcp_inspector.sh
+
 $BIN/ruff check .
 $BIN/mypy layers/knowledge_core/knowledge_core src/kb_cli src/knowledge_client
 $BIN/python -m pytest -q -p no:cacheprovider "$@"
