@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -171,10 +172,14 @@ def test_m_mcp_reads_a_long_document_page_by_page_to_the_end(kb_server, transpor
 
 
 def expired_copy(server: KbServer, ref: str) -> str:
+    return expired_copy_of(server.state, ref)
+
+
+def expired_copy_of(state: Path, ref: str) -> str:
     """The same ref as the server would have signed it 400 s ago (its secret is in the state directory)."""
     body = ref.partition(".")[0]
     claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-    secret = (server.state / "token-secret").read_text(encoding="utf-8").strip().encode()
+    secret = (state / "token-secret").read_text(encoding="utf-8").strip().encode()
     past = FakeClock()
     past.t = claims["e"] - 300 - 400
     expired, _ = TokenCodec(secret, past).issue_ref(
@@ -311,3 +316,23 @@ def test_m_mcp_http_is_stateless_post_only(kb_server):
     for method in ("GET", "DELETE"):
         refused = post_mcp(kb_server, kb_server.token, method=method)
         assert refused.status == 405 and refused.headers["cache-control"] == "no-store"
+
+
+def test_m_mcp_stdio_embedded(tmp_path):
+    """M-MCP: `kb mcp --embedded --state DIR` serves the embedded default in-process (demo seeded)."""
+    params = StdioServerParameters(
+        command=KB[0],
+        args=[*KB[1:], "mcp", "--embedded", "--state", str(tmp_path)],
+        env={**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_TABLE_NAME": "kb-mcp-embedded"},
+        cwd=ROOT,
+    )
+
+    async def session(c: Client) -> None:
+        is_error, found = await call(c, "knowledge_search", {"query": "网关离线怎么排查？"})
+        assert not is_error and found["route"] == "demo" and found["hints"][0]["title"] == GATEWAY_TITLE
+        is_error, page = await call(c, "knowledge_read", {"ref": found["hints"][0]["ref"]})
+        assert not is_error and page["title"] == GATEWAY_TITLE and page["next_cursor"] is None
+        is_error, error = await call(c, "knowledge_read", {"ref": expired_copy_of(tmp_path, page["ref"])})
+        assert is_error and error["error"]["code"] == "knowledge_reference_expired"
+
+    drive(Client(params, read_timeout_seconds=60), session)
