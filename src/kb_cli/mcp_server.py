@@ -6,9 +6,11 @@ Embedded: the embedded default in this process, on the state directory `kb serve
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,14 +95,29 @@ def run_stdio(door: KnowledgeDoor) -> None:
     anyio.run(main)
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """While the server is set up, anything written to fd 1 (a handler's log line) goes to stderr: stdout
+    is the JSON-RPC stream. (Once running, the SDK's stdio transport diverts fd 1 itself.)"""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
-    # stdout carries only JSON-RPC: every log line goes to stderr.
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     route = args.route or os.environ.get("KB_ROUTE")
     if args.embedded:
         token = args.token or os.environ.get("KB_TOKEN") or None
-        door = embedded_door(Path(args.state), route or "demo", token, seed_demo=not args.no_demo)
+        with _stdout_to_stderr():
+            door = embedded_door(Path(args.state), route or "demo", token, seed_demo=not args.no_demo)
     else:
         token = args.token or os.environ.get("KB_TOKEN")
         if not token:
