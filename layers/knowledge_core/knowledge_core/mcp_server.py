@@ -18,7 +18,6 @@ from pydantic import BaseModel
 from .domain.errors import InvalidRequest, KnowledgeError
 from .domain.models import Principal
 from .domain.wire import (
-    LIMITS,
     PROTOCOL,
     ReadRequest,
     ReadResponse,
@@ -419,7 +418,6 @@ async def _serve_http(
 
 
 __all__ = [
-    "LIMITS",
     "READ_TOOL",
     "SEARCH_TOOL",
     "TOOLS",
