@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +64,9 @@ class ClientDoor:
 
 
 def embedded_door(state: Path, route: str, token: str | None, seed_demo: bool) -> KnowledgeDoor:
-    """The core services in this process. Without a token, a session for the demo principal on `route`
-    is issued in-process (the operator of the state directory is trusted, as with `kb serve`)."""
+    """The core services in this process, on the state `kb serve --state` keeps. With a token, its principal;
+    without one, the local operator of the state directory (trusted, as with `kb serve`) as the demo user."""
+    from knowledge_core.domain.models import Principal
     from knowledge_core.mcp_server import ServiceDoor
 
     from . import demo
@@ -72,12 +74,17 @@ def embedded_door(state: Path, route: str, token: str | None, seed_demo: bool) -
 
     container = local_container(state)
     if seed_demo:
-        demo.seed(container, with_token=False)
-    if token is None:
-        token, _ = container.access.issue_token(
-            routes=[route], ttl_seconds=7 * 86400, **{**demo.PRINCIPAL, "client_id": "kb-mcp"}
+        demo.seed_if_absent(container)
+    if token is not None:
+        principal = container.access.authenticate(f"Bearer {token}")
+    else:
+        principal = Principal(
+            client_id="kb-mcp",
+            session_id=str(uuid.uuid4()),
+            subject=str(demo.PRINCIPAL["subject"]),
+            tenant=str(demo.PRINCIPAL["tenant"]),
+            routes=[route],
         )
-    principal = container.access.authenticate(f"Bearer {token}")
     return ServiceDoor(container.knowledge, principal, route)
 
 

@@ -93,7 +93,7 @@ def test_m_mcp_results_are_the_section_2_bodies_and_match_the_output_schemas(doo
     page = call_tool(door, "knowledge_read", {"ref": ref, "max_bytes": 4096})
     assert not page.is_error and page.body["ref"] == ref
     jsonschema.validate(page.body, TOOLS["knowledge_read"].output_schema)
-    direct = container.knowledge.read(PRINCIPAL, "demo", ReadRequest(ref=ref, max_bytes=4096))
+    direct = container.knowledge.read(PRINCIPAL, "demo", ReadRequest(ref=ref, max_bytes=4096)).wire()
     assert page.body == direct
 
 

@@ -30,6 +30,8 @@ from .services.access import authorize_route
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
 
+    from .services.knowledge import KnowledgeService
+
 SERVER_NAME = "agent-knowledge"
 SERVER_VERSION = "0.1.0"
 SEARCH_TOOL = "knowledge_search"
@@ -154,20 +156,21 @@ class KnowledgeDoor(Protocol):
 
 @dataclass(frozen=True)
 class ServiceDoor:
-    """The core services in this process (the Lambda function, `kb mcp --embedded`)."""
+    """The core services in this process (the Lambda function, `kb mcp --embedded`); this is an edge, so it
+    serialises the typed bodies the service returns."""
 
-    knowledge: Any  # services.knowledge.KnowledgeService
+    knowledge: KnowledgeService
     principal: Principal
     route: str
 
     def capabilities(self) -> dict:
-        return self.knowledge.capabilities(self.principal, self.route)  # type: ignore[no-any-return]
+        return self.knowledge.capabilities(self.principal, self.route).wire()
 
     def search(self, request: SearchRequest) -> dict:
-        return self.knowledge.search(self.principal, self.route, request)  # type: ignore[no-any-return]
+        return self.knowledge.search(self.principal, self.route, request).wire()
 
     def read(self, request: ReadRequest) -> dict:
-        return self.knowledge.read(self.principal, self.route, request)  # type: ignore[no-any-return]
+        return self.knowledge.read(self.principal, self.route, request).wire()
 
 
 def connection_route(principal: Principal, requested: str | None) -> str:
