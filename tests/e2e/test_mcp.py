@@ -336,3 +336,14 @@ def test_m_mcp_stdio_embedded(tmp_path):
         assert is_error and error["error"]["code"] == "knowledge_reference_expired"
 
     drive(Client(params, read_timeout_seconds=60), session)
+
+
+def test_m_mcp_stdio_auth_failure_is_a_jsonrpc_error(kb_server):
+    """M-MCP: over stdio an invalid token is a JSON-RPC error naming `unauthorized`, not a tool result."""
+
+    async def session(c: Client) -> None:
+        with pytest.raises(MCPError) as raised:
+            await c.call_tool("knowledge_search", {"query": "webhook"})
+        assert raised.value.data == {"code": "unauthorized", "message": "missing or invalid bearer token"}
+
+    drive(mcp_client(kb_server, "stdio", token="kbt_not-a-token"), session)
