@@ -123,8 +123,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     route = args.route or os.environ.get("KB_ROUTE")
     if args.embedded:
         token = args.token or os.environ.get("KB_TOKEN") or None
-        with _stdout_to_stderr():
-            door = embedded_door(Path(args.state), route or "demo", token, seed_demo=not args.no_demo)
+        try:
+            with _stdout_to_stderr():
+                door = embedded_door(Path(args.state), route or "demo", token, seed_demo=not args.no_demo)
+        except KnowledgeError as exc:
+            raise SystemExit(f"kb mcp: {exc.code}: {exc.message}") from None
     else:
         token = args.token or os.environ.get("KB_TOKEN")
         if not token:
