@@ -66,11 +66,17 @@ def configure_local_env(
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Create (or replace) a file readable by its owner only, from the first byte."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    path.chmod(0o600)
+    """Create (or replace) a file readable by its owner only, from the first byte: written to a new 0600
+    file beside it, then renamed over it (an existing file's wider mode never applies)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def local_container(state: Path, **kwargs: Any) -> Container:
@@ -255,17 +261,24 @@ def _path_doc_id(name: str) -> str:
     return f"{slug}-{digest}" if slug else digest
 
 
-def _ingest_files(args: argparse.Namespace) -> list[tuple[str, Path]]:
+def _ingest_files(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
+    """(doc_id, file, uri) per file. The uri is what the caller named (a single file) or the path relative
+    to the ingested directory: never this machine's absolute path, which agents would see in references."""
     path = Path(args.file)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".md", ".txt") and p.is_file())
         prefix = f"{args.doc_id}-" if args.doc_id else ""
         return [
-            (_path_doc_id(prefix + "-".join(p.relative_to(path).with_suffix("").parts)), p) for p in files
+            (
+                _path_doc_id(prefix + "-".join(p.relative_to(path).with_suffix("").parts)),
+                p,
+                p.relative_to(path).as_posix(),
+            )
+            for p in files
         ]
     if not args.doc_id:
         raise SystemExit("kb ingest: --doc-id is required for a single file")
-    return [(args.doc_id, path)]
+    return [(args.doc_id, path, args.file)]
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -284,14 +297,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             )
             batch.clear()
 
-    for doc_id, file in tqdm(files, unit="doc", disable=len(files) == 1):
+    for doc_id, file, uri in tqdm(files, unit="doc", disable=len(files) == 1):
         doc = markdown_document(args.source, doc_id, file.read_text(encoding="utf-8"), title)
         batch.append(
             {
                 "doc_id": doc.doc_id,
                 "title": doc.title,
                 "body": doc.body,
-                "structured_source": {"uri": file.resolve().as_uri()},
+                "structured_source": {"uri": uri},
             }
         )
         if len(batch) >= 50 or sum(len(d["body"]) for d in batch) > 4_000_000:

@@ -35,7 +35,7 @@ class StrictRequest(BaseModel):
 def _run_id(value: str | None) -> str | None:
     if value is not None:
         try:
-            if str(uuid.UUID(value)) != value.lower():
+            if str(uuid.UUID(value)) != value:  # canonical form only: lower-case, hyphenated
                 raise ValueError
         except ValueError:
             raise ValueError("must be a run UUID") from None

@@ -63,7 +63,9 @@ class AccessService:
 
 
 def authorize_route(principal: Principal, route: str) -> None:
-    if not any(hmac.compare_digest(route, allowed) for allowed in principal.routes):
+    # compare_digest takes str only when ASCII: compare UTF-8 bytes so any route name is a typed 403.
+    wanted = route.encode("utf-8", "surrogatepass")
+    if not any(hmac.compare_digest(wanted, allowed.encode("utf-8")) for allowed in principal.routes):
         raise Forbidden()
 
 
