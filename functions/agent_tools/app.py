@@ -9,7 +9,9 @@ from knowledge_core.domain.tool_wire import failure, parse_envelope
 from knowledge_core.observability import logger, metrics, tracer
 
 
-@logger.inject_lambda_context(correlation_id_path="invocation.invocation_id", clear_state=True)
+@logger.inject_lambda_context(
+    correlation_id_path="invocation.invocation_id", clear_state=True, log_event=False
+)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict, context: LambdaContext) -> dict:

@@ -14,7 +14,7 @@ from knowledge_core.domain.errors import Unauthorized
 from knowledge_core.observability import logger
 
 
-@logger.inject_lambda_context(clear_state=True)
+@logger.inject_lambda_context(clear_state=True, log_event=False)
 @event_source(data_class=APIGatewayAuthorizerEventV2)
 def lambda_handler(event: APIGatewayAuthorizerEventV2, context: LambdaContext) -> dict:
     try:

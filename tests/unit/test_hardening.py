@@ -139,3 +139,119 @@ def test_smaller_secret_and_token_files_are_created_0600(tmp_path, monkeypatch):
     main._write_private(tmp_path / "state" / "demo-token", "kbt_x\n")
     assert stat.S_IMODE((tmp_path / "state" / "demo-token").stat().st_mode) == 0o600
     assert not [p for p in Path(tmp_path / "state").iterdir() if p.name.endswith(".tmp")]
+
+
+# --- S1: nothing secret or document-derived in traces or logs ---------------------------------------------
+
+
+class _Subsegment:
+    def __init__(self, sink: list) -> None:
+        self.sink = sink
+
+    def put_metadata(self, key: str, value: object, namespace: str = "default") -> None:
+        self.sink.append(("metadata", key, value))
+
+    def put_annotation(self, key: str, value: object) -> None:
+        self.sink.append(("annotation", key, value))
+
+    def add_exception(self, *args: object, **kwargs: object) -> None:
+        self.sink.append(("exception", args, kwargs))
+
+
+class _RecordingProvider:
+    """Stands in for the X-Ray recorder: every annotation, metadata and exception a handler would send."""
+
+    def __init__(self) -> None:
+        self.sink: list = []
+
+    def in_subsegment(self, name: str = "", **kwargs: object):
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm():
+            yield _Subsegment(self.sink)
+
+        return cm()
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+@pytest.fixture
+def traced_and_logged(container, monkeypatch):
+    """Handlers loaded afresh with a recording tracer and every log record (DEBUG and up) captured."""
+    import io
+    import logging
+
+    from aws_lambda_powertools import Tracer
+    from knowledge_core import observability
+
+    provider = _RecordingProvider()
+    monkeypatch.setenv("POWERTOOLS_TRACER_CAPTURE_RESPONSE", "true")
+    monkeypatch.setenv("POWERTOOLS_TRACER_CAPTURE_ERROR", "true")
+    monkeypatch.setattr(
+        observability.tracer,
+        "_tracer",
+        Tracer(service="test", provider=provider, disabled=False, auto_patch=False),  # type: ignore[arg-type]
+    )
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger(observability.SERVICE)
+    monkeypatch.setattr(observability.logger, "_logger", root, raising=False)
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield Handlers(), provider.sink, stream
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+def test_S1_traces_and_logs_hold_no_token_or_document_text(traced_and_logged, container, monkeypatch):
+    handlers, trace, logs = traced_and_logged
+    admin = load_event("admin/publish-source.json")
+    admin.update(
+        rawPath="/admin/v1/tokens",
+        routeKey="POST /admin/v1/tokens",
+        body=json.dumps(
+            {"routes": ["demo"], "client_id": "demo-client", "subject": "demo-user", "tenant": "demo"}
+        ),
+    )
+    admin["requestContext"]["http"].update(path="/admin/v1/tokens", method="POST")
+    status, issued = run(handlers, "AdminFunction", admin)
+    assert status == 201
+    token = issued["token"]
+    status, found = run(handlers, "search", event_for("search/search-en.json"))
+    assert status == 200 and found["hints"]
+    read = event_for("read/read-tampered.json")
+    read["body"] = json.dumps({"ref": found["hints"][0]["ref"], "max_bytes": 4096})
+    status, page = run(handlers, "read", read)
+    assert status == 200 and page["content"]
+    status, turn = run(handlers, "turns", event_for("turns/inline.json"))
+    assert status == 200 and turn["context"]["knowledge"]
+    tool = handlers.invoke("AgentToolsFunction", load_event("agent_tools/startup.json"))
+    assert tool.get("references"), tool
+    # An unexpected error whose message quotes internals and a body.
+    monkeypatch.setattr(
+        container.knowledge,
+        "search",
+        lambda *a, **k: (_ for _ in ()).throw(RuntimeError(page["content"][:40])),
+    )
+    status, _ = run(handlers, "search", event_for("search/search.json"))
+    assert status == 500
+
+    recorded = json.dumps([repr(x) for x in trace], ensure_ascii=False) + logs.getvalue()
+    assert trace, "the recording tracer saw nothing"
+    assert "unhandled error" in logs.getvalue() and "RuntimeError" in logs.getvalue()
+    assert token not in recorded
+    secrets_and_text = [
+        found["hints"][0]["ref"],
+        found["hints"][0]["summary"][:30],
+        page["content"][:40],
+        turn["context"]["knowledge"][0]["content"][:40],
+        tool["references"][0]["content"][:40],
+    ]
+    for text in secrets_and_text:
+        assert text not in recorded
+    assert not [x for x in trace if x[0] in ("metadata", "exception")]

@@ -4,6 +4,8 @@ authorizer context, JSON responses that always carry `Cache-Control: no-store`."
 from __future__ import annotations
 
 import json
+import traceback
+from pathlib import Path
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -47,7 +49,10 @@ def make_resolver() -> APIGatewayHttpResolver:
 
     @app.exception_handler(Exception)
     def _unexpected(error: Exception) -> Response:
-        logger.exception("unhandled error")
+        # The type and where it was raised, never the message: it may quote a query, a body or an address.
+        frame = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
+        where = f"{Path(frame[0].filename).name}:{frame[0].lineno}" if frame else ""
+        logger.error("unhandled error", extra={"error_type": type(error).__name__, "where": where})
         metrics.add_metric(name="UnhandledErrors", unit="Count", value=1)
         return error_response(KnowledgeError())
 

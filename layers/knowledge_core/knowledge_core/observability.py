@@ -1,5 +1,8 @@
 """One Logger, Tracer and Metrics shared by every function.
 
+Nothing secret or document-derived reaches a trace: handler responses (tokens, pages, citations) and
+errors are never captured as X-Ray metadata, whatever POWERTOOLS_TRACER_CAPTURE_* says (S1).
+
 The Powertools Tracer is built on first use: constructing it imports the X-Ray SDK, which imports
 botocore — hundreds of milliseconds a cold import would otherwise pay before any handler runs."""
 
@@ -41,7 +44,9 @@ class LazyTracer:
         @functools.wraps(handler)
         def wrapper(event: Any, context: Any) -> Any:
             if not traced:
-                traced.append(self.get().capture_lambda_handler(handler))
+                traced.append(
+                    self.get().capture_lambda_handler(handler, capture_response=False, capture_error=False)
+                )
             return traced[0](event, context)
 
         return wrapper
