@@ -196,8 +196,8 @@ def traced_and_logged(container, monkeypatch):
     )
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
+    handler.setFormatter(observability.logger.registered_formatter)  # the JSON lines CloudWatch would get
     root = logging.getLogger(observability.SERVICE)
-    monkeypatch.setattr(observability.logger, "_logger", root, raising=False)
     old_level = root.level
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
