@@ -255,3 +255,54 @@ def test_S1_traces_and_logs_hold_no_token_or_document_text(traced_and_logged, co
     for text in secrets_and_text:
         assert text not in recorded
     assert not [x for x in trace if x[0] in ("metadata", "exception")]
+
+
+# --- S5: every cache keyed by caller input is bounded by bytes ---------------------------------------------
+
+
+def test_S5_stemmer_cache_is_bounded_by_bytes():
+    from knowledge_core.domain import analyzer
+
+    analyzer._stem_cache.clear()
+    for i in range(3000):  # 3,000 distinct 2,000-character "words": ~12 MB of keys if all were kept
+        analyzer.stem(f"{i:05d}" + "a" * 1995)
+        analyzer.stem("x" * (i % 60 + 1) + "ing")
+    assert analyzer._stem_cache.bytes <= analyzer.STEM_CACHE_BYTES
+    assert analyzer._stem_cache.bytes < 1_000_000  # long words are never kept
+    assert analyzer.stem("running") == "run"
+
+
+def test_S5_bounded_cache_evicts_least_recently_used_by_bytes():
+    from knowledge_core.domain.cache import BoundedCache
+
+    cache: BoundedCache[str, str] = BoundedCache(10_000, max_entry_bytes=2_000)
+    for i in range(1000):
+        cache.put(f"k{i}", "v" * 100)
+        if i % 10 == 0:
+            assert cache.get("k0") is not None  # kept warm
+    assert cache.bytes <= 10_000 and cache.get("k0") is not None and cache.get("k1") is None
+    cache.put("huge", "v" * 5_000)
+    assert cache.get("huge") is None
+
+
+def test_S5_run_guard_and_wordpiece_caches_are_bounded(container):
+    from knowledge_core.adapters.wordpiece import WordPieceTokenizer
+    from knowledge_core.domain.models import Run
+    from knowledge_core.services.access import RUN_CACHE_BYTES, RunGuard
+
+    class Runs:
+        def get_run(self, run_id: str) -> Run:
+            return Run(
+                run_id=run_id, session_id="s" * 100, client_id="c", route="demo", state="context_ready"
+            )
+
+    guard = RunGuard(Runs(), FakeClock(), ttl_seconds=60)  # type: ignore[arg-type]
+    for i in range(30_000):
+        guard._get(f"{i:08d}-0000-4000-8000-000000000000")
+    assert guard._cache.bytes <= RUN_CACHE_BYTES
+    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "[PAD]": 3, "a": 4, "##a": 5}
+    tokenizer = WordPieceTokenizer(vocab, lowercase=True, strip_accents=True)
+    for i in range(2000):
+        tokenizer.encode(f"{i}{'b' * 1990} {'a' * (i % 50 + 1)}", max_length=512)
+    cache = tokenizer._word_cache
+    assert 0 < cache.bytes <= cache.max_bytes and cache.bytes < 500_000

@@ -8,9 +8,11 @@ WordPiece, `[CLS] $A [SEP]`), so the embedding models need no tokenizer library 
 from __future__ import annotations
 
 import json
+import sys
 import unicodedata
-from functools import lru_cache
 from pathlib import Path
+
+from ..domain.cache import BoundedCache
 
 # The CJK Unified Ideograph blocks BERT isolates as one-character words.
 _CJK_RANGES = (
@@ -66,7 +68,11 @@ class WordPieceTokenizer:
         self.cls_id = vocab["[CLS]"]
         self.sep_id = vocab["[SEP]"]
         self.pad_id = vocab.get("[PAD]", 0)
-        self._word_ids = lru_cache(maxsize=65536)(self._word_pieces)
+        # Bounded by bytes (S5); a word past max_word_chars is [UNK] and not worth a slot.
+        self._word_cache = BoundedCache[str, tuple[int, ...]](
+            8 * 1024 * 1024, max_entry_bytes=sys.getsizeof("x" * max_word_chars) + 2048
+        )
+        self._word_ids = self._word_cache.memo(self._word_pieces)
 
     @classmethod
     def from_file(cls, path: str | Path) -> WordPieceTokenizer:

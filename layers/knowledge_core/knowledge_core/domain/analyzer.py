@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .cache import BoundedCache
+
 # Runs of letters/digits (Latin and other alphabetic scripts), or runs of CJK ideographs / kana / hangul.
 _TOKEN_RE = re.compile(
     r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+"
@@ -114,8 +116,10 @@ ENGLISH_STOPWORDS = frozenset(
         "with",
     )
 )
-_STEM_CACHE_MAX = 200_000
-_stem_cache: dict[str, str] = {}
+# Bounded by bytes (S5): query words come from callers. 8 MiB holds ~50,000 ordinary words; a word longer
+# than any English one (64+ chars) is stemmed each time instead of kept.
+STEM_CACHE_BYTES = 8 * 1024 * 1024
+_stem_cache: BoundedCache[str, str] = BoundedCache(STEM_CACHE_BYTES, max_entry_bytes=400)
 _stemmer = None
 
 
@@ -131,8 +135,7 @@ def stem(word: str) -> str:
 
         _stemmer = snowballstemmer.stemmer("english")
     out = _stemmer.stemWord(word) if word.isascii() and word.isalpha() else word
-    if len(_stem_cache) < _STEM_CACHE_MAX:
-        _stem_cache[word] = out
+    _stem_cache.put(word, out)
     return out
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import threading
+import sys
 import uuid
 
+from ..domain.cache import BoundedCache
 from ..domain.errors import Forbidden, RunNotFound, RunNotReady, Unauthorized
 from ..domain.models import Principal, Run, Session, owns_run
 from ..ports import Clock, RunStore, SessionStore
 
 TOKEN_PREFIX = "kbt_"
+RUN_CACHE_BYTES = 4 * 1024 * 1024  # S5: every run a container sees would otherwise stay for its lifetime
 
 
 def token_hash(token: str) -> str:
@@ -69,6 +71,11 @@ def authorize_route(principal: Principal, route: str) -> None:
         raise Forbidden()
 
 
+def _cached_run_bytes(value: object) -> int:
+    # A Run object weighs several times its JSON (pydantic instance, dict, str objects).
+    return 4 * len(value[1].model_dump_json()) if isinstance(value, tuple) else sys.getsizeof(value)
+
+
 class RunGuard:
     """Public endpoints accept only the caller's own run, in `context_ready`."""
 
@@ -76,8 +83,9 @@ class RunGuard:
         self._runs = runs
         self._clock = clock
         self._ttl = ttl_seconds
-        self._cache: dict[str, tuple[float, Run]] = {}
-        self._lock = threading.Lock()
+        self._cache: BoundedCache[str, tuple[float, Run]] = BoundedCache(
+            RUN_CACHE_BYTES, max_entry_bytes=8192, size=_cached_run_bytes
+        )
 
     def check(self, principal: Principal, route: str, run_id: str | None) -> Run | None:
         if run_id is None:
@@ -96,10 +104,8 @@ class RunGuard:
             return cached[1]
         run = self._runs.get_run(run_id)
         if run is not None:
-            with self._lock:
-                self._cache[run_id] = (now, run)
+            self._cache.put(run_id, (now, run))
         return run
 
     def forget(self, run_id: str) -> None:
-        with self._lock:
-            self._cache.pop(run_id, None)
+        self._cache.pop(run_id)
