@@ -31,7 +31,13 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
 
 from _util import interleaved, percentile, report  # noqa: E402
 from knowledge_core.bootstrap import Container  # noqa: E402
-from knowledge_core.domain.models import AgentDefinition, Document, Principal, SourceDefinition  # noqa: E402
+from knowledge_core.domain.models import (  # noqa: E402
+    AgentDefinition,
+    Document,
+    DocumentAcl,
+    Principal,
+    SourceDefinition,
+)
 from knowledge_core.domain.passages import split_passages  # noqa: E402
 from knowledge_core.domain.router import plan_search  # noqa: E402
 from knowledge_core.domain.wire import SearchRequest  # noqa: E402
@@ -71,7 +77,13 @@ def documents(keys: list[str], target_passages: int) -> tuple[list[Document], in
             title = rng.choice(abstracts)[0]
             sentences = [s for _ in range(3) for s in rng.choice(abstracts)[1]]
         body = "\n\n".join(" ".join(sentences[i : i + 2]) for i in range(0, len(sentences), 2))
-        doc = Document(source_key=keys[n % len(keys)], doc_id=f"sf-{n}", title=title[:4096], body=body)
+        doc = Document(
+            source_key=keys[n % len(keys)],
+            doc_id=f"sf-{n}",
+            title=title[:4096],
+            body=body,
+            acl=DocumentAcl(tenant="bench"),
+        )
         docs.append(doc)
         passages += len(split_passages(body))
         n += 1

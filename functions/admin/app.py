@@ -1,22 +1,27 @@
 """Admin API (IAM auth on AWS; loopback only under `kb serve`): publish, workspaces, documents, tokens,
 runs."""
 
+import re
+
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from knowledge_core import bootstrap
 from knowledge_core.domain.admin_wire import (
+    TOKEN_ID_PATTERN,
     BulkDocumentsRequest,
     DocumentRequest,
     RunEndRequest,
+    TenantMigrationRequest,
     TokenRequest,
     WorkspaceRequest,
 )
 from knowledge_core.domain.errors import InvalidRequest
-from knowledge_core.domain.models import AgentDefinition, Document, SourceDefinition, split_key
+from knowledge_core.domain.models import AgentDefinition, Document, SourceDefinition, split_key, token_id_of
 from knowledge_core.domain.wire import parse_request
 from knowledge_core.edge import body_of, json_response, make_resolver
 from knowledge_core.observability import logger, tracer
+from knowledge_core.services.access import token_hash
 
 app = make_resolver()
 
@@ -78,6 +83,15 @@ def put_documents(source: str) -> Response:
     )
 
 
+@app.post("/admin/v1/sources/<source>/tenant-migration")
+def migrate_tenant(source: str) -> Response:
+    request = parse_request(TenantMigrationRequest, body_of(app))
+    doc_ids = bootstrap.container().admin.migrate_tenant(_key(source), request.tenant, request.apply)
+    return json_response(
+        {"source": source, "tenant": request.tenant, "applied": request.apply, "documents": doc_ids}
+    )
+
+
 @app.delete("/admin/v1/sources/<source>/documents/<doc_id>")
 def delete_document(source: str, doc_id: str) -> Response:
     bootstrap.container().admin.delete_document(_key(source), doc_id)
@@ -101,8 +115,28 @@ def issue_token() -> Response:
     request = parse_request(TokenRequest, body_of(app))
     token, session = bootstrap.container().access.issue_token(**request.model_dump())
     return json_response(
-        {"token": token, "session_id": session.session_id, "expires_at": session.expires_at}, 201
+        {
+            "token": token,
+            "token_id": token_id_of(token_hash(token)),
+            "session_id": session.session_id,
+            "expires_at": session.expires_at,
+        },
+        201,
     )
+
+
+@app.get("/admin/v1/tokens")
+def list_tokens() -> Response:
+    tokens = bootstrap.container().access.list_tokens()
+    return json_response({"tokens": [t.model_dump() for t in tokens]})
+
+
+@app.post("/admin/v1/tokens/<token_id>/revoke")
+def revoke_token(token_id: str) -> Response:
+    if not re.fullmatch(TOKEN_ID_PATTERN, token_id):
+        raise InvalidRequest("token_id: must be a token id (tok_ and 32 hex digits)", field="token_id")
+    revoked = bootstrap.container().access.revoke_token(token_id)
+    return json_response({"token_id": revoked.token_id, "revoked": True})
 
 
 @app.post("/admin/v1/runs/<run_id>/end")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from knowledge_core.domain.models import AgentDefinition, Document, SourceDefinition
+from knowledge_core.domain.models import AgentDefinition, Document, DocumentAcl, SourceDefinition
 
 if TYPE_CHECKING:
     from knowledge_core.bootstrap import Container
@@ -74,12 +74,17 @@ TOOL_AGENTS = [
 ]
 
 
-def markdown_document(source_key: str, doc_id: str, text: str, title: str | None = None) -> Document:
-    """A Markdown/text file as a document: the first `# heading` is the title unless one is given."""
+def markdown_document(
+    source_key: str, doc_id: str, text: str, title: str | None = None, *, tenant: str = PRINCIPAL["tenant"]
+) -> Document:
+    """A Markdown/text file as a document of `tenant`: the first `# heading` is the title unless one is
+    given."""
     lines = text.splitlines()
     if title is None and lines and lines[0].startswith("# "):
         title, text = lines[0][2:].strip(), "\n".join(lines[1:]).lstrip("\n")
-    return Document(source_key=source_key, doc_id=doc_id, title=title or doc_id, body=text)
+    return Document(
+        source_key=source_key, doc_id=doc_id, title=title or doc_id, body=text, acl=DocumentAcl(tenant=tenant)
+    )
 
 
 def demo_documents() -> list[Document]:

@@ -382,7 +382,7 @@ def evaluate(
 ) -> EvalResult:
     """Ingest `collection` through AdminService.put_documents, rank each query through
     KnowledgeService.rank, and measure it beside the in-run baseline."""
-    from knowledge_core.domain.models import Document
+    from knowledge_core.domain.models import Document, DocumentAcl
     from tqdm import tqdm
 
     started = time.perf_counter()
@@ -397,7 +397,16 @@ def evaluate(
         for i in range(0, len(collection.documents), BATCH_DOCS):
             batch = collection.documents[i : i + BATCH_DOCS]
             container.admin.put_documents(
-                [Document(source_key=source_key, doc_id=d.doc_id, title=d.title, body=d.body) for d in batch]
+                [
+                    Document(
+                        source_key=source_key,
+                        doc_id=d.doc_id,
+                        title=d.title,
+                        body=d.body,
+                        acl=DocumentAcl(tenant="eval"),
+                    )
+                    for d in batch
+                ]
             )
             bar.update(len(batch))
     ingest_seconds = time.perf_counter() - started

@@ -246,6 +246,34 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_token_list(args: argparse.Namespace) -> int:
+    tokens = call(args.endpoint, "GET", "/admin/v1/tokens")["tokens"]
+    if args.json:
+        print(json.dumps(tokens, ensure_ascii=False, indent=2))
+        return 0
+    for t in tokens:
+        state = "revoked" if t["revoked"] else "active"
+        print(
+            f"{t['token_id']}  {state:7}  tenant={t['tenant']} client={t['client_id']} subject={t['subject']} "
+            f"routes={','.join(t['routes'])} expires_at={t['expires_at']}"
+        )
+    print(f"{len(tokens)} token(s)", file=sys.stderr)
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    token_id = args.token_id
+    if token_id.startswith("kbt_"):  # the token itself: revoke it by its id without sending it anywhere
+        import hashlib
+
+        from knowledge_core.domain.models import token_id_of
+
+        token_id = token_id_of(hashlib.sha256(token_id.encode("utf-8")).hexdigest())
+    call(args.endpoint, "POST", f"/admin/v1/tokens/{seg(token_id)}/revoke", {})
+    print(f"revoked {token_id}")
+    return 0
+
+
 def _path_doc_id(name: str) -> str:
     """A file's doc_id: its relative path when that is a valid id, else an ASCII slug of it plus a digest of
     the original (a directory may hold `阀门.md` or `my notes.md`)."""
@@ -305,12 +333,26 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 "title": doc.title,
                 "body": doc.body,
                 "structured_source": {"uri": uri},
+                "acl": {"tenant": args.tenant, "shared_tenants": list(args.share_tenant or [])},
             }
         )
         if len(batch) >= 50 or sum(len(d["body"]) for d in batch) > 4_000_000:
             flush()
     flush()
     print(f"ingested {len(files)} document(s) into {args.source}")
+    return 0
+
+
+def cmd_tenant_migrate(args: argparse.Namespace) -> int:
+    """Documents stored before every document named its tenant are visible to no one: list them, and with
+    --apply assign them a tenant. Never silent: it prints what it finds and what it does."""
+    path = f"/admin/v1/sources/{seg(args.source)}/tenant-migration"
+    result = call(args.endpoint, "POST", path, {"tenant": args.tenant, "apply": bool(args.apply)})
+    docs = result["documents"]
+    verb = "assigned" if args.apply else "would assign (dry run; add --apply)"
+    print(f"{args.source}: {len(docs)} document(s) without a tenant; {verb} tenant {args.tenant!r}")
+    for doc_id in docs:
+        print(f"  {doc_id}")
     return 0
 
 
@@ -404,14 +446,37 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tenant", default="default")
     t.add_argument("--ttl", type=int, default=3600, help="seconds")
     t.set_defaults(func=cmd_token_issue)
+    t = tsub.add_parser("list", help="issued, unexpired tokens (ids, never the tokens)")
+    endpoint(t)
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_token_list)
+    t = tsub.add_parser("revoke", help="revoke a token: refused everywhere from the next request on")
+    endpoint(t)
+    t.add_argument("token_id", help="tok_… from `kb token list` (or the kbt_… token itself)")
+    t.set_defaults(func=cmd_token_revoke)
 
     p = sub.add_parser("ingest", help="create or replace documents from a Markdown/text file or a directory")
     endpoint(p)
     p.add_argument("--source", required=True, help="exact id@version")
     p.add_argument("--doc-id", help="document id (a prefix for a directory)")
     p.add_argument("--title")
+    p.add_argument("--tenant", default="default", help="the documents' tenant (SPEC §1: always named)")
+    p.add_argument(
+        "--share-tenant", action="append", metavar="TENANT", help="also visible to this tenant (repeatable)"
+    )
     p.add_argument("file")
     p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("tenant", help="document tenants")
+    tnsub = p.add_subparsers(dest="action", required=True)
+    t = tnsub.add_parser(
+        "migrate", help="list a source's documents stored without a tenant; --apply assigns them one"
+    )
+    endpoint(t)
+    t.add_argument("--source", required=True, help="exact id@version")
+    t.add_argument("--tenant", required=True)
+    t.add_argument("--apply", action="store_true", help="change them (default: only say what would change)")
+    t.set_defaults(func=cmd_tenant_migrate)
 
     p = sub.add_parser("doc", help="delete, disable or enable a document")
     p.add_argument("action", choices=["delete", "disable", "enable"])

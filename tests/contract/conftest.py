@@ -167,6 +167,8 @@ class World:
 
 
 def doc(key: str, doc_id: str, title: str, body: str, **acl: object) -> Document:
+    """A document of the principal's tenant unless `tenant=` says otherwise (it always names one)."""
+    acl = {"tenant": PRINCIPAL.tenant} | acl
     return Document(source_key=key, doc_id=doc_id, title=title, body=body, acl=DocumentAcl(**acl))
 
 

@@ -12,7 +12,7 @@ from knowledge_core.domain.errors import (
     ReferenceExpired,
     ReferenceInvalid,
 )
-from knowledge_core.domain.models import Principal, Viewer
+from knowledge_core.domain.models import Document, Principal, Viewer
 from knowledge_core.domain.passages import split_passages
 from knowledge_core.domain.text import excerpt
 from knowledge_core.ports import SourceQuery
@@ -265,7 +265,7 @@ def test_a_search_multi_source_merge_by_raw_score(world):
 def acl_world(world: World) -> World:
     (key,) = world.publish({"acl": {"topK": 10}})
     world.ingest(
-        doc(key, "open", "Open lynx memo", "lynx memo for everyone"),
+        doc(key, "open", "Open lynx memo", "lynx memo for everyone", shared_tenants=["globex"]),
         doc(key, "tenant", "Tenant lynx memo", "lynx memo for the acme tenant", tenant="acme"),
         doc(key, "other", "Other tenant lynx memo", "lynx memo for globex", tenant="globex"),
         doc(key, "alice", "Alice lynx memo", "lynx memo only for alice", tenant="acme", subjects=["alice"]),
@@ -296,7 +296,34 @@ def test_a_search_acl_mirrors_document_acl_visibility(acl_world):
         "bob",
         "ops",
     }
+    # SPEC §1 (issue 14, S3): "open" is acme's, shared with globex by an explicit list; before, a document
+    # without a tenant was visible to every tenant.
     assert _visible(acl_world, Viewer(tenant="globex", subject="alice")) == {"open", "other"}
+    assert _visible(acl_world, Viewer(tenant="initech", subject="alice")) == set()
+
+
+def test_S3_a_document_without_a_tenant_is_visible_to_no_one_until_migrated(world):
+    (key,) = world.publish({"legacy": {"topK": 10}})
+    legacy = Document(
+        source_key=key, doc_id="legacy", title="Legacy okapi memo", body="okapi memo from before"
+    )
+    world.ingest(legacy, doc(key, "owned", "Owned okapi memo", "okapi memo of acme"))
+    for tenant in ("acme", "globex", ""):
+        found = world.c.backend.search(
+            [SourceQuery(key, 10, 0.0)], "okapi memo", Viewer(tenant=tenant, subject="a")
+        )
+        assert "legacy" not in {h.doc_id for h in found[0].hits}
+    assert world.c.backend.untenanted_documents(key) == ["legacy"]
+    assert world.c.admin.migrate_tenant(key, "acme", apply=False) == ["legacy"]  # a dry run changes nothing
+    assert world.c.backend.untenanted_documents(key) == ["legacy"]
+    assert world.c.admin.migrate_tenant(key, "acme", apply=True) == ["legacy"]
+    assert world.c.backend.untenanted_documents(key) == []
+    found = world.c.backend.search(
+        [SourceQuery(key, 10, 0.0)], "okapi memo", Viewer(tenant="acme", subject="a")
+    )
+    assert {h.doc_id for h in found[0].hits} == {"legacy", "owned"}
+    migrated = world.c.backend.get_document(key, "legacy")
+    assert migrated is not None and migrated.acl.tenant == "acme" and migrated.revision == legacy.revision
 
 
 def test_a_search_acl_on_behalf_of_is_the_viewer_and_reads_recheck(acl_world):

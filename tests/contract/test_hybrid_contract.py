@@ -8,7 +8,7 @@ from pathlib import Path
 
 from knowledge_core.adapters.embedding import OnnxEmbedder
 from knowledge_core.adapters.sqlite_fts import SqliteFtsBackend
-from knowledge_core.domain.models import Document, Viewer
+from knowledge_core.domain.models import Document, DocumentAcl, Viewer
 from knowledge_core.ports import SourceQuery
 
 from tests.contract.conftest import World, doc
@@ -78,7 +78,7 @@ def test_a_search_hybrid_embeds_an_index_written_before_the_model(
     path = tmp_path / "kb.sqlite3"
     SqliteFtsBackend(path).put_documents(
         [
-            Document(source_key="s@1", doc_id=d, title=t, body=b)
+            Document(source_key="s@1", doc_id=d, title=t, body=b, acl=DocumentAcl(tenant="t"))
             for d, (t, b) in (("laptop", LAPTOP), ("artillery", ARTILLERY))
         ]
     )

@@ -95,7 +95,13 @@ def tree(server: KbServer) -> dict[str, str]:
     for key, docs in DOCS.items():
         body = {
             "documents": [
-                {"doc_id": d, "title": t, "body": b, **({"structured_source": s} if s else {})}
+                {
+                    "doc_id": d,
+                    "title": t,
+                    "body": b,
+                    "acl": {"tenant": "t1"},  # the invocations' tenant (a document always names one)
+                    **({"structured_source": s} if s else {}),
+                }
                 for d, t, b, s in docs
             ]
         }

@@ -48,7 +48,9 @@ def test_kb_ingest_file_then_delete(kb_server, tmp_path):
         f"# Pump maintenance {term}\n\nThe {term} pump needs new seals every 90 days.\n", encoding="utf-8"
     )
     assert titles(kb_server, term) == []
-    done = kb_server.kb("ingest", "--source", SOURCE, "--doc-id", f"cli-{term}", str(path))
+    done = kb_server.kb(
+        "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", f"cli-{term}", str(path)
+    )
     assert done.returncode == 0, done.stderr
     assert titles(kb_server, term) == [f"Pump maintenance {term}"]
     hint = kb_server.knowledge("demo", "search", {"query": term}).json["hints"][0]
@@ -72,7 +74,9 @@ def test_kb_ingest_directory(kb_server, tmp_path):
     )
     (tmp_path / "guides" / "nested" / "阀门.txt").write_text(f"阀门检修 {term} 每季度一次。\n", "utf-8")
     (tmp_path / "guides" / "ignored.bin").write_bytes(b"\x00\x01")
-    done = kb_server.kb("ingest", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides"))
+    done = kb_server.kb(
+        "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")
+    )
     assert done.returncode == 0, done.stderr
     assert "2 document(s)" in done.stdout
     found = sorted(titles(kb_server, term))
@@ -86,7 +90,10 @@ def test_kb_ingest_directory(kb_server, tmp_path):
         f"# Valve guide\n\n{term} valve torque is 15 Nm.\n", "utf-8"
     )
     assert (
-        kb_server.kb("ingest", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")).returncode == 0
+        kb_server.kb(
+            "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")
+        ).returncode
+        == 0
     )
     changed = kb_server.knowledge("demo", "read", {"ref": old["ref"]})
     assert changed.status == 409 and changed.json["error"]["code"] == "knowledge_changed"

@@ -230,8 +230,17 @@ def _publish_lab(endpoint: str, tmp: Path) -> str:
         ["publish", "agent", str(tmp / "agent1.json")],
         ["publish", "agent", str(tmp / "agent2.json")],
         ["workspace", "set", "lab", "--agent", "lab-agent@1.0.0"],
-        ["ingest", "--source", "lab-docs@1.0.0", "--doc-id", "pump", str(tmp / "pump.md")],
-        ["ingest", "--source", "lab-docs@1.0.0", "--doc-id", "valve", str(tmp / "valve.md")],
+        ["ingest", "--tenant", "lab", "--source", "lab-docs@1.0.0", "--doc-id", "pump", str(tmp / "pump.md")],
+        [
+            "ingest",
+            "--tenant",
+            "lab",
+            "--source",
+            "lab-docs@1.0.0",
+            "--doc-id",
+            "valve",
+            str(tmp / "valve.md"),
+        ],
     ):
         done = kb(endpoint, *args)
         assert done.returncode == 0, (args, done.stderr)
@@ -283,7 +292,15 @@ def test_r_admin_lifecycle_via_kb_cli(server, tmp_path):
     (tmp_path / "pump.md").write_text("# Pump calibration\n\nCalibrate the centrifuge pump every 14 days.")
     assert (
         kb(
-            endpoint, "ingest", "--source", "lab-docs@1.0.0", "--doc-id", "pump", str(tmp_path / "pump.md")
+            endpoint,
+            "ingest",
+            "--tenant",
+            "lab",
+            "--source",
+            "lab-docs@1.0.0",
+            "--doc-id",
+            "pump",
+            str(tmp_path / "pump.md"),
         ).returncode
         == 0
     )

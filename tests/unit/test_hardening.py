@@ -105,14 +105,28 @@ def test_smaller_ingest_stores_no_absolute_path(tmp_path, monkeypatch):
     monkeypatch.setattr(
         main, "call", lambda endpoint, method, path, body=None: sent.append(json.loads(json.dumps(body)))
     )
-    args = argparse.Namespace(file=str(docs), doc_id=None, title=None, source="s@1", endpoint="http://x")
+    args = argparse.Namespace(
+        file=str(docs),
+        doc_id=None,
+        title=None,
+        source="s@1",
+        endpoint="http://x",
+        tenant="t",
+        share_tenant=None,
+    )
     main.cmd_ingest(args)
     uris = sorted(d["structured_source"]["uri"] for d in sent[0]["documents"])
     assert uris == ["faq.md", "guides/setup.md"]
     monkeypatch.chdir(tmp_path)
     sent.clear()
     args = argparse.Namespace(
-        file="corpus/faq.md", doc_id="faq", title=None, source="s@1", endpoint="http://x"
+        file="corpus/faq.md",
+        doc_id="faq",
+        title=None,
+        source="s@1",
+        endpoint="http://x",
+        tenant="t",
+        share_tenant=None,
     )
     main.cmd_ingest(args)
     assert sent[0]["documents"][0]["structured_source"] == {"uri": "corpus/faq.md"}
@@ -306,3 +320,226 @@ def test_S5_run_guard_and_wordpiece_caches_are_bounded(container):
         tokenizer.encode(f"{i}{'b' * 1990} {'a' * (i % 50 + 1)}", max_length=512)
     cache = tokenizer._word_cache
     assert 0 < cache.bytes <= cache.max_bytes and cache.bytes < 500_000
+
+
+# --- S3: tenant isolation fails closed ---------------------------------------------------------------------
+
+
+def test_S3_another_tenant_on_the_same_route_sees_and_reads_nothing(container):
+    from knowledge_core.domain.errors import KnowledgeError
+    from knowledge_core.domain.wire import ReadRequest, SearchRequest
+
+    other = PRINCIPAL.model_copy(update={"tenant": "tenant-b"})
+    mine = container.knowledge.search(PRINCIPAL, "demo", SearchRequest(query="网关离线"))
+    assert mine["hints"]
+    theirs = container.knowledge.search(other, "demo", SearchRequest(query="网关离线"))
+    assert theirs["status"] == "ok" and theirs["hints"] == []
+    # The tenant is part of the identity a ref is bound to: the same client/session/subject of another
+    # tenant cannot read it.
+    with pytest.raises(KnowledgeError) as info:
+        container.knowledge.read(other, "demo", ReadRequest(ref=mine["hints"][0]["ref"]))
+    assert info.value.code == "knowledge_reference_invalid"
+
+
+def test_S3_identity_digest_binds_the_tenant():
+    from knowledge_core.codec import identity_digest
+
+    other = PRINCIPAL.model_copy(update={"tenant": "tenant-b"})
+    assert identity_digest(PRINCIPAL, "demo", None) != identity_digest(other, "demo", None)
+
+
+def test_S3_run_ownership_compares_tenants(container):
+    import uuid
+
+    from knowledge_core.domain.errors import RunNotFound
+    from knowledge_core.domain.models import Run
+
+    run_id = str(uuid.uuid4())
+    container.state.create_run(
+        Run(
+            run_id=run_id,
+            session_id=PRINCIPAL.session_id,
+            client_id=PRINCIPAL.client_id,
+            route="demo",
+            state="context_ready",
+            tenant="demo",
+        )
+    )
+    assert container.run_guard.check(PRINCIPAL, "demo", run_id) is not None
+    with pytest.raises(RunNotFound):
+        container.run_guard.check(PRINCIPAL.model_copy(update={"tenant": "tenant-b"}), "demo", run_id)
+    legacy = str(uuid.uuid4())  # stored before runs carried a tenant: nobody's
+    container.state.create_run(
+        Run(
+            run_id=legacy,
+            session_id=PRINCIPAL.session_id,
+            client_id=PRINCIPAL.client_id,
+            route="demo",
+            state="context_ready",
+        )
+    )
+    with pytest.raises(RunNotFound):
+        container.run_guard.check(PRINCIPAL, "demo", legacy)
+
+
+def test_S3_admin_ingest_requires_a_tenant(handlers):
+    def put(body: dict) -> tuple[int, dict]:
+        event = load_event("admin/publish-source.json")
+        path = "/admin/v1/sources/demo-docs@1.0.0/documents/new-doc"
+        event.update(
+            rawPath=path, routeKey="PUT /admin/v1/sources/{source}/documents/{doc_id}", body=json.dumps(body)
+        )
+        event["requestContext"]["http"].update(path=path, method="PUT")
+        event["pathParameters"] = {"source": "demo-docs@1.0.0", "doc_id": "new-doc"}
+        return run(handlers, "AdminFunction", event)
+
+    status, body = put({"title": "t", "body": "b"})
+    assert status == 400 and code(body) == "invalid_request" and body["error"]["message"].startswith("acl")
+    status, body = put({"title": "t", "body": "b", "acl": {"subjects": ["x"]}})
+    assert status == 400 and body["error"]["message"].startswith("acl.tenant")
+    status, body = put({"title": "t", "body": "b", "acl": {"tenant": "demo", "shared_tenants": ["partner"]}})
+    assert status == 200, body
+
+
+def test_S3_demo_documents_and_kb_ingest_name_a_tenant(monkeypatch, tmp_path):
+    from kb_cli import main
+
+    assert all(d.acl.tenant == "demo" for d in demo.demo_documents())
+    sent: list[dict] = []
+    monkeypatch.setattr(
+        main, "call", lambda endpoint, method, path, body=None: sent.append(json.loads(json.dumps(body)))
+    )
+    (tmp_path / "a.md").write_text("# A\nbody", encoding="utf-8")
+    main.main(["ingest", "--source", "s@1", "--doc-id", "a", str(tmp_path / "a.md")])
+    assert sent[-1]["documents"][0]["acl"] == {"tenant": "default", "shared_tenants": []}
+    main.main(
+        [
+            "ingest",
+            "--source",
+            "s@1",
+            "--doc-id",
+            "a",
+            "--tenant",
+            "acme",
+            "--share-tenant",
+            "globex",
+            str(tmp_path / "a.md"),
+        ]
+    )
+    assert sent[-1]["documents"][0]["acl"] == {"tenant": "acme", "shared_tenants": ["globex"]}
+
+
+# --- S7: tokens can be listed and revoked --------------------------------------------------------------------
+
+
+def admin_event(method: str, path: str, body: object = None, **params: str) -> dict:
+    event = load_event("admin/publish-source.json")
+    route_key = path
+    for name, value in params.items():
+        route_key = route_key.replace(value, "{" + name + "}")
+    event.update(
+        rawPath=path, routeKey=f"{method} {route_key}", body=None if body is None else json.dumps(body)
+    )
+    event["requestContext"]["http"].update(path=path, method=method)
+    event["pathParameters"] = params or None
+    return event
+
+
+def authorizer_event(token: str) -> dict:
+    event = load_event("authorizer/request.json")
+    event["headers"]["authorization"] = f"Bearer {token}"
+    event["identitySource"] = [f"Bearer {token}"]
+    return event
+
+
+def test_S7_token_list_and_revoke_through_the_admin_api(handlers, container):
+    from knowledge_core.services.access import token_hash
+
+    body = {"routes": ["demo"], "client_id": "revoke-me", "subject": "u", "tenant": "demo"}
+    status, issued = run(handlers, "AdminFunction", admin_event("POST", "/admin/v1/tokens", body))
+    assert status == 201 and issued["token_id"].startswith("tok_")
+    token = issued["token"]
+    assert handlers.invoke("AuthorizerFunction", authorizer_event(token)).get("context")
+
+    status, listed = run(handlers, "AdminFunction", admin_event("GET", "/admin/v1/tokens"))
+    assert status == 200
+    mine = [t for t in listed["tokens"] if t["token_id"] == issued["token_id"]]
+    assert mine and mine[0]["client_id"] == "revoke-me" and mine[0]["revoked"] is False
+    text = json.dumps(listed)
+    assert token not in text and token_hash(token) not in text  # never the token nor its hash
+
+    path = f"/admin/v1/tokens/{issued['token_id']}/revoke"
+    status, revoked = run(
+        handlers, "AdminFunction", admin_event("POST", path, {}, token_id=issued["token_id"])
+    )
+    assert (status, revoked) == (200, {"token_id": issued["token_id"], "revoked": True})
+    # Refused at once by the authorizer (no session cache): the function then answers 401.
+    assert not handlers.invoke("AuthorizerFunction", authorizer_event(token)).get("context")
+    status, listed = run(handlers, "AdminFunction", admin_event("GET", "/admin/v1/tokens"))
+    assert [t["revoked"] for t in listed["tokens"] if t["token_id"] == issued["token_id"]] == [True]
+    # Idempotent; unknown and malformed ids are typed errors.
+    assert (
+        run(handlers, "AdminFunction", admin_event("POST", path, {}, token_id=issued["token_id"]))[0] == 200
+    )
+    unknown = "tok_" + "0" * 32
+    status, body = run(
+        handlers,
+        "AdminFunction",
+        admin_event("POST", f"/admin/v1/tokens/{unknown}/revoke", {}, token_id=unknown),
+    )
+    assert status == 404 and code(body) == "not_found"
+    status, body = run(
+        handlers, "AdminFunction", admin_event("POST", "/admin/v1/tokens/nope/revoke", {}, token_id="nope")
+    )
+    assert status == 400 and code(body) == "invalid_request"
+
+
+def test_S7_expired_tokens_are_not_listed_and_cannot_be_revoked(container, clock):
+    from knowledge_core.domain.models import token_id_of
+    from knowledge_core.services.access import token_hash
+
+    token, _ = container.access.issue_token(
+        routes=["demo"], client_id="short", subject="u", tenant="demo", ttl_seconds=60
+    )
+    token_id = token_id_of(token_hash(token))
+    assert token_id in {t.token_id for t in container.access.list_tokens()}
+    clock.advance(61)
+    assert token_id not in {t.token_id for t in container.access.list_tokens()}
+    from knowledge_core.domain.errors import NotFound
+
+    with pytest.raises(NotFound):
+        container.access.revoke_token(token_id)
+
+
+def test_S7_kb_token_list_and_revoke(monkeypatch, capsys):
+    from kb_cli import main
+
+    calls: list[tuple[str, str, object]] = []
+
+    def fake_call(endpoint, method, path, body=None):
+        calls.append((method, path, body))
+        if method == "GET":
+            return {
+                "tokens": [
+                    {
+                        "token_id": "tok_" + "a" * 32,
+                        "client_id": "c",
+                        "session_id": "s",
+                        "subject": "u",
+                        "on_behalf_of": None,
+                        "tenant": "demo",
+                        "routes": ["demo"],
+                        "expires_at": 1,
+                        "revoked": False,
+                    }
+                ]
+            }
+        return {"token_id": path.split("/")[-2], "revoked": True}
+
+    monkeypatch.setattr(main, "call", fake_call)
+    assert main.main(["token", "list"]) == 0
+    assert "tok_" + "a" * 32 in capsys.readouterr().out
+    assert main.main(["token", "revoke", "tok_" + "b" * 32]) == 0
+    assert calls[-1] == ("POST", f"/admin/v1/tokens/tok_{'b' * 32}/revoke", {})
+    assert main.main(["token", "revoke", "kbt_secret-token"]) == 0  # by the token itself: only its id is sent
+    assert "kbt_secret" not in json.dumps(calls[-1]) and calls[-1][1].startswith("/admin/v1/tokens/tok_")

@@ -14,13 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.errors import ReferenceInvalid
-from knowledge_core.domain.models import AgentDefinition, Document, Principal, SourceDefinition
+from knowledge_core.domain.models import AgentDefinition, Document, DocumentAcl, Principal, SourceDefinition
 from knowledge_core.domain.wire import ReadRequest, SearchRequest
 
 from tests.conftest import FakeClock, embedded_container
 
 ROUTE = "budget"
 SOURCE = "budget-docs@1.0.0"
+ACL = DocumentAcl(tenant="t")  # the principal's tenant (a document always names its tenant)
 PRINCIPAL = Principal(client_id="c", session_id="s", subject="u", tenant="t", routes=[ROUTE])
 CHAIN_MAX = 131072
 MAX_BYTES = (4096, 5000, 16384, 32768)
@@ -83,19 +84,29 @@ def build_container(tmp: Path) -> Container:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Container:
     container = build_container(tmp_path_factory.mktemp("read-pages"))
     docs = [
-        Document(source_key=SOURCE, doc_id=f"adv-{kind}", title=f"zz{kind} " + body[:300], body=body)
+        Document(acl=ACL, source_key=SOURCE, doc_id=f"adv-{kind}", title=f"zz{kind} " + body[:300], body=body)
         for kind, body in ADVERSARIAL.items()
     ]
     docs += [
-        Document(source_key=SOURCE, doc_id="long-ascii", title="zzlongascii", body="lorem ipsum " * 12000),
-        Document(source_key=SOURCE, doc_id="long-emoji", title="zzlongemoji", body="🚀" * 40000),
-        Document(source_key=SOURCE, doc_id="long-cjk", title="zzlongcjk", body="网关离线" * 12000),
-        Document(source_key=SOURCE, doc_id="long-control", title="zzlongcontrol", body=CONTROL * 5000),
-        Document(source_key=SOURCE, doc_id="exact-limit", title="zzexactlimit", body="x" * CHAIN_MAX),
         Document(
-            source_key=SOURCE, doc_id="limit-plus-one", title="zzlimitplusone", body="y" * (CHAIN_MAX + 1)
+            acl=ACL, source_key=SOURCE, doc_id="long-ascii", title="zzlongascii", body="lorem ipsum " * 12000
         ),
-        Document(source_key=SOURCE, doc_id="empty", title="zzempty", body=""),
+        Document(acl=ACL, source_key=SOURCE, doc_id="long-emoji", title="zzlongemoji", body="🚀" * 40000),
+        Document(acl=ACL, source_key=SOURCE, doc_id="long-cjk", title="zzlongcjk", body="网关离线" * 12000),
+        Document(
+            acl=ACL, source_key=SOURCE, doc_id="long-control", title="zzlongcontrol", body=CONTROL * 5000
+        ),
+        Document(
+            acl=ACL, source_key=SOURCE, doc_id="exact-limit", title="zzexactlimit", body="x" * CHAIN_MAX
+        ),
+        Document(
+            acl=ACL,
+            source_key=SOURCE,
+            doc_id="limit-plus-one",
+            title="zzlimitplusone",
+            body="y" * (CHAIN_MAX + 1),
+        ),
+        Document(acl=ACL, source_key=SOURCE, doc_id="empty", title="zzempty", body=""),
     ]
     container.admin.put_documents(docs)
     return container
@@ -253,7 +264,7 @@ _NASTY_TEXT = st.text(
 def test_a_read_generated_bodies(world, chunk, repeat, max_bytes):
     body = chunk * repeat
     world.admin.put_documents(
-        [Document(source_key=SOURCE, doc_id="generated", title="zzgenerated", body=body)]
+        [Document(acl=ACL, source_key=SOURCE, doc_id="generated", title="zzgenerated", body=body)]
     )
     pages = read_chain(world, ref_for(world, "zzgenerated"), max_bytes)
     raw = body.encode("utf-8")

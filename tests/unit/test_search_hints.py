@@ -109,6 +109,8 @@ def service_with(container: Container, backend: SearchBackend) -> KnowledgeServi
 
 
 def doc(source: str, doc_id: str, title: str, body: str, **acl: object) -> Document:
+    """A document of the principal's tenant unless `tenant=` says otherwise (it always names one)."""
+    acl = {"tenant": PRINCIPAL.tenant} | acl
     return Document(source_key=source, doc_id=doc_id, title=title, body=body, acl=DocumentAcl(**acl))
 
 
@@ -302,8 +304,9 @@ def test_a_search_acl_on_behalf_of_is_the_viewer(acl_world):
     ops = PRINCIPAL.model_copy(update={"groups": ["ops"]})
     assert _titles(acl_world, ops) == {"public", "ops group"}
     tenant_two = PRINCIPAL.model_copy(update={"tenant": "t2"})
-    # A document without a tenant in its ACL is visible to any tenant that can reach the source.
-    assert _titles(acl_world, tenant_two) == {"public", "other tenant"}
+    # SPEC §1 (issue 14, S3): a document always names its tenant and is never visible to every tenant;
+    # before, a document without a tenant was visible to any tenant that could reach the source.
+    assert _titles(acl_world, tenant_two) == {"other tenant"}
 
 
 def test_a_search_acl_many_restricted_hits_do_not_hide_a_visible_one(tmp_path, clock):

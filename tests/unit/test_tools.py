@@ -49,7 +49,7 @@ class FakeBackend(SearchBackend):
             doc_id=doc_id,
             title=title or doc_id,
             body=body,
-            acl=acl or DocumentAcl(),
+            acl=acl or DocumentAcl(tenant="t1"),  # the invocations' tenant
             structured_source=structured,
         )
         self.docs[(key, doc_id)] = doc
@@ -322,7 +322,7 @@ def test_r_tool_live_document_checks(world: World) -> None:
         "gamma@2.0.0", "g-other-tenant", "refund 退款 policy", 8.0, acl=DocumentAcl(tenant="t2")
     )
     world.backend.add(
-        "gamma@2.0.0", "g-private", "refund 退款 secret", 7.0, acl=DocumentAcl(subjects=["boss"])
+        "gamma@2.0.0", "g-private", "refund 退款 secret", 7.0, acl=DocumentAcl(tenant="t1", subjects=["boss"])
     )
     world.backend.add("gamma@2.0.0", "g-changed", "refund 退款 old text", 6.0)
     world.backend.docs[("gamma@2.0.0", "g-changed")] = world.backend.docs[

@@ -170,10 +170,11 @@ def make_run(
     client: str = CLIENT,
     route: str = ROUTE,
     state: str = "context_ready",
+    tenant: str = "demo",
 ) -> str:
     run_id = str(uuid.uuid4())
     container.state.runs.create_run(
-        Run(run_id=run_id, session_id=session, client_id=client, route=route, state=state)
+        Run(run_id=run_id, session_id=session, client_id=client, route=route, state=state, tenant=tenant)
     )
     return run_id
 

@@ -28,6 +28,7 @@ from tests.conftest import FakeClock, embedded_container
 
 ROUTE, ROUTE_2 = "verify", "verify-two"
 A, B = "vdocs@1.0.0", "vextra@1.0.0"
+ACL = DocumentAcl(tenant="t")  # the principal's tenant (a document always names its tenant)
 PRINCIPAL = Principal(client_id="c", session_id="s", subject="u", tenant="t", routes=[ROUTE, ROUTE_2])
 BODY = "zzverify 设备安装规范 " + "page filler text with 中文 and emoji 😀 " * 300
 SECRET_PHRASE = "zzverify"
@@ -53,7 +54,7 @@ def build(tmp_path: Path, clock: FakeClock) -> Container:
     admin.publish_agent(agent("2.0.0", [A]))
     admin.set_workspace(ROUTE, "verify-agent@1.0.0")
     admin.set_workspace(ROUTE_2, "verify-agent@1.0.0")
-    admin.put_documents([Document(source_key=A, doc_id="d1", title="verify doc", body=BODY)])
+    admin.put_documents([Document(acl=ACL, source_key=A, doc_id="d1", title="verify doc", body=BODY)])
     return container
 
 
@@ -80,6 +81,7 @@ def new_run(
             client_id=principal.client_id,
             route=route,
             state=state,
+            tenant=principal.tenant,
         )
     )
     return run_id
@@ -261,7 +263,7 @@ def test_a_ref_document_replaced_is_changed_and_the_new_body_needs_a_new_ref(wor
     ref = ref_of(world)
     cursor = read(world, ref)["next_cursor"]
     world.admin.put_documents(
-        [Document(source_key=A, doc_id="d1", title="verify doc", body="zzverify v2 body")]
+        [Document(acl=ACL, source_key=A, doc_id="d1", title="verify doc", body="zzverify v2 body")]
     )
     assert refused(read, world, ref) == CHANGED
     assert refused(read, world, ref, cursor=cursor) == CHANGED
@@ -270,7 +272,7 @@ def test_a_ref_document_replaced_is_changed_and_the_new_body_needs_a_new_ref(wor
 
 def test_a_ref_title_change_is_a_new_revision(world):
     ref = ref_of(world)
-    world.admin.put_documents([Document(source_key=A, doc_id="d1", title="renamed", body=BODY)])
+    world.admin.put_documents([Document(acl=ACL, source_key=A, doc_id="d1", title="renamed", body=BODY)])
     assert refused(read, world, ref) == CHANGED
 
 

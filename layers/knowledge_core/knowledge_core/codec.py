@@ -34,7 +34,7 @@ def _unb64(text: str) -> bytes:
 
 
 def identity_digest(principal: Principal, route: str, run_id: str | None) -> str:
-    """Binds client, session, subject/on_behalf_of, route and the optional run."""
+    """Binds tenant, client, session, subject/on_behalf_of, route and the optional run."""
     parts = [
         principal.client_id,
         principal.session_id,
@@ -42,6 +42,7 @@ def identity_digest(principal: Principal, route: str, run_id: str | None) -> str
         principal.on_behalf_of or "",
         route,
         run_id or "",
+        principal.tenant,
     ]
     return _b64(hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode("utf-8")).digest())
 

@@ -18,6 +18,7 @@ from .domain.models import (
     Source,
     SourceDefinition,
     SourceState,
+    TokenSummary,
     Viewer,
 )
 
@@ -61,10 +62,19 @@ class Registry(ABC):
 
 class SessionStore(ABC):
     @abstractmethod
-    def put_session(self, token_hash: str, session: Session) -> None: ...
+    def put_session(self, token_hash: str, session: Session) -> None:
+        """Store the session under its token hash, listable under `token_id_of(token_hash)`."""
 
     @abstractmethod
     def get_session(self, token_hash: str) -> Session | None: ...
+
+    @abstractmethod
+    def list_sessions(self, now: float) -> list[TokenSummary]:
+        """Every unexpired token issued (revoked ones included), by token id; never a token or its hash."""
+
+    @abstractmethod
+    def revoke_session(self, token_id: str, now: float) -> TokenSummary | None:
+        """Mark the token revoked (idempotent); None when no unexpired token has that id."""
 
 
 class RunStore(ABC):
@@ -136,6 +146,10 @@ class SearchBackend(ABC):
 
     @abstractmethod
     def healthy(self, timeout_s: float = 1.0) -> bool: ...
+
+    def untenanted_documents(self, source_key: str, limit: int = 10_000) -> list[str]:
+        """Doc ids of the source's documents stored without a tenant (before SPEC §1 required one)."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)

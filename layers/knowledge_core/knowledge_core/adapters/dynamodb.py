@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..domain.errors import Conflict, StateUnavailable
-from ..domain.models import AgentDefinition, Run, Session, Source, SourceDefinition, SourceState
+from ..domain.models import (
+    AgentDefinition,
+    Run,
+    Session,
+    Source,
+    SourceDefinition,
+    SourceState,
+    TokenSummary,
+    token_id_of,
+)
 from ..ports import Registry, RunStore, SessionStore, StateStores
 
 TABLE_DEFINITION: dict[str, Any] = {
@@ -27,6 +36,7 @@ TABLE_DEFINITION: dict[str, Any] = {
     "BillingMode": "PAY_PER_REQUEST",
 }
 TTL_ATTRIBUTE = "ttl"
+TOKEN_LIST_PK = "TOKENS"
 _UNAVAILABLE_CODES = frozenset(
     {
         "ProvisionedThroughputExceededException",
@@ -247,21 +257,81 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
             )
 
     # --- sessions --------------------------------------------------------------------------------
+    # TOKEN#<hash>/SESSION is what the authorizer reads; TOKENS/<token id> is the administrator's list
+    # (the session and the hash it points to). Both are written in one transaction.
+    def _session_items(self, token_hash: str, session: Session) -> list[dict]:
+        doc, ttl = _s(session.model_dump_json()), {"N": str(session.expires_at)}
+        return [
+            {"pk": _s(f"TOKEN#{token_hash}"), "sk": _s("SESSION"), "doc": doc, TTL_ATTRIBUTE: ttl},
+            {
+                "pk": _s(TOKEN_LIST_PK),
+                "sk": _s(token_id_of(token_hash)),
+                "token_hash": _s(token_hash),
+                "doc": doc,
+                TTL_ATTRIBUTE: ttl,
+            },
+        ]
+
     def put_session(self, token_hash: str, session: Session) -> None:
         with self._call():
-            self._client.put_item(
-                TableName=self._table,
-                Item={
-                    "pk": _s(f"TOKEN#{token_hash}"),
-                    "sk": _s("SESSION"),
-                    "doc": _s(session.model_dump_json()),
-                    TTL_ATTRIBUTE: {"N": str(session.expires_at)},
-                },
+            self._client.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": self._table, "Item": item}}
+                    for item in self._session_items(token_hash, session)
+                ]
             )
 
     def get_session(self, token_hash: str) -> Session | None:
         item = self._get(f"TOKEN#{token_hash}", "SESSION")
         return Session.model_validate_json(item["doc"]["S"]) if item else None
+
+    def list_sessions(self, now: float) -> list[TokenSummary]:
+        out: list[TokenSummary] = []
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": _s(TOKEN_LIST_PK)},
+            "ConsistentRead": True,
+        }
+        while True:
+            with self._call():
+                page = self._client.query(**request)
+            for item in page.get("Items", []):
+                session = Session.model_validate_json(item["doc"]["S"])
+                if session.expires_at > now:  # TTL deletion is lazy
+                    out.append(TokenSummary.of(item["sk"]["S"], session))
+            if not page.get("LastEvaluatedKey"):
+                return out
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def revoke_session(self, token_id: str, now: float) -> TokenSummary | None:
+        listed = self._get(TOKEN_LIST_PK, token_id)
+        if listed is None:
+            return None
+        token_hash = listed["token_hash"]["S"]
+        session = self.get_session(token_hash)
+        if session is None or session.expires_at <= now:
+            return None
+        revoked = session.model_copy(update={"revoked": True})
+        with self._call():
+            try:
+                self._client.transact_write_items(
+                    TransactItems=[
+                        {
+                            "Put": {
+                                "TableName": self._table,
+                                "Item": item,
+                                "ConditionExpression": "attribute_exists(pk)",
+                            }
+                        }
+                        for item in self._session_items(token_hash, revoked)
+                    ]
+                )
+            except self._client_error as exc:
+                if exc.response["Error"]["Code"] == "TransactionCanceledException":
+                    return None  # expired and deleted meanwhile
+                raise
+        return TokenSummary.of(token_id, revoked)
 
     # --- runs ------------------------------------------------------------------------------------
     @staticmethod
@@ -277,6 +347,8 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
         }
         if run.turn_id:
             item["turn_id"] = _s(run.turn_id)
+        if run.tenant:
+            item["tenant"] = _s(run.tenant)
         return item
 
     @staticmethod
@@ -288,6 +360,7 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
             route=item["route"]["S"],
             state=item["state"]["S"],
             turn_id=item.get("turn_id", {}).get("S"),
+            tenant=item.get("tenant", {}).get("S"),
         )
 
     def create_run(self, run: Run) -> None:

@@ -161,22 +161,16 @@ def _sub_failure(response: dict) -> SourceFailure | None:
 
 
 def acl_filter(viewer: Viewer) -> dict:
-    """`DocumentAcl.visible_to` as a query: tenant unset or equal, and open or naming the subject/a group."""
+    """`DocumentAcl.visible_to` as a query: one of the document's tenants (`acl_tenant` holds its own and
+    the ones it is shared with; a document without one matches no viewer), and open or naming the
+    subject/a group."""
     audience: list[dict] = [{"term": {"acl_open": True}}, {"term": {"acl_subjects": viewer.subject}}]
     if viewer.groups:
         audience.append({"terms": {"acl_groups": list(viewer.groups)}})
     return {
         "bool": {
             "filter": [
-                {
-                    "bool": {
-                        "should": [
-                            {"term": {"acl_tenant": viewer.tenant}},
-                            {"bool": {"must_not": {"exists": {"field": "acl_tenant"}}}},
-                        ],
-                        "minimum_should_match": 1,
-                    }
-                },
+                {"term": {"acl_tenant": viewer.tenant}},
                 {"bool": {"should": audience, "minimum_should_match": 1}},
             ]
         }
@@ -470,7 +464,7 @@ class OpenSearchBackend(SearchBackend):
             "title": doc.title,
             "revision": doc.revision,
             "status": doc.status,
-            "acl_tenant": acl.tenant,
+            "acl_tenant": acl.tenants,
             "acl_open": not acl.subjects and not acl.groups,
             "acl_subjects": list(acl.subjects),
             "acl_groups": list(acl.groups),
@@ -574,6 +568,23 @@ class OpenSearchBackend(SearchBackend):
             return lines
 
         return self._write_stored(source_key, doc_id, update)
+
+    def untenanted_documents(self, source_key: str, limit: int = 10_000) -> list[str]:
+        query = {
+            "size": min(limit, 10_000),
+            "query": {
+                "bool": {
+                    "filter": [{"term": {"source_key": source_key}}],
+                    "must_not": [{"exists": {"field": "acl_tenant"}}],
+                }
+            },
+            "collapse": {"field": "doc_key"},
+            "_source": ["doc_id"],
+            "sort": [{"doc_key": "asc"}],
+        }
+        with _write_faults():
+            found = self.client.search(index=self.passages_alias, body=query, request_timeout=self._timeout_s)
+        return sorted(h["_source"]["doc_id"] for h in found["hits"]["hits"])
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
         """Reachable and not red, within `timeout_s`; indices are created on first use, not here."""

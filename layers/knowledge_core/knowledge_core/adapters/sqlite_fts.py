@@ -278,6 +278,14 @@ class SqliteFtsBackend(SearchBackend):
             )
         return cur.rowcount > 0
 
+    def untenanted_documents(self, source_key: str, limit: int = 10_000) -> list[str]:
+        rows = (
+            self._conn()
+            .execute("SELECT doc_id, acl FROM documents WHERE source_key=? ORDER BY doc_id", (source_key,))
+            .fetchall()
+        )
+        return [doc_id for doc_id, acl in rows if DocumentAcl.model_validate_json(acl).tenant is None][:limit]
+
     def healthy(self, timeout_s: float = 1.0) -> bool:
         try:
             self._conn().execute("SELECT 1 FROM documents LIMIT 1").fetchall()

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
 
-from .models import DOC_ID_PATTERN, ROUTE_PATTERN, DocumentAcl
+from .models import DOC_ID_PATTERN, ROUTE_PATTERN, DocumentAcl, Tenant
 from .wire import StrictRequest
 
 Route = Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
@@ -18,16 +18,33 @@ class TokenRequest(StrictRequest):
     session_id: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
     subject: Annotated[str, StringConstraints(min_length=1, max_length=256)] = "user"
     on_behalf_of: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
-    tenant: Annotated[str, StringConstraints(min_length=1, max_length=128)] = "default"
+    tenant: Tenant = "default"
     groups: Annotated[list[str], Field(max_length=64)] = Field(default_factory=list)
     ttl_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 3600
+
+
+class DocumentAclRequest(StrictRequest):
+    """A document's ACL as an administrator sends it: the tenant is required (SPEC §1, S3); sharing with
+    other tenants is the explicit `shared_tenants` list."""
+
+    tenant: Tenant
+    shared_tenants: Annotated[list[Tenant], Field(max_length=64)] = Field(default_factory=list)
+    subjects: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=256)]], Field(max_length=256)
+    ] = Field(default_factory=list)
+    groups: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=256)]], Field(max_length=256)
+    ] = Field(default_factory=list)
+
+    def to_acl(self) -> DocumentAcl:
+        return DocumentAcl.model_validate(self.model_dump())
 
 
 class DocumentRequest(StrictRequest):
     title: Annotated[str, StringConstraints(max_length=4096)]
     body: str
     structured_source: dict[str, Any] | None = None
-    acl: DocumentAcl = DocumentAcl()
+    acl: DocumentAclRequest
     status: Literal["ready", "processing", "disabled"] = "ready"
 
 
@@ -45,3 +62,14 @@ class WorkspaceRequest(StrictRequest):
 
 class RunEndRequest(StrictRequest):
     state: Literal["completed", "cancelled", "failed"]
+
+
+class TenantMigrationRequest(StrictRequest):
+    """Assign a tenant to the documents of a source stored without one; `apply: false` only lists them."""
+
+    tenant: Tenant
+    apply: bool = False
+
+
+TOKEN_ID_PATTERN = r"^tok_[0-9a-f]{32}$"
+TokenId = Annotated[str, StringConstraints(pattern=TOKEN_ID_PATTERN)]

@@ -215,17 +215,31 @@ class Workspace(BaseModel):
 # --- documents --------------------------------------------------------------------------------
 
 
+TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+Tenant = Annotated[str, StringConstraints(pattern=TENANT_PATTERN)]
+
+
 class DocumentAcl(BaseModel):
-    """Who may see a document. Empty subjects and groups = the whole tenant."""
+    """Who may see a document: its tenant (and the tenants it is explicitly shared with), then, within
+    them, the named subjects/groups; empty subjects and groups = the whole tenant (SPEC §1).
+
+    A document always names its tenant. `tenant=None` exists only to read documents stored before that
+    rule: they are visible to no one until `kb tenant migrate` assigns one (never "every tenant")."""
 
     model_config = ConfigDict(extra="forbid")
 
     tenant: str | None = None
+    shared_tenants: Annotated[list[Tenant], Field(max_length=64)] = []
     subjects: list[str] = []
     groups: list[str] = []
 
+    @property
+    def tenants(self) -> list[str]:
+        """Every tenant that may see the document, its own first; empty for an unmigrated document."""
+        return [self.tenant, *(t for t in self.shared_tenants if t != self.tenant)] if self.tenant else []
+
     def visible_to(self, viewer: Viewer) -> bool:
-        if self.tenant is not None and self.tenant != viewer.tenant:
+        if viewer.tenant not in self.tenants:
             return False
         if not self.subjects and not self.groups:
             return True
@@ -304,6 +318,30 @@ class Session(Principal):
     revoked: bool = False
 
 
+def token_id_of(token_hash: str) -> str:
+    """The public handle of a token for listing and revoking: derived from its SHA-256, never the hash
+    itself (which is the lookup key of the bearer token)."""
+    return "tok_" + hashlib.sha256(b"bailing.token-id\0" + token_hash.encode("ascii")).hexdigest()[:32]
+
+
+class TokenSummary(BaseModel):
+    """What an administrator sees of an issued token: who and what it is for, never the token or its hash."""
+
+    token_id: str
+    client_id: str
+    session_id: str
+    subject: str
+    on_behalf_of: str | None = None
+    tenant: str
+    routes: list[str]
+    expires_at: int
+    revoked: bool = False
+
+    @classmethod
+    def of(cls, token_id: str, session: Session) -> TokenSummary:
+        return cls(token_id=token_id, **session.model_dump(exclude={"groups"}))
+
+
 RunState = Literal["preparing", "context_ready", "completed", "failed", "cancelled"]
 
 
@@ -314,8 +352,15 @@ class Run(BaseModel):
     route: str
     state: RunState
     turn_id: str | None = None
+    tenant: str | None = None  # None only on runs stored before tenants were compared: nobody's run
 
 
 def owns_run(run: Run, principal: Principal, route: str) -> bool:
-    """A run belongs to the session and client that created it, on the route it was created on."""
-    return (run.session_id, run.client_id, run.route) == (principal.session_id, principal.client_id, route)
+    """A run belongs to the tenant, session and client that created it, on the route it was created on; a
+    run stored before runs carried a tenant is nobody's."""
+    return run.tenant is not None and (run.tenant, run.session_id, run.client_id, run.route) == (
+        principal.tenant,
+        principal.session_id,
+        principal.client_id,
+        route,
+    )

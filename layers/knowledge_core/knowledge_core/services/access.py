@@ -9,8 +9,8 @@ import sys
 import uuid
 
 from ..domain.cache import BoundedCache
-from ..domain.errors import Forbidden, RunNotFound, RunNotReady, Unauthorized
-from ..domain.models import Principal, Run, Session, owns_run
+from ..domain.errors import Forbidden, NotFound, RunNotFound, RunNotReady, Unauthorized
+from ..domain.models import Principal, Run, Session, TokenSummary, owns_run
 from ..ports import Clock, RunStore, SessionStore
 
 TOKEN_PREFIX = "kbt_"
@@ -51,6 +51,16 @@ class AccessService:
         )
         self._sessions.put_session(token_hash(token), session)
         return token, session
+
+    def list_tokens(self) -> list[TokenSummary]:
+        return sorted(self._sessions.list_sessions(self._clock.now()), key=lambda t: (t.expires_at, t.token_id))
+
+    def revoke_token(self, token_id: str) -> TokenSummary:
+        """Refused by the authorizer from its next read on (it caches no session)."""
+        revoked = self._sessions.revoke_session(token_id, self._clock.now())
+        if revoked is None:
+            raise NotFound("token not found or expired", field="token_id")
+        return revoked
 
     def authenticate(self, authorization: str | None) -> Principal:
         """`Authorization: Bearer <token>` -> principal; anything else is 401."""

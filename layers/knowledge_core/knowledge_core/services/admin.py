@@ -58,6 +58,23 @@ class AdminService:
             self._source_state(key)
         self._backend.put_documents(documents)
 
+    def migrate_tenant(self, source_key: str, tenant: str, apply: bool) -> list[str]:
+        """The documents of a source stored without a tenant (visible to no one); with `apply`, each is
+        re-stored under `tenant` (same title and body, so the same revision: outstanding refs stay valid)."""
+        self._source_state(source_key)
+        doc_ids = self._backend.untenanted_documents(source_key)
+        if apply:
+            for i in range(0, len(doc_ids), 50):
+                docs = [self._backend.get_document(source_key, d) for d in doc_ids[i : i + 50]]
+                self._backend.put_documents(
+                    [
+                        d.model_copy(update={"acl": d.acl.model_copy(update={"tenant": tenant})})
+                        for d in docs
+                        if d is not None and d.acl.tenant is None
+                    ]
+                )
+        return doc_ids
+
     def delete_document(self, source_key: str, doc_id: str) -> None:
         if not self._backend.delete_document(source_key, doc_id):
             raise NotFound("document not found", field="doc_id")

@@ -32,8 +32,11 @@ STARTUP_QUERY_MAX_CHARS = 2000  # same bound as a search query
 
 
 def turn_key(route: str, principal: Principal, turn_id: str) -> str:
-    """Turn ids are the host's: scope them to the caller's client and session (digested, ids may hold '#')."""
-    parts = json.dumps([principal.client_id, principal.session_id, turn_id], separators=(",", ":"))
+    """Turn ids are the host's: scope them to the caller's tenant, client and session (digested, ids may
+    hold '#')."""
+    parts = json.dumps(
+        [principal.client_id, principal.session_id, turn_id, principal.tenant], separators=(",", ":")
+    )
     digest = base64.urlsafe_b64encode(hashlib.sha256(parts.encode("utf-8")).digest()).rstrip(b"=").decode()
     return f"TURN#{route}#{digest}"
 
@@ -135,6 +138,7 @@ class TurnService:
                         route=route,
                         state="preparing",
                         turn_id=request.turn_id,
+                        tenant=principal.tenant,
                     )
                 )
                 if not self._turns.set_turn_run(key, claim, run_id):
