@@ -38,7 +38,10 @@ def configure_local_env(
     if not secret_file.exists():
         _write_private(secret_file, secrets.token_urlsafe(48))
     env = {
-        "KB_TOKEN_SECRET": secret_file.read_text(encoding="utf-8").strip(),
+        # Read from the file (and token-secret.previous) every few seconds: `kb secret rotate` takes effect
+        # in a running `kb serve` without a restart.
+        "KB_TOKEN_SECRET_FILE": str(secret_file.resolve()),
+        "KB_SECRET_REFRESH_SECONDS": os.environ.get("KB_SECRET_REFRESH_SECONDS", "5"),
         "KB_SEARCH_BACKEND": search_backend,
         "KB_SQLITE_PATH": str(state / "search.sqlite3"),
         "KB_STATE_BACKEND": "dynamodb" if dynamodb_endpoint else "sqlite",
@@ -62,6 +65,7 @@ def configure_local_env(
         env["KB_DYNAMODB_ENDPOINT"] = dynamodb_endpoint
         env.setdefault("AWS_ACCESS_KEY_ID", os.environ.get("AWS_ACCESS_KEY_ID", "local"))
         env.setdefault("AWS_SECRET_ACCESS_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "local"))
+    os.environ.pop("KB_TOKEN_SECRET", None)  # the file is the one source locally
     os.environ.update(env)
 
 
@@ -185,6 +189,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def rotate_secret(state: Path) -> None:
+    """The current token secret becomes the previous one (still verified) and a new one signs."""
+    state.mkdir(parents=True, exist_ok=True)
+    current, previous = state / "token-secret", state / "token-secret.previous"
+    if current.exists():
+        write_private(previous, current.read_text(encoding="utf-8"))
+    write_private(current, secrets.token_urlsafe(48))
+
+
+def cmd_secret_rotate(args: argparse.Namespace) -> int:
+    state = Path(args.state)
+    rotate_secret(state)
+    print(
+        f"rotated {state / 'token-secret'}: new refs are signed with the new secret; refs signed with the "
+        f"previous one still verify (kept in {state / 'token-secret.previous'}) until the next rotation. "
+        "A running kb serve picks it up within KB_SECRET_REFRESH_SECONDS (5 s)."
+    )
+    return 0
+
+
 def cmd_invoke(args: argparse.Namespace) -> int:
     from .events import load_event
 
@@ -254,8 +278,8 @@ def cmd_token_list(args: argparse.Namespace) -> int:
     for t in tokens:
         state = "revoked" if t["revoked"] else "active"
         print(
-            f"{t['token_id']}  {state:7}  tenant={t['tenant']} client={t['client_id']} subject={t['subject']} "
-            f"routes={','.join(t['routes'])} expires_at={t['expires_at']}"
+            f"{t['token_id']}  {state:7}  tenant={t['tenant']} client={t['client_id']} "
+            f"subject={t['subject']} routes={','.join(t['routes'])} expires_at={t['expires_at']}"
         )
     print(f"{len(tokens)} token(s)", file=sys.stderr)
     return 0
@@ -512,6 +536,12 @@ def build_parser() -> argparse.ArgumentParser:
     endpoint(p)
     p.add_argument("--run-id", required=True)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("secret", help="the local token secret")
+    ssub = p.add_subparsers(dest="action", required=True)
+    s = ssub.add_parser("rotate", help="new current secret; the old one is kept as previous (still verifies)")
+    s.add_argument("--state", default=str(DEFAULT_STATE))
+    s.set_defaults(func=cmd_secret_rotate)
 
     p = sub.add_parser("invoke", help="run one event through a handler, as sam local invoke would")
     p.add_argument("function", help="logical id (SearchFunction) or short name (search)")

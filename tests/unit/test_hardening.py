@@ -429,7 +429,7 @@ def test_S3_demo_documents_and_kb_ingest_name_a_tenant(monkeypatch, tmp_path):
     assert sent[-1]["documents"][0]["acl"] == {"tenant": "acme", "shared_tenants": ["globex"]}
 
 
-# --- S7: tokens can be listed and revoked --------------------------------------------------------------------
+# --- S7: tokens can be listed and revoked -----------------------------------------------------------------
 
 
 def admin_event(method: str, path: str, body: object = None, **params: str) -> dict:
@@ -543,3 +543,124 @@ def test_S7_kb_token_list_and_revoke(monkeypatch, capsys):
     assert calls[-1] == ("POST", f"/admin/v1/tokens/tok_{'b' * 32}/revoke", {})
     assert main.main(["token", "revoke", "kbt_secret-token"]) == 0  # by the token itself: only its id is sent
     assert "kbt_secret" not in json.dumps(calls[-1]) and calls[-1][1].startswith("/admin/v1/tokens/tok_")
+
+
+# --- S9: current + previous secret, re-read on a bounded interval, kb secret rotate -----------------------
+
+
+def test_S9_refs_of_either_side_of_a_rotation_verify_and_new_ones_use_the_current_secret():
+    from knowledge_core.codec import TokenCodec
+    from knowledge_core.domain.errors import ReferenceInvalid
+
+    clock = FakeClock()
+    old, new = b"old-secret-0123456789abcdef", b"new-secret-0123456789abcdef"
+    before = TokenCodec(old, clock)  # a warm container that has not re-read yet
+    after = TokenCodec(new, clock, previous=old)
+    claims = {
+        "identity": "i",
+        "scope_revision": "s" * 64,
+        "source_key": "a@1",
+        "doc_id": "d",
+        "revision": "sha256:x",
+    }
+    ref_before, exp = before.issue_ref(**claims)
+    assert after.open_ref(ref_before, identity="i").doc_id == "d"  # old refs still verify
+    cursor_before = before.issue_cursor(ref=ref_before, offset=7, expires_at=exp)
+    assert after.open_cursor(cursor_before, ref=ref_before).offset == 7
+    ref_after, _ = after.issue_ref(**claims)
+    assert TokenCodec(new, clock).open_ref(ref_after, identity="i").doc_id == "d"  # signed with the current
+    with pytest.raises(ReferenceInvalid):
+        TokenCodec(old, clock).open_ref(ref_after, identity="i")
+    with pytest.raises(ReferenceInvalid):  # retired twice: no longer verifies
+        TokenCodec(b"newest-secret-0123456789abc", clock, previous=new).open_ref(ref_before, identity="i")
+
+
+def test_S9_rotating_codec_rereads_within_the_interval_and_keeps_keys_on_failure():
+    from knowledge_core.codec import RotatingTokenCodec
+
+    clock = FakeClock()
+    store = {"current": b"first-secret-0123456789abcd", "previous": None, "fail": False, "reads": 0}
+
+    def source():
+        store["reads"] += 1
+        if store["fail"]:
+            raise RuntimeError("secrets manager down")
+        return store["current"], store["previous"]
+
+    codec = RotatingTokenCodec(source, clock, refresh_seconds=60)
+    claims = {
+        "identity": "i",
+        "scope_revision": "s" * 64,
+        "source_key": "a@1",
+        "doc_id": "d",
+        "revision": "sha256:x",
+    }
+    first, _ = codec.issue_ref(**claims)
+    store["previous"], store["current"] = store["current"], b"second-secret-0123456789abc"
+    clock.advance(59)
+    assert (
+        codec.keys().ref_keys[0]
+        == RotatingTokenCodec(lambda: (b"first-secret-0123456789abcd", None), clock).keys().ref_keys[0]
+    )
+    clock.advance(1)  # the bound: re-read now
+    second, _ = codec.issue_ref(**claims)
+    assert second != first and codec.open_ref(first, identity="i") and codec.open_ref(second, identity="i")
+    reads = store["reads"]
+    store["fail"] = True
+    clock.advance(60)
+    assert codec.open_ref(second, identity="i") and store["reads"] == reads + 1  # tried, kept its keys
+
+
+def test_S9_kb_secret_rotate_takes_effect_in_a_running_process(tmp_path, monkeypatch):
+    from knowledge_core.bootstrap import token_secret_source
+    from knowledge_core.codec import RotatingTokenCodec
+    from knowledge_core.settings import Settings
+
+    from kb_cli import main
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    state = tmp_path / "state"
+    main.configure_local_env(state)
+    assert os.environ["KB_TOKEN_SECRET_FILE"] == str((state / "token-secret").resolve())
+    clock = FakeClock()
+    settings = Settings.from_env()
+    codec = RotatingTokenCodec(
+        token_secret_source(settings), clock, refresh_seconds=settings.secret_refresh_seconds
+    )
+    claims = {
+        "identity": "i",
+        "scope_revision": "s" * 64,
+        "source_key": "a@1",
+        "doc_id": "d",
+        "revision": "sha256:x",
+    }
+    old_ref, _ = codec.issue_ref(**claims)
+    old_secret = (state / "token-secret").read_text()
+    assert main.main(["secret", "rotate", "--state", str(state)]) == 0
+    assert (state / "token-secret.previous").read_text() == old_secret
+    assert (state / "token-secret").read_text() != old_secret
+    for name in ("token-secret", "token-secret.previous"):
+        assert stat.S_IMODE((state / name).stat().st_mode) == 0o600
+    clock.advance(settings.secret_refresh_seconds)
+    new_ref, _ = codec.issue_ref(**claims)
+    assert (
+        new_ref != old_ref and codec.open_ref(old_ref, identity="i") and codec.open_ref(new_ref, identity="i")
+    )
+
+
+def test_S9_secrets_manager_current_and_previous_stages(monkeypatch):
+    import boto3
+    from knowledge_core.bootstrap import token_secret_source
+    from knowledge_core.settings import Settings
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    with mock_aws():
+        sm = boto3.client("secretsmanager", region_name="us-east-1")
+        arn = sm.create_secret(Name="kb-token", SecretString="first-secret-0123456789abcd")["ARN"]
+        source = token_secret_source(Settings(token_secret_arn=arn, secret_refresh_seconds=1))
+        assert source() == (b"first-secret-0123456789abcd", None)  # never rotated: no AWSPREVIOUS
+        sm.put_secret_value(SecretId=arn, SecretString="second-secret-0123456789abc")
+        fresh = token_secret_source(Settings(token_secret_arn=arn, secret_refresh_seconds=1))
+        assert fresh() == (b"second-secret-0123456789abc", b"first-secret-0123456789abcd")

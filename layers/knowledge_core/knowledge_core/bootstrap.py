@@ -12,7 +12,7 @@ from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from .codec import TokenCodec
+from .codec import RotatingTokenCodec, SecretSource, TokenCodec
 from .domain.hybrid import HybridRanking
 from .ports import BudgetLedger, Clock, Embedder, SearchBackend, StateStores, SystemClock
 from .settings import Settings
@@ -124,7 +124,17 @@ class Container:
 
     @cached_property
     def codec(self) -> TokenCodec:
-        return TokenCodec(_token_secret(self.settings), self.clock)
+        settings = self.settings
+        if settings.token_secret:  # fixed by the environment: nothing to re-read
+            previous = settings.token_secret_previous
+            return TokenCodec(
+                settings.token_secret.encode("utf-8"),
+                self.clock,
+                previous=previous.encode("utf-8") if previous else None,
+            )
+        return RotatingTokenCodec(
+            token_secret_source(settings), self.clock, refresh_seconds=settings.secret_refresh_seconds
+        )
 
     # --- services ---------------------------------------------------------------------------------
     @cached_property
@@ -186,14 +196,39 @@ class Container:
         return ToolsService(agents=self.scopes, backend=self.backend, ledger=self.ledger, clock=self.clock)
 
 
-def _token_secret(settings: Settings) -> bytes:
-    if settings.token_secret:
-        return settings.token_secret.encode("utf-8")
-    if settings.token_secret_arn:
-        from aws_lambda_powertools.utilities import parameters
+def token_secret_source(settings: Settings) -> SecretSource:
+    """(current, previous) token secrets from a local file pair or Secrets Manager's AWSCURRENT and
+    AWSPREVIOUS stages (one Powertools provider per stage: its cache key ignores the stage)."""
+    if settings.token_secret_file:
+        from pathlib import Path
 
-        return str(parameters.get_secret(settings.token_secret_arn, max_age=300)).encode("utf-8")
-    raise RuntimeError("no token secret configured (KB_TOKEN_SECRET or KB_TOKEN_SECRET_ARN)")
+        current_file = Path(settings.token_secret_file)
+        previous_file = current_file.with_name(current_file.name + ".previous")
+
+        def from_files() -> tuple[bytes, bytes | None]:
+            previous = previous_file.read_bytes().strip() if previous_file.exists() else None
+            return current_file.read_bytes().strip(), previous or None
+
+        return from_files
+    if settings.token_secret_arn:
+        from aws_lambda_powertools.utilities.parameters import SecretsProvider
+        from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
+
+        arn, max_age = settings.token_secret_arn, int(settings.secret_refresh_seconds)
+        current_stage, previous_stage = SecretsProvider(), SecretsProvider()
+
+        def from_secrets_manager() -> tuple[bytes, bytes | None]:
+            current = str(current_stage.get(arn, max_age=max_age)).encode("utf-8")
+            try:
+                previous = str(previous_stage.get(arn, max_age=max_age, VersionStage="AWSPREVIOUS"))
+            except GetParameterError:  # never rotated: there is no AWSPREVIOUS version
+                return current, None
+            return current, previous.encode("utf-8")
+
+        return from_secrets_manager
+    raise RuntimeError(
+        "no token secret configured (KB_TOKEN_SECRET, KB_TOKEN_SECRET_FILE or KB_TOKEN_SECRET_ARN)"
+    )
 
 
 _container: Container | None = None

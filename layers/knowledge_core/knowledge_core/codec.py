@@ -2,7 +2,11 @@
 
 Keys are derived from the server token secret with distinct labels, so a cursor can never pass as a
 ref (nor the reverse). Payloads carry binding digests rather than raw identities; verification uses a
-constant-time compare and an injectable clock."""
+constant-time compare and an injectable clock.
+
+Rotation (S9): tokens are signed with the current secret and verified with the current or the previous
+one, and `RotatingTokenCodec` re-reads both on a bounded interval, so warm containers on either side of a
+rotation accept each other's refs until the previous secret is retired."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import binascii
 import hashlib
 import hmac
 import json
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 
@@ -73,14 +79,44 @@ def _scope_tag(scope_revision: str) -> str:
     return scope_revision[:32]
 
 
+@dataclass(frozen=True)
+class KeyRing:
+    """The derived keys of the current secret (signs and verifies) and of the previous one (verifies)."""
+
+    ref_keys: tuple[bytes, ...]
+    cursor_keys: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, secret: bytes, previous: bytes | None = None) -> KeyRing:
+        secrets_ = [secret] + ([previous] if previous and previous != secret else [])
+        for s in secrets_:
+            if len(s) < 16:
+                raise ValueError("token secret must be at least 16 bytes")
+        return cls(
+            tuple(hmac.new(s, REF_LABEL, hashlib.sha256).digest() for s in secrets_),
+            tuple(hmac.new(s, CURSOR_LABEL, hashlib.sha256).digest() for s in secrets_),
+        )
+
+
+SecretSource = Callable[[], tuple[bytes, bytes | None]]
+"""Reads (current, previous or None) token secrets: Secrets Manager stages, a file, the environment."""
+
+
 class TokenCodec:
-    def __init__(self, secret: bytes, clock: Clock, ttl_seconds: int = REFERENCE_TTL_SECONDS) -> None:
-        if len(secret) < 16:
-            raise ValueError("token secret must be at least 16 bytes")
-        self._ref_key = hmac.new(secret, REF_LABEL, hashlib.sha256).digest()
-        self._cursor_key = hmac.new(secret, CURSOR_LABEL, hashlib.sha256).digest()
+    def __init__(
+        self,
+        secret: bytes,
+        clock: Clock,
+        ttl_seconds: int = REFERENCE_TTL_SECONDS,
+        *,
+        previous: bytes | None = None,
+    ) -> None:
+        self._ring = KeyRing.of(secret, previous)
         self._clock = clock
         self.ttl_seconds = ttl_seconds
+
+    def keys(self) -> KeyRing:
+        return self._ring
 
     # --- refs ---------------------------------------------------------------------------------
     def issue_ref(
@@ -92,11 +128,11 @@ class TokenCodec:
             f'{{"t":"ref","i":{_q(identity)},"s":{_q(_scope_tag(scope_revision))},"k":{_q(source_key)},'
             f'"d":{_q(doc_id)},"r":{_q(revision.removeprefix("sha256:"))},"e":{expires_at:d}}}'
         )
-        return self._seal_text(self._ref_key, payload), expires_at
+        return self._seal_text(self.keys().ref_keys[0], payload), expires_at
 
     def open_ref(self, token: str, *, identity: str) -> RefClaims:
         """MAC, shape and identity first (400), then expiry (410). Scope and document are the caller's."""
-        p = self._unseal(self._ref_key, token, "ref")
+        p = self._unseal(self.keys().ref_keys, token, "ref")
         try:
             identity_, scope, source_key, doc_id, revision, expires_at = (
                 p["i"],
@@ -130,11 +166,11 @@ class TokenCodec:
     # --- cursors --------------------------------------------------------------------------------
     def issue_cursor(self, *, ref: str, offset: int, expires_at: int) -> str:
         return self._seal(
-            self._cursor_key, {"t": "cur", "f": self.ref_digest(ref), "o": offset, "e": expires_at}
+            self.keys().cursor_keys[0], {"t": "cur", "f": self.ref_digest(ref), "o": offset, "e": expires_at}
         )
 
     def open_cursor(self, cursor: str, *, ref: str) -> CursorClaims:
-        p = self._unseal(self._cursor_key, cursor, "cur")
+        p = self._unseal(self.keys().cursor_keys, cursor, "cur")
         try:
             claims = CursorClaims(ref_digest=p["f"], offset=p["o"], expires_at=p["e"])
             if type(claims.offset) is not int or claims.offset < 0 or not isinstance(claims.ref_digest, str):
@@ -162,13 +198,15 @@ class TokenCodec:
         return f"{body}.{_b64(hmac.digest(key, body.encode('ascii'), 'sha256'))}"
 
     @staticmethod
-    def _unseal(key: bytes, token: str, kind: str) -> dict:
+    def _unseal(keys: tuple[bytes, ...], token: str, kind: str) -> dict:
         invalid = ReferenceInvalid() if kind == "ref" else ReferenceInvalid("cursor is invalid")
         body, sep, mac = token.partition(".")
         if not sep or not body or not mac or not token.isascii():
             raise invalid
-        expected = _b64(hmac.digest(key, body.encode("ascii"), "sha256"))
-        if not hmac.compare_digest(mac, expected):
+        signed = body.encode("ascii")
+        # Every key is tried (no early exit), each compare constant-time.
+        matches = [hmac.compare_digest(mac, _b64(hmac.digest(key, signed, "sha256"))) for key in keys]
+        if not any(matches):
             raise invalid
         try:
             payload = _DECODER.decode(_unb64(body).decode("ascii"))
@@ -177,3 +215,38 @@ class TokenCodec:
         if not isinstance(payload, dict) or payload.get("t") != kind:
             raise invalid
         return payload
+
+
+class RotatingTokenCodec(TokenCodec):
+    """A TokenCodec whose secrets are re-read from `source` at most every `refresh_seconds`: a rotated
+    secret reaches every warm container within that bound. A failed re-read keeps the keys it has."""
+
+    def __init__(
+        self,
+        source: SecretSource,
+        clock: Clock,
+        ttl_seconds: int = REFERENCE_TTL_SECONDS,
+        *,
+        refresh_seconds: float = 60.0,
+    ) -> None:
+        current, previous = source()
+        super().__init__(current, clock, ttl_seconds, previous=previous)
+        self._source = source
+        self._refresh_seconds = refresh_seconds
+        self._read_at = clock.now()
+        self._lock = threading.Lock()
+
+    def keys(self) -> KeyRing:
+        now = self._clock.now()
+        if now - self._read_at >= self._refresh_seconds and self._lock.acquire(blocking=False):
+            try:
+                self._read_at = now
+                current, previous = self._source()
+                self._ring = KeyRing.of(current, previous)
+            except Exception:  # the secret store is down or returned junk: keep signing with what we have
+                from .observability import logger
+
+                logger.warning("token secret re-read failed; keeping the current keys")
+            finally:
+                self._lock.release()
+        return self._ring

@@ -22,6 +22,10 @@ class Settings(BaseModel):
     opensearch_index_prefix: str = Field("kb", pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")
     token_secret: str | None = Field(None, repr=False)
     token_secret_arn: str | None = None
+    # Rotation (S9): verify with the previous secret too; re-read both at most this often.
+    token_secret_previous: str | None = Field(None, repr=False)
+    token_secret_file: str | None = None  # local: the current secret; `<file>.previous` the previous one
+    secret_refresh_seconds: float = Field(60.0, ge=1, le=3600)
     registry_cache_seconds: float = Field(2.0, ge=0, le=60)
     region: str = "us-east-1"
     # Hybrid ranking (domain.hybrid): a model directory from `kb models fetch` turns it on.
@@ -44,6 +48,9 @@ class Settings(BaseModel):
             "opensearch_index_prefix": env.get("KB_OPENSEARCH_INDEX_PREFIX"),
             "token_secret": env.get("KB_TOKEN_SECRET"),
             "token_secret_arn": env.get("KB_TOKEN_SECRET_ARN"),
+            "token_secret_previous": env.get("KB_TOKEN_SECRET_PREVIOUS"),
+            "token_secret_file": env.get("KB_TOKEN_SECRET_FILE"),
+            "secret_refresh_seconds": env.get("KB_SECRET_REFRESH_SECONDS"),
             "registry_cache_seconds": env.get("KB_REGISTRY_CACHE_SECONDS"),
             "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
             "embedding_model_dir": env.get("KB_EMBEDDING_MODEL_DIR"),
