@@ -31,9 +31,11 @@ lint: dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy layers/knowledge_core/knowledge_core src/kb_cli src/knowledge_client
 	$(BIN)/sam validate --lint
+	$(BIN)/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 
 sam: dev
 	SAM_CLI_TELEMETRY=0 $(BIN)/sam validate --lint
+	$(BIN)/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	SAM_CLI_TELEMETRY=0 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build --build-dir .aws-sam/build
 
 # The optional hybrid ranking layer for the template's EmbeddingModelLayerArn (build/semantic-layer.zip).

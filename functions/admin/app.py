@@ -40,6 +40,13 @@ def publish_source() -> Response:
     return json_response({"created": created}, 201 if created else 200)
 
 
+@app.post("/admin/v1/search-indices")
+def prepare_search_indices() -> Response:
+    """Deploy time (after `sam deploy`; ingestion also does it): the read path never writes schema."""
+    bootstrap.container().admin.prepare_search()
+    return json_response({"prepared": True})
+
+
 @app.post("/admin/v1/agents")
 def publish_agent() -> Response:
     created = bootstrap.container().admin.publish_agent(parse_request(AgentDefinition, body_of(app)))

@@ -91,6 +91,7 @@ def local_container(state: Path, **kwargs: Any) -> Container:
     container = bootstrap.container()
     if container.table is not None:
         container.table.create()
+    container.admin.prepare_search()  # deploy time, locally: the read path never creates indices
     return container
 
 

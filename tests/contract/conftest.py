@@ -82,6 +82,7 @@ def real_container(
     )
     container = Container(settings=settings, clock=clock)
     container.table.create()
+    container.admin.prepare_search()  # deploy time: searching never creates indices (S2)
     return container
 
 

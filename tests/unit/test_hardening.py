@@ -664,3 +664,75 @@ def test_S9_secrets_manager_current_and_previous_stages(monkeypatch):
         sm.put_secret_value(SecretId=arn, SecretString="second-secret-0123456789abc")
         fresh = token_secret_source(Settings(token_secret_arn=arn, secret_refresh_seconds=1))
         assert fresh() == (b"second-secret-0123456789abc", b"first-secret-0123456789abcd")
+
+
+# --- S2/S8: every action each function performs is granted by its policy, and every granted write used ----
+
+
+def test_S2_S8_each_function_performs_only_what_its_policy_grants(tmp_path, clock):
+    from tests.iam_actions import Recorder, RecordingHandlers, check, run_scenario
+
+    container = embedded_container(tmp_path, clock)
+    demo.seed(container, with_token=False)  # setup, outside any function
+    recorder = Recorder()
+    recorder.watch_dynamodb(container.state.client)
+    bootstrap.reset(container)
+    try:
+        run_scenario(RecordingHandlers(), container)
+    finally:
+        bootstrap.reset(None)
+    assert set(recorder.actions) >= {
+        "AdminFunction",
+        "AuthorizerFunction",
+        "CapabilitiesFunction",
+        "SearchFunction",
+        "ReadFunction",
+        "TurnsFunction",
+        "AgentToolsFunction",
+    }
+    assert check(recorder, {"dynamodb"}) == []
+
+
+# --- S4: cost control in the template ---------------------------------------------------------------------
+
+
+def test_S4_throttling_reserved_concurrency_and_serverless_rules():
+    import subprocess
+    import sys
+
+    from kb_cli.template import TEMPLATE, load_template
+
+    template = load_template()
+    resources, parameters = template["Resources"], template["Parameters"]
+    routes = resources["HttpApi"]["Properties"]["DefaultRouteSettings"]
+    assert routes == {
+        "ThrottlingRateLimit": {"Ref": "ApiThrottlingRateLimit"},
+        "ThrottlingBurstLimit": {"Ref": "ApiThrottlingBurstLimit"},
+    }
+    assert (
+        parameters["ApiThrottlingRateLimit"]["Default"] > 0
+        and parameters["ApiThrottlingBurstLimit"]["Default"] > 0
+    )
+    functions = {k: v for k, v in resources.items() if v["Type"] == "AWS::Serverless::Function"}
+    assert len(functions) == 7
+    for name, function in functions.items():
+        reserved = function["Properties"].get("ReservedConcurrentExecutions")
+        assert reserved and "If" in reserved, name  # a parameter; 0 = no reservation
+        assert parameters[reserved["If"][1]["Ref"]]["Default"] > 0, name
+    # No authorizer result cache: a missing header would get no no-store; a revocation would be outlived.
+    authorizer = resources["HttpApi"]["Properties"]["Auth"]["Authorizers"]["KnowledgeAuthorizer"]
+    assert authorizer["Identity"]["ReauthorizeEvery"] == 0
+    # AWS's serverless rules (cfn-lint-serverless): access logs, throttling, log retention, … report nothing.
+    lint = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "cfn-lint"),
+            "--append-rules",
+            "cfn_lint_serverless.rules",
+            "--",
+            str(TEMPLATE),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr

@@ -147,6 +147,9 @@ class SearchBackend(ABC):
     @abstractmethod
     def healthy(self, timeout_s: float = 1.0) -> bool: ...
 
+    def prepare(self) -> None:  # noqa: B027 - most backends have nothing to prepare
+        """Create the index schema (deploy/admin time; idempotent). Searching and reading never do."""
+
     def untenanted_documents(self, source_key: str, limit: int = 10_000) -> list[str]:
         """Doc ids of the source's documents stored without a tenant (before SPEC §1 required one)."""
         raise NotImplementedError

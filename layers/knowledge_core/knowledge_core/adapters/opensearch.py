@@ -270,8 +270,12 @@ class OpenSearchBackend(SearchBackend):
             ),
         }
 
+    def prepare(self) -> None:
+        self.ensure_indices()
+
     def ensure_indices(self, timeout_s: float | None = None) -> None:
-        """Create the templates and indices if the aliases are missing (idempotent, once per process)."""
+        """Create the templates and indices if the aliases are missing (idempotent, once per process).
+        Deploy/admin time only (`prepare`, ingestion): the read path never writes schema (S2)."""
         if self._ready:
             return
         from opensearchpy.exceptions import RequestError
@@ -338,15 +342,15 @@ class OpenSearchBackend(SearchBackend):
 
     def msearch(self, body: list[dict], timeout_s: float) -> dict:
         """The raw `_msearch` call (the benchmark times it against `search`)."""
-        return self.client.msearch(body=body, request_timeout=timeout_s)
+        # On the alias's path (`<alias>/_msearch`): IAM grants the read functions their indices only.
+        return self.client.msearch(body=body, index=self.passages_alias, request_timeout=timeout_s)
 
     def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
         if not queries:
             return []
         started = time.perf_counter()
         vector = self._embedder.embed_query(text) if self._embedder else None
-        try:
-            self.ensure_indices()
+        try:  # the read path only reads: indices are made at deploy/admin time (`prepare`, ingestion)
             raw = self.msearch(
                 self.search_body(queries, text, viewer, vector), max(q.timeout_s for q in queries) + 1.0
             )
@@ -387,7 +391,6 @@ class OpenSearchBackend(SearchBackend):
         from opensearchpy.exceptions import NotFoundError
 
         try:
-            self.ensure_indices()
             found = self.client.get(
                 index=self.documents_alias, id=doc_key(source_key, doc_id), _source_includes=_DOC_FIELDS
             )
@@ -519,7 +522,12 @@ class OpenSearchBackend(SearchBackend):
         flush()
 
     def _bulk_request(self, body: str) -> None:
-        resp = self.client.bulk(body=body, refresh="wait_for", request_timeout=max(self._timeout_s, 60.0))
+        resp = self.client.bulk(
+            body=body,
+            index=self.passages_alias,
+            refresh="wait_for",
+            request_timeout=max(self._timeout_s, 60.0),
+        )
         if resp.get("errors"):
             statuses = [
                 item[op].get("status", 0)

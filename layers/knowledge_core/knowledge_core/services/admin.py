@@ -31,6 +31,10 @@ class AdminService:
         self._scopes.invalidate()
         return created
 
+    def prepare_search(self) -> None:
+        """Deploy time: the search backend's indices and templates."""
+        self._backend.prepare()
+
     def publish_agent(self, definition: AgentDefinition) -> bool:
         return self._registry.put_agent(definition)
 

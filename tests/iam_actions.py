@@ -1,0 +1,327 @@
+"""Issue 14 S2/S8: record every DynamoDB and OpenSearch action each function performs, and check it against
+that function's policy in template.yaml (action, table partition-key prefix, OpenSearch path) — and that
+every write a policy grants is one the function makes.
+
+Used by tests/unit/test_hardening.py (moto + SQLite: the DynamoDB half) and
+tests/integration/test_iam_actions.py (DynamoDB-API server + OpenSearch: both halves)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import fnmatch
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from kb_cli.events import load_event
+from kb_cli.gateway import Handlers
+from kb_cli.template import load_template
+
+CURRENT_FUNCTION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "current_function", default=None
+)
+DYNAMODB_WRITES = {"PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem", "BatchWriteItem"}
+ES_WRITES = {"ESHttpPut", "ESHttpDelete", "ESHttpPatch"}
+_TRANSACT = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
+
+
+@dataclass(frozen=True)
+class Action:
+    service: str  # dynamodb | es
+    name: str  # GetItem, ESHttpPost, …
+    target: tuple[str, ...]  # dynamodb: the partition keys; es: the request path
+
+
+@dataclass
+class Recorder:
+    actions: dict[str, set[Action]] = field(default_factory=lambda: defaultdict(set))
+
+    def add(self, action: Action) -> None:
+        function = CURRENT_FUNCTION.get()
+        if function is not None:
+            self.actions[function].add(action)
+
+    # --- DynamoDB: the before-parameter-build event carries the operation and its parameters ------------
+    def watch_dynamodb(self, client: Any) -> None:
+        client = getattr(client, "_client", client)  # the embedded mode's SerializedClient
+        client.meta.events.register("before-parameter-build.dynamodb", self._dynamodb_call)
+
+    def _dynamodb_call(self, model: Any, params: dict, **_: Any) -> None:
+        op = model.name
+        if op == "TransactWriteItems":
+            for item in params["TransactItems"]:
+                (kind, body), *_ = item.items()
+                key = body.get("Key") or body.get("Item")
+                self.add(Action("dynamodb", _TRANSACT[kind], (key["pk"]["S"],)))
+        elif op == "BatchGetItem":
+            for request in params["RequestItems"].values():
+                self.add(Action("dynamodb", op, tuple(sorted({k["pk"]["S"] for k in request["Keys"]}))))
+        elif op == "Query":
+            values = params.get("ExpressionAttributeValues", {})
+            self.add(Action("dynamodb", op, tuple(sorted(v["S"] for v in values.values() if "S" in v)[:1])))
+        elif "Key" in params or "Item" in params:
+            key = params.get("Key") or params["Item"]
+            self.add(Action("dynamodb", op, (key["pk"]["S"],)))
+        else:
+            self.add(Action("dynamodb", op, ()))
+
+    # --- OpenSearch: every request goes through the transport ---------------------------------------------
+    def watch_opensearch(self, backend: Any) -> None:
+        transport = backend.client.transport
+        perform = transport.perform_request
+
+        def recorded(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            name = "ESHttp" + method.capitalize()
+            self.add(Action("es", name, (urlsplit(url).path,)))
+            return perform(method, url, *args, **kwargs)
+
+        transport.perform_request = recorded
+
+
+class RecordingHandlers(Handlers):
+    def invoke(self, name: str, event: Any) -> Any:
+        token = CURRENT_FUNCTION.set(self.resolve(name).logical_id)
+        try:
+            return super().invoke(name, event)
+        finally:
+            CURRENT_FUNCTION.reset(token)
+
+
+# --- the template's policies --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grant:
+    service: str
+    actions: tuple[str, ...]
+    leading_keys: tuple[str, ...] | None  # dynamodb: the LeadingKeys patterns (None = any key)
+    paths: tuple[str, ...]  # es: path patterns within the domain
+
+
+def _es_path(resource: Any, prefix: str) -> str | None:
+    text = resource.get("Sub") if isinstance(resource, dict) else resource
+    if not isinstance(text, str) or ":es:" not in text:
+        return None
+    _, _, path = text.partition("domain/${OpenSearchDomainName}/")
+    return path.replace("${OpenSearchIndexPrefix}", prefix)
+
+
+def grants(index_prefix: str = "kb") -> dict[str, list[Grant]]:
+    """Function logical id -> what its policy statements allow (the SAM policy templates are not parsed:
+    they grant secrets, not table or index access)."""
+    out: dict[str, list[Grant]] = {}
+    for logical_id, resource in load_template()["Resources"].items():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        found: list[Grant] = []
+        for policy in resource["Properties"].get("Policies", []):
+            for statement in policy.get("Statement", []) if isinstance(policy, dict) else []:
+                assert statement["Effect"] == "Allow"
+                actions = (
+                    statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                )
+                resources = (
+                    statement["Resource"]
+                    if isinstance(statement["Resource"], list)
+                    else [statement["Resource"]]
+                )
+                services = {a.split(":")[0] for a in actions}
+                assert len(services) == 1, statement
+                service = services.pop()
+                names = tuple(a.split(":")[1] for a in actions)
+                if service == "dynamodb":
+                    condition = statement.get("Condition", {}).get("ForAllValues:StringLike", {})
+                    keys = condition.get("dynamodb:LeadingKeys")
+                    found.append(Grant("dynamodb", names, tuple(keys) if keys is not None else None, ()))
+                else:
+                    paths = tuple(p for p in (_es_path(r, index_prefix) for r in resources) if p is not None)
+                    found.append(Grant("es", names, None, paths))
+        out[logical_id] = found
+    return out
+
+
+def allowed(action: Action, function_grants: list[Grant]) -> bool:
+    for grant in function_grants:
+        if grant.service != action.service or action.name not in grant.actions:
+            continue
+        if action.service == "dynamodb":
+            if grant.leading_keys is None or all(
+                any(fnmatch.fnmatchcase(k, p) for p in grant.leading_keys) for k in action.target
+            ):
+                return True
+        elif any(fnmatch.fnmatchcase(action.target[0].lstrip("/"), p) for p in grant.paths):
+            return True
+    return False
+
+
+def check(recorder: Recorder, services: set[str], index_prefix: str = "kb") -> list[str]:
+    """Problems: actions a policy does not allow, and granted writes the function never made."""
+    problems: list[str] = []
+    policy = grants(index_prefix)
+    for function, actions in sorted(recorder.actions.items()):
+        for action in sorted(actions, key=repr):
+            if action.service in services and not allowed(action, policy.get(function, [])):
+                problems.append(
+                    f"{function} performs {action.service}:{action.name} on {action.target}, not granted"
+                )
+    for function, function_grants in sorted(policy.items()):
+        made = {(a.service, a.name) for a in recorder.actions.get(function, set())}
+        for grant in function_grants:
+            if grant.service not in services:
+                continue
+            writes = DYNAMODB_WRITES if grant.service == "dynamodb" else ES_WRITES
+            for name in grant.actions:
+                if name in writes and (grant.service, name) not in made:
+                    problems.append(
+                        f"{function} is granted {grant.service}:{name} but never makes that write"
+                    )
+    return problems
+
+
+# --- one scenario through every function --------------------------------------------------------------------
+
+
+def _admin(method: str, path: str, body: Any = None, **params: str) -> dict:
+    event = load_event("admin/publish-source.json")
+    route_key = path
+    for name, value in params.items():
+        route_key = route_key.replace(value, "{" + name + "}")
+    event.update(
+        rawPath=path, routeKey=f"{method} {route_key}", body=None if body is None else json.dumps(body)
+    )
+    event["requestContext"]["http"].update(path=path, method=method)
+    event["pathParameters"] = params or None
+    return event
+
+
+def _public(name: str, principal_json: str, body: dict | None = None) -> dict:
+    event = load_event(name)
+    event["requestContext"]["authorizer"] = {"lambda": {"principal": principal_json}}
+    if body is not None:
+        event["body"] = json.dumps(body, ensure_ascii=False)
+    return event
+
+
+def _ok(result: dict, *statuses: int) -> dict:
+    assert result["statusCode"] in (statuses or (200,)), result
+    return json.loads(result["body"])
+
+
+def run_scenario(handlers: Handlers, container: Any) -> None:
+    """Every function's every kind of call: admin (schema, publish, documents, switches, tokens, runs,
+    migration), authorizer, capabilities, search, read, turns (inline, on demand, resumed, failed), tools."""
+    source = "demo-docs@1.0.0"
+    doc_path = f"/admin/v1/sources/{source}/documents/iam-doc"
+    admin = [
+        ("POST", "/admin/v1/search-indices", {}, {}),
+        ("POST", "/admin/v1/sources", load_event("admin/publish-source.json")["body"], {}),
+        (
+            "PUT",
+            doc_path,
+            {"title": "IAM", "body": "iam probe body", "acl": {"tenant": "demo"}},
+            {"source": source, "doc_id": "iam-doc"},
+        ),
+        (
+            "POST",
+            f"/admin/v1/sources/{source}/documents",
+            {
+                "documents": [
+                    {"doc_id": "iam-doc-2", "title": "IAM 2", "body": "x", "acl": {"tenant": "demo"}}
+                ]
+            },
+            {"source": source},
+        ),
+        ("POST", f"{doc_path}/disable", {}, {"source": source, "doc_id": "iam-doc"}),
+        ("POST", f"{doc_path}/enable", {}, {"source": source, "doc_id": "iam-doc"}),
+        ("DELETE", doc_path, None, {"source": source, "doc_id": "iam-doc"}),
+        ("POST", f"/admin/v1/sources/{source}/disable", {}, {"source": source}),
+        ("POST", f"/admin/v1/sources/{source}/enable", {}, {"source": source}),
+        ("PUT", "/admin/v1/workspaces/demo", {"agent": "demo-agent@1.0.0"}, {"route": "demo"}),
+        ("POST", f"/admin/v1/sources/{source}/tenant-migration", {"tenant": "demo"}, {"source": source}),
+    ]
+    for method, path, body, params in admin:
+        raw = body if isinstance(body, str) or body is None else json.dumps(body)
+        event = _admin(method, path, None, **params)
+        event["body"] = raw
+        _ok(handlers.invoke("AdminFunction", event), 200, 201)
+    issued = _ok(
+        handlers.invoke(
+            "AdminFunction",
+            _admin(
+                "POST",
+                "/admin/v1/tokens",
+                {"routes": ["demo"], "client_id": "demo-client", "subject": "demo-user", "tenant": "demo"},
+            ),
+        ),
+        201,
+    )
+    _ok(handlers.invoke("AdminFunction", _admin("GET", "/admin/v1/tokens")))
+
+    auth = load_event("authorizer/request.json")
+    auth["headers"]["authorization"] = f"Bearer {issued['token']}"
+    principal = handlers.invoke("AuthorizerFunction", auth)["context"]["principal"]
+
+    _ok(handlers.invoke("CapabilitiesFunction", _public("capabilities/get.json", principal)))
+    found = _ok(handlers.invoke("SearchFunction", _public("search/search.json", principal)))
+    _ok(
+        handlers.invoke(
+            "ReadFunction", _public("read/read-tampered.json", principal, {"ref": found["hints"][0]["ref"]})
+        )
+    )
+
+    turn = _ok(handlers.invoke("TurnsFunction", _public("turns/inline.json", principal)))
+    _ok(handlers.invoke("TurnsFunction", _public("turns/on-demand.json", principal)))
+    again = {"turn_id": f"t-{uuid.uuid4()}", "message": "网关", "run_id": turn["run_id"]}
+    _ok(handlers.invoke("TurnsFunction", _public("turns/inline.json", principal, again)))
+    _ok(
+        handlers.invoke(
+            "SearchFunction",
+            _public("search/search.json", principal, {"query": "网关", "run_id": turn["run_id"]}),
+        )
+    )
+    with _failing(container.knowledge, "retrieve"):  # a failed turn releases its claim
+        failed = {"turn_id": f"t-{uuid.uuid4()}", "message": "网关"}
+        _ok(handlers.invoke("TurnsFunction", _public("turns/inline.json", principal, failed)), 500)
+
+    _ok(
+        handlers.invoke(
+            "AdminFunction",
+            _admin(
+                "POST", f"/admin/v1/runs/{turn['run_id']}/end", {"state": "completed"}, run_id=turn["run_id"]
+            ),
+        )
+    )
+    _ok(
+        handlers.invoke(
+            "AdminFunction",
+            _admin("POST", f"/admin/v1/tokens/{issued['token_id']}/revoke", {}, token_id=issued["token_id"]),
+        )
+    )
+
+    for name in ("agent_tools/startup.json", "agent_tools/knowledge_search.json"):
+        result = handlers.invoke("AgentToolsFunction", load_event(name))
+        assert "error" not in result, result
+
+
+@contextlib.contextmanager
+def _failing(target: Any, name: str) -> Iterator[None]:
+    original = getattr(target, name)
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("injected failure")
+
+    setattr(target, name, boom)
+    try:
+        yield
+    finally:
+        setattr(target, name, original)

@@ -1,0 +1,62 @@
+"""Issue 14 S2/S8 on the real servers: every DynamoDB and OpenSearch action each function performs (on the
+DynamoDB-API server and an OpenSearch node) is granted by that function's policy in template.yaml, and every
+write a policy grants is one the function makes. The read path (capabilities, search, read, turns, tools)
+never writes index schema: only the admin function does."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from knowledge_core import bootstrap
+from knowledge_core.bootstrap import Container
+from knowledge_core.settings import Settings
+
+from kb_cli import demo
+from tests.conftest import TEST_SECRET, FakeClock
+from tests.iam_actions import ES_WRITES, Recorder, RecordingHandlers, check, run_scenario
+
+pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+
+
+@pytest.fixture(scope="module")
+def endpoints() -> dict[str, str]:
+    from tests.contract.conftest import real_endpoints_or_skip
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    return real_endpoints_or_skip()
+
+
+def test_S2_S8_real_backends_each_function_performs_only_what_its_policy_grants(endpoints):
+    prefix = f"kbi-{uuid.uuid4().hex[:10]}"
+    settings = Settings(
+        state_backend="dynamodb",
+        dynamodb_endpoint=endpoints["DYNAMODB_ENDPOINT"],
+        search_backend="opensearch",
+        opensearch_url=endpoints["OPENSEARCH_URL"],
+        opensearch_index_prefix=prefix,
+        token_secret=TEST_SECRET,
+        table_name=f"kbi-{uuid.uuid4().hex[:12]}",
+        registry_cache_seconds=0,
+    )
+    container = Container(settings=settings, clock=FakeClock())
+    container.state.create_table()
+    demo.seed(container, with_token=False)  # setup, outside any function
+    recorder = Recorder()
+    recorder.watch_dynamodb(container.state.client)
+    recorder.watch_opensearch(container.backend)
+    container.backend._ready = False  # type: ignore[attr-defined]  # a fresh container's first admin call
+    bootstrap.reset(container)
+    try:
+        run_scenario(RecordingHandlers(), container)
+    finally:
+        bootstrap.reset(None)
+        container.backend.drop_indices()  # type: ignore[attr-defined]
+        container.state.client.delete_table(TableName=settings.table_name)
+    assert check(recorder, {"dynamodb", "es"}, index_prefix=prefix) == []
+    for function, actions in recorder.actions.items():
+        if function != "AdminFunction":  # S2: schema (templates, indices, mappings) only at admin time
+            assert not [a for a in actions if a.service == "es" and a.name in ES_WRITES], function
+    assert any(a.service == "es" for a in recorder.actions["SearchFunction"])
