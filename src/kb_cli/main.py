@@ -195,8 +195,8 @@ def rotate_secret(state: Path) -> None:
     state.mkdir(parents=True, exist_ok=True)
     current, previous = state / "token-secret", state / "token-secret.previous"
     if current.exists():
-        write_private(previous, current.read_text(encoding="utf-8"))
-    write_private(current, secrets.token_urlsafe(48))
+        _write_private(previous, current.read_text(encoding="utf-8"))
+    _write_private(current, secrets.token_urlsafe(48))
 
 
 def cmd_secret_rotate(args: argparse.Namespace) -> int:

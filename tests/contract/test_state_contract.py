@@ -287,6 +287,36 @@ def test_state_sessions_and_runs(stores: StateStores) -> None:
     assert runs.transition_run("run-2", ("preparing",), "failed") is None
 
 
+def test_S7_sessions_are_listed_and_revoked_by_token_id(stores: StateStores) -> None:
+    from knowledge_core.domain.models import token_id_of
+
+    sessions = stores.sessions
+    live = Session(
+        client_id="c", session_id="s1", subject="u", tenant="t", routes=["r"], expires_at=int(NOW) + 60
+    )
+    gone = live.model_copy(update={"session_id": "s2", "expires_at": int(NOW) - 1})
+    sessions.put_session("a" * 64, live)
+    sessions.put_session("b" * 64, gone)
+    listed = sessions.list_sessions(NOW)
+    assert [(t.token_id, t.session_id, t.revoked) for t in listed] == [(token_id_of("a" * 64), "s1", False)]
+    assert "a" * 64 not in repr(listed)  # never the hash
+    revoked = sessions.revoke_session(token_id_of("a" * 64), NOW)
+    assert revoked is not None and revoked.revoked and revoked.session_id == "s1"
+    stored = sessions.get_session("a" * 64)
+    assert stored is not None and stored.revoked
+    assert [t.revoked for t in sessions.list_sessions(NOW)] == [True]
+    assert sessions.revoke_session(token_id_of("b" * 64), NOW) is None  # expired
+    assert sessions.revoke_session("tok_" + "0" * 32, NOW) is None
+
+
+def test_S3_runs_keep_their_tenant(stores: StateStores) -> None:
+    run = Run(run_id="run-t", session_id="s", client_id="c", route="r", state="preparing", tenant="acme")
+    stores.runs.create_run(run)
+    assert stores.runs.get_run("run-t") == run
+    moved = stores.runs.transition_run("run-t", ("preparing",), "context_ready")
+    assert moved is not None and moved.tenant == "acme"
+
+
 # --- turns (A-TURN) -------------------------------------------------------------------------------------
 
 

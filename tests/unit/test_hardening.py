@@ -355,7 +355,7 @@ def test_S3_run_ownership_compares_tenants(container):
     from knowledge_core.domain.models import Run
 
     run_id = str(uuid.uuid4())
-    container.state.create_run(
+    container.state.runs.create_run(
         Run(
             run_id=run_id,
             session_id=PRINCIPAL.session_id,
@@ -369,7 +369,7 @@ def test_S3_run_ownership_compares_tenants(container):
     with pytest.raises(RunNotFound):
         container.run_guard.check(PRINCIPAL.model_copy(update={"tenant": "tenant-b"}), "demo", run_id)
     legacy = str(uuid.uuid4())  # stored before runs carried a tenant: nobody's
-    container.state.create_run(
+    container.state.runs.create_run(
         Run(
             run_id=legacy,
             session_id=PRINCIPAL.session_id,
@@ -670,17 +670,28 @@ def test_S9_secrets_manager_current_and_previous_stages(monkeypatch):
 
 
 def test_S2_S8_each_function_performs_only_what_its_policy_grants(tmp_path, clock):
+    from knowledge_core.settings import Settings
+
+    from tests.dynamo_tables import moto_table
     from tests.iam_actions import Recorder, RecordingHandlers, check, run_scenario
 
-    container = embedded_container(tmp_path, clock)
-    demo.seed(container, with_token=False)  # setup, outside any function
-    recorder = Recorder()
-    recorder.watch_dynamodb(container.state.client)
-    bootstrap.reset(container)
-    try:
-        run_scenario(RecordingHandlers(), container)
-    finally:
-        bootstrap.reset(None)
+    settings = Settings(
+        state_backend="dynamodb",
+        search_backend="sqlite",
+        sqlite_path=str(tmp_path / "kb.sqlite3"),
+        token_secret="test-secret-0123456789abcdef-0123456789",
+        registry_cache_seconds=0,
+    )
+    with moto_table() as table:
+        container = Container(settings, clock=clock, state=table.stores())
+        demo.seed(container, with_token=False)  # setup, outside any function
+        recorder = Recorder()
+        recorder.watch_dynamodb(table.client)
+        bootstrap.reset(container)
+        try:
+            run_scenario(RecordingHandlers(), container)
+        finally:
+            bootstrap.reset(None)
     assert set(recorder.actions) >= {
         "AdminFunction",
         "AuthorizerFunction",

@@ -31,7 +31,16 @@ from ..domain.budget import (
     with_chars,
 )
 from ..domain.errors import BudgetExceeded, Conflict, ProtocolError, StateUnavailable
-from ..domain.models import AgentDefinition, Run, Session, Source, SourceDefinition, SourceState
+from ..domain.models import (
+    AgentDefinition,
+    Run,
+    Session,
+    Source,
+    SourceDefinition,
+    SourceState,
+    TokenSummary,
+    token_id_of,
+)
 from ..ports import (
     BudgetLedger,
     ChainSnapshot,
@@ -82,7 +91,23 @@ def _schema_v1(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS = [_schema_v1]
+def _schema_v2(conn: sqlite3.Connection) -> None:
+    """Runs carry their tenant (S3); sessions are listed and revoked by a token id (S7)."""
+    statements(
+        conn,
+        """
+        ALTER TABLE runs ADD COLUMN tenant TEXT;
+        ALTER TABLE sessions ADD COLUMN token_id TEXT;
+        CREATE UNIQUE INDEX sessions_by_token_id ON sessions (token_id);
+        """,
+    )
+    hashes = [h for (h,) in conn.execute("SELECT token_hash FROM sessions").fetchall()]
+    conn.executemany(
+        "UPDATE sessions SET token_id = ? WHERE token_hash = ?", [(token_id_of(h), h) for h in hashes]
+    )
+
+
+MIGRATIONS = [_schema_v1, _schema_v2]
 _EXPIRING = ("sessions", "runs", "turns", "ledger_entries", "ledger_citations")
 
 
@@ -216,8 +241,9 @@ class SqliteState(SqliteStore, Registry, SessionStore, RunStore):
     def put_session(self, token_hash: str, session: Session) -> None:
         with self._write() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO sessions (token_hash, session, expires_at) VALUES (?, ?, ?)",
-                (token_hash, session.model_dump_json(), session.expires_at),
+                "INSERT OR REPLACE INTO sessions (token_hash, session, expires_at, token_id) "
+                "VALUES (?, ?, ?, ?)",
+                (token_hash, session.model_dump_json(), session.expires_at, token_id_of(token_hash)),
             )
 
     def get_session(self, token_hash: str) -> Session | None:
@@ -225,13 +251,35 @@ class SqliteState(SqliteStore, Registry, SessionStore, RunStore):
             row = conn.execute("SELECT session FROM sessions WHERE token_hash = ?", (token_hash,)).fetchone()
         return Session.model_validate_json(row[0]) if row else None
 
+    def list_sessions(self, now: float) -> list[TokenSummary]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT token_id, session FROM sessions WHERE expires_at > ? ORDER BY token_id", (now,)
+            ).fetchall()
+        return [TokenSummary.of(token_id, Session.model_validate_json(doc)) for token_id, doc in rows]
+
+    def revoke_session(self, token_id: str, now: float) -> TokenSummary | None:
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT token_hash, session FROM sessions WHERE token_id = ? AND expires_at > ?",
+                (token_id, now),
+            ).fetchone()
+            if row is None:
+                return None
+            revoked = Session.model_validate_json(row[1]).model_copy(update={"revoked": True})
+            conn.execute(
+                "UPDATE sessions SET session = ? WHERE token_hash = ?", (revoked.model_dump_json(), row[0])
+            )
+        return TokenSummary.of(token_id, revoked)
+
     # --- runs ------------------------------------------------------------------------------------
     def create_run(self, run: Run) -> None:
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
                 raise Conflict("run already exists")
             conn.execute(
-                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (run_id, session_id, client_id, route, state, turn_id, expires_at, tenant) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run.run_id,
                     run.session_id,
@@ -240,6 +288,7 @@ class SqliteState(SqliteStore, Registry, SessionStore, RunStore):
                     run.state,
                     run.turn_id,
                     int(time.time()) + RUN_TTL_SECONDS,
+                    run.tenant,
                 ),
             )
 
@@ -258,13 +307,19 @@ class SqliteState(SqliteStore, Registry, SessionStore, RunStore):
 
 def _run(conn: sqlite3.Connection, run_id: str) -> Run | None:
     row = conn.execute(
-        "SELECT session_id, client_id, route, state, turn_id FROM runs WHERE run_id = ?", (run_id,)
+        "SELECT session_id, client_id, route, state, turn_id, tenant FROM runs WHERE run_id = ?", (run_id,)
     ).fetchone()
     if row is None:
         return None
-    session_id, client_id, route, state, turn_id = row
+    session_id, client_id, route, state, turn_id, tenant = row
     return Run(
-        run_id=run_id, session_id=session_id, client_id=client_id, route=route, state=state, turn_id=turn_id
+        run_id=run_id,
+        session_id=session_id,
+        client_id=client_id,
+        route=route,
+        state=state,
+        turn_id=turn_id,
+        tenant=tenant,
     )
 
 
