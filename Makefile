@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STATE ?= .kb-state
 PORT ?= 3000
 
-.PHONY: venv dev serve test unit lint sam semantic-layer bench services-start services-stop clean
+.PHONY: venv dev serve test unit lint sam openapi semantic-layer bench services-start services-stop clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,10 @@ sam: dev
 	SAM_CLI_TELEMETRY=0 $(BIN)/sam validate --lint
 	$(BIN)/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	SAM_CLI_TELEMETRY=0 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build --build-dir .aws-sam/build
+
+# openapi.json from the wire models (tests/unit/test_openapi.py fails when it is stale).
+openapi: dev
+	$(BIN)/python -m knowledge_core.openapi > openapi.json
 
 # The optional hybrid ranking layer for the template's EmbeddingModelLayerArn (build/semantic-layer.zip).
 semantic-layer: dev

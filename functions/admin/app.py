@@ -10,11 +10,25 @@ from knowledge_core import bootstrap
 from knowledge_core.domain.admin_wire import (
     TOKEN_ID_PATTERN,
     BulkDocumentsRequest,
+    DocumentDeletedResponse,
     DocumentRequest,
+    DocumentResponse,
+    DocumentRevision,
+    DocumentsResponse,
+    DocumentStatusResponse,
+    PreparedResponse,
+    PublishResponse,
     RunEndRequest,
+    RunEndResponse,
+    SourceSwitchResponse,
     TenantMigrationRequest,
+    TenantMigrationResponse,
+    TokenIssuedResponse,
+    TokenListResponse,
     TokenRequest,
+    TokenRevokedResponse,
     WorkspaceRequest,
+    WorkspaceResponse,
 )
 from knowledge_core.domain.errors import InvalidRequest
 from knowledge_core.domain.models import AgentDefinition, Document, SourceDefinition, split_key, token_id_of
@@ -37,39 +51,39 @@ def _key(source: str) -> str:
 @app.post("/admin/v1/sources")
 def publish_source() -> Response:
     created = bootstrap.container().admin.publish_source(parse_request(SourceDefinition, body_of(app)))
-    return json_response({"created": created}, 201 if created else 200)
+    return json_response(PublishResponse(created=created).model_dump(), 201 if created else 200)
 
 
 @app.post("/admin/v1/search-indices")
 def prepare_search_indices() -> Response:
     """Deploy time (after `sam deploy`; ingestion also does it): the read path never writes schema."""
     bootstrap.container().admin.prepare_search()
-    return json_response({"prepared": True})
+    return json_response(PreparedResponse(prepared=True).model_dump())
 
 
 @app.post("/admin/v1/agents")
 def publish_agent() -> Response:
     created = bootstrap.container().admin.publish_agent(parse_request(AgentDefinition, body_of(app)))
-    return json_response({"created": created}, 201 if created else 200)
+    return json_response(PublishResponse(created=created).model_dump(), 201 if created else 200)
 
 
 @app.put("/admin/v1/workspaces/<route>")
 def set_workspace(route: str) -> Response:
     request = parse_request(WorkspaceRequest, body_of(app))
     bootstrap.container().admin.set_workspace(route, request.agent)
-    return json_response({"route": route, "agent": request.agent})
+    return json_response(WorkspaceResponse(route=route, agent=request.agent).model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/enable")
 def enable_source(source: str) -> Response:
     bootstrap.container().admin.set_source_enabled(_key(source), True)
-    return json_response({"source": source, "enabled": True})
+    return json_response(SourceSwitchResponse(source=source, enabled=True).model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/disable")
 def disable_source(source: str) -> Response:
     bootstrap.container().admin.set_source_enabled(_key(source), False)
-    return json_response({"source": source, "enabled": False})
+    return json_response(SourceSwitchResponse(source=source, enabled=False).model_dump())
 
 
 @app.put("/admin/v1/sources/<source>/documents/<doc_id>")
@@ -77,7 +91,7 @@ def put_document(source: str, doc_id: str) -> Response:
     request = parse_request(DocumentRequest, body_of(app))
     doc = Document(source_key=_key(source), doc_id=doc_id, **request.model_dump())
     bootstrap.container().admin.put_documents([doc])
-    return json_response({"source": source, "doc_id": doc_id, "revision": doc.revision})
+    return json_response(DocumentResponse(source=source, doc_id=doc_id, revision=doc.revision).model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/documents")
@@ -85,57 +99,55 @@ def put_documents(source: str) -> Response:
     request = parse_request(BulkDocumentsRequest, body_of(app))
     docs = [Document(source_key=_key(source), **d.model_dump()) for d in request.documents]
     bootstrap.container().admin.put_documents(docs)
-    return json_response(
-        {"source": source, "documents": [{"doc_id": d.doc_id, "revision": d.revision} for d in docs]}
-    )
+    revisions = [DocumentRevision(doc_id=d.doc_id, revision=d.revision) for d in docs]
+    return json_response(DocumentsResponse(source=source, documents=revisions).model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/tenant-migration")
 def migrate_tenant(source: str) -> Response:
     request = parse_request(TenantMigrationRequest, body_of(app))
     doc_ids = bootstrap.container().admin.migrate_tenant(_key(source), request.tenant, request.apply)
-    return json_response(
-        {"source": source, "tenant": request.tenant, "applied": request.apply, "documents": doc_ids}
+    migration = TenantMigrationResponse(
+        source=source, tenant=request.tenant, applied=request.apply, documents=doc_ids
     )
+    return json_response(migration.model_dump())
 
 
 @app.delete("/admin/v1/sources/<source>/documents/<doc_id>")
 def delete_document(source: str, doc_id: str) -> Response:
     bootstrap.container().admin.delete_document(_key(source), doc_id)
-    return json_response({"source": source, "doc_id": doc_id, "deleted": True})
+    return json_response(DocumentDeletedResponse(source=source, doc_id=doc_id, deleted=True).model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/documents/<doc_id>/enable")
 def enable_document(source: str, doc_id: str) -> Response:
     bootstrap.container().admin.set_document_status(_key(source), doc_id, "ready")
-    return json_response({"source": source, "doc_id": doc_id, "status": "ready"})
+    return json_response(DocumentStatusResponse(source=source, doc_id=doc_id, status="ready").model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/documents/<doc_id>/disable")
 def disable_document(source: str, doc_id: str) -> Response:
     bootstrap.container().admin.set_document_status(_key(source), doc_id, "disabled")
-    return json_response({"source": source, "doc_id": doc_id, "status": "disabled"})
+    return json_response(DocumentStatusResponse(source=source, doc_id=doc_id, status="disabled").model_dump())
 
 
 @app.post("/admin/v1/tokens")
 def issue_token() -> Response:
     request = parse_request(TokenRequest, body_of(app))
     token, session = bootstrap.container().access.issue_token(**request.model_dump())
-    return json_response(
-        {
-            "token": token,
-            "token_id": token_id_of(token_hash(token)),
-            "session_id": session.session_id,
-            "expires_at": session.expires_at,
-        },
-        201,
+    issued = TokenIssuedResponse(
+        token=token,
+        token_id=token_id_of(token_hash(token)),
+        session_id=session.session_id,
+        expires_at=session.expires_at,
     )
+    return json_response(issued.model_dump(), 201)
 
 
 @app.get("/admin/v1/tokens")
 def list_tokens() -> Response:
     tokens = bootstrap.container().access.list_tokens()
-    return json_response({"tokens": [t.model_dump() for t in tokens]})
+    return json_response(TokenListResponse(tokens=tokens).model_dump())
 
 
 @app.post("/admin/v1/tokens/<token_id>/revoke")
@@ -143,14 +155,14 @@ def revoke_token(token_id: str) -> Response:
     if not re.fullmatch(TOKEN_ID_PATTERN, token_id):
         raise InvalidRequest("token_id: must be a token id (tok_ and 32 hex digits)", field="token_id")
     revoked = bootstrap.container().access.revoke_token(token_id)
-    return json_response({"token_id": revoked.token_id, "revoked": True})
+    return json_response(TokenRevokedResponse(token_id=revoked.token_id, revoked=True).model_dump())
 
 
 @app.post("/admin/v1/runs/<run_id>/end")
 def end_run(run_id: str) -> Response:
     request = parse_request(RunEndRequest, body_of(app))
     bootstrap.container().admin.end_run(run_id, request.state)
-    return json_response({"run_id": run_id, "state": request.state})
+    return json_response(RunEndResponse(run_id=run_id, state=request.state).model_dump())
 
 
 @logger.inject_lambda_context(

@@ -1,4 +1,5 @@
-"""GET /agent-api/v1/workspaces/{route}/knowledge/capabilities — protocol negotiation (A-CAP)."""
+"""GET /agent-api/v1/workspaces/{route}/knowledge/capabilities — protocol negotiation (A-CAP); and
+GET /agent-api/v1/openapi.json — the OpenAPI 3.1 document."""
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
@@ -9,6 +10,14 @@ from knowledge_core.edge import json_response, make_resolver, principal_of
 from knowledge_core.observability import logger, metrics, tracer
 
 app = make_resolver()
+
+
+@app.get("/agent-api/v1/openapi.json")
+def openapi() -> Response:
+    """The OpenAPI 3.1 document of every route (public: no principal needed)."""
+    from knowledge_core.openapi import openapi_document  # generated on first request, not at cold start
+
+    return json_response(openapi_document())
 
 
 @app.get("/agent-api/v1/workspaces/<route>/knowledge/capabilities")

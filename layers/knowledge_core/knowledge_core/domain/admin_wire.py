@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints
 
-from .models import DOC_ID_PATTERN, ROUTE_PATTERN, DocumentAcl, Tenant
+from .models import DOC_ID_PATTERN, ROUTE_PATTERN, DocumentAcl, Tenant, TokenSummary
 from .wire import StrictRequest
 
 Route = Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
@@ -73,3 +73,78 @@ class TenantMigrationRequest(StrictRequest):
 
 TOKEN_ID_PATTERN = r"^tok_[0-9a-f]{32}$"
 TokenId = Annotated[str, StringConstraints(pattern=TOKEN_ID_PATTERN)]
+
+
+# --- responses (the admin function builds each from these; openapi.json is generated from them) ---------
+
+
+class PublishResponse(BaseModel):
+    created: bool
+
+
+class PreparedResponse(BaseModel):
+    prepared: bool
+
+
+class WorkspaceResponse(BaseModel):
+    route: str
+    agent: str
+
+
+class SourceSwitchResponse(BaseModel):
+    source: str
+    enabled: bool
+
+
+class DocumentRevision(BaseModel):
+    doc_id: str
+    revision: str
+
+
+class DocumentResponse(DocumentRevision):
+    source: str
+
+
+class DocumentsResponse(BaseModel):
+    source: str
+    documents: list[DocumentRevision]
+
+
+class DocumentDeletedResponse(BaseModel):
+    source: str
+    doc_id: str
+    deleted: bool
+
+
+class DocumentStatusResponse(BaseModel):
+    source: str
+    doc_id: str
+    status: Literal["ready", "disabled"]
+
+
+class TenantMigrationResponse(BaseModel):
+    source: str
+    tenant: str
+    applied: bool
+    documents: list[str]
+
+
+class TokenIssuedResponse(BaseModel):
+    token: str
+    token_id: str
+    session_id: str
+    expires_at: int
+
+
+class TokenListResponse(BaseModel):
+    tokens: list[TokenSummary]
+
+
+class TokenRevokedResponse(BaseModel):
+    token_id: str
+    revoked: bool
+
+
+class RunEndResponse(BaseModel):
+    run_id: str
+    state: Literal["completed", "cancelled", "failed"]

@@ -1,0 +1,351 @@
+"""The OpenAPI 3.1 document of the public agent API and the admin API, generated from the pydantic wire
+models (requests in validation mode, responses in serialization mode) and the typed errors: nothing in it
+is written by hand, so it cannot drift from what the handlers validate and return.
+
+`python -m knowledge_core.openapi > openapi.json` writes the checked-in copy (a test fails when stale);
+`GET /agent-api/v1/openapi.json` serves it."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from .domain import admin_wire as aw
+from .domain import errors
+from .domain.models import AgentDefinition, SourceDefinition
+from .domain.turn_wire import TurnRequest, TurnResponse
+from .domain.wire import CapabilitiesResponse, ReadRequest, ReadResponse, SearchRequest, SearchResponse
+
+OPENAPI_PATH = "/agent-api/v1/openapi.json"
+_REF = "#/components/schemas/{model}"
+_PATTERNS = {
+    "route": r"^[a-z0-9][a-z0-9-]{0,62}$",
+    "source": r"^[a-z0-9][a-z0-9._-]{0,63}@[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$",
+    "doc_id": r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$",
+    "run_id": r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+    "token_id": aw.TOKEN_ID_PATTERN,
+}
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """Every error: a typed code, a message that names the field and never echoes internals."""
+
+    error: ErrorDetail
+
+
+def _error_statuses() -> dict[int, list[str]]:
+    """HTTP status -> the typed error codes answered with it (tool errors are Lambda results, not HTTP)."""
+    out: dict[int, set[str]] = {}
+    stack: list[type[errors.KnowledgeError]] = [errors.KnowledgeError]
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if not issubclass(cls, errors.ToolError):
+            out.setdefault(cls.status, set()).add(cls.code)
+    return {status: sorted(codes) for status, codes in sorted(out.items())}
+
+
+# (method, path, operationId, summary, request model, response model, success status, extra error statuses)
+_PUBLIC = "agent-api/v1/workspaces/{route}"
+_OPERATIONS: list[
+    tuple[str, str, str, str, type[BaseModel] | None, type[BaseModel], int, tuple[int, ...]]
+] = [
+    (
+        "get",
+        f"/{_PUBLIC}/knowledge/capabilities",
+        "capabilities",
+        "Protocol negotiation (A-CAP)",
+        None,
+        CapabilitiesResponse,
+        200,
+        (401, 403, 404, 503),
+    ),
+    (
+        "post",
+        f"/{_PUBLIC}/knowledge/search",
+        "search",
+        "Bounded, signed hints (A-SEARCH)",
+        SearchRequest,
+        SearchResponse,
+        200,
+        (400, 401, 403, 404, 409, 503),
+    ),
+    (
+        "post",
+        f"/{_PUBLIC}/knowledge/read",
+        "read",
+        "Byte-bounded pages by ref (A-READ)",
+        ReadRequest,
+        ReadResponse,
+        200,
+        (400, 401, 403, 404, 409, 410, 503),
+    ),
+    (
+        "post",
+        f"/{_PUBLIC}/turns",
+        "turns",
+        "Turn context and knowledge_delivery (A-TURN)",
+        TurnRequest,
+        TurnResponse,
+        200,
+        (400, 401, 403, 404, 409, 503),
+    ),
+    (
+        "post",
+        "/admin/v1/search-indices",
+        "prepareSearchIndices",
+        "Create the search indices (deploy time)",
+        None,
+        aw.PreparedResponse,
+        200,
+        (503,),
+    ),
+    (
+        "post",
+        "/admin/v1/sources",
+        "publishSource",
+        "Publish an immutable source version",
+        SourceDefinition,
+        aw.PublishResponse,
+        201,
+        (400, 409, 503),
+    ),
+    (
+        "post",
+        "/admin/v1/agents",
+        "publishAgent",
+        "Publish an immutable agent version",
+        AgentDefinition,
+        aw.PublishResponse,
+        201,
+        (400, 409, 503),
+    ),
+    (
+        "put",
+        "/admin/v1/workspaces/{route}",
+        "setWorkspace",
+        "Point a workspace at an agent version",
+        aw.WorkspaceRequest,
+        aw.WorkspaceResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "post",
+        "/admin/v1/sources/{source}/enable",
+        "enableSource",
+        "Enable a source",
+        None,
+        aw.SourceSwitchResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "post",
+        "/admin/v1/sources/{source}/disable",
+        "disableSource",
+        "Disable a source",
+        None,
+        aw.SourceSwitchResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "post",
+        "/admin/v1/sources/{source}/documents",
+        "putDocuments",
+        "Create or replace documents",
+        aw.BulkDocumentsRequest,
+        aw.DocumentsResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "post",
+        "/admin/v1/sources/{source}/tenant-migration",
+        "migrateTenant",
+        "List (or with apply, assign a tenant to) documents stored without one",
+        aw.TenantMigrationRequest,
+        aw.TenantMigrationResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "put",
+        "/admin/v1/sources/{source}/documents/{doc_id}",
+        "putDocument",
+        "Create or replace a document",
+        aw.DocumentRequest,
+        aw.DocumentResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "delete",
+        "/admin/v1/sources/{source}/documents/{doc_id}",
+        "deleteDocument",
+        "Delete a document",
+        None,
+        aw.DocumentDeletedResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "post",
+        "/admin/v1/sources/{source}/documents/{doc_id}/enable",
+        "enableDocument",
+        "Enable a document",
+        None,
+        aw.DocumentStatusResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "post",
+        "/admin/v1/sources/{source}/documents/{doc_id}/disable",
+        "disableDocument",
+        "Disable a document",
+        None,
+        aw.DocumentStatusResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "post",
+        "/admin/v1/tokens",
+        "issueToken",
+        "Issue a bearer token",
+        aw.TokenRequest,
+        aw.TokenIssuedResponse,
+        201,
+        (400, 503),
+    ),
+    (
+        "get",
+        "/admin/v1/tokens",
+        "listTokens",
+        "Unexpired tokens, by id (never the token or its hash)",
+        None,
+        aw.TokenListResponse,
+        200,
+        (503,),
+    ),
+    (
+        "post",
+        "/admin/v1/tokens/{token_id}/revoke",
+        "revokeToken",
+        "Revoke a token",
+        None,
+        aw.TokenRevokedResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "post",
+        "/admin/v1/runs/{run_id}/end",
+        "endRun",
+        "Complete, cancel or fail a run",
+        aw.RunEndRequest,
+        aw.RunEndResponse,
+        200,
+        (400, 404, 503),
+    ),
+]
+
+
+def _parameters(path: str) -> list[dict]:
+    names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
+    return [
+        {"name": n, "in": "path", "required": True, "schema": {"type": "string", "pattern": _PATTERNS[n]}}
+        for n in names
+    ]
+
+
+@lru_cache(maxsize=1)
+def openapi_document() -> dict[str, Any]:
+    models: list[tuple[type[BaseModel], Any]] = [(ErrorResponse, "serialization")]
+    for _, _, _, _, request, response, _, _ in _OPERATIONS:
+        if request is not None:
+            models.append((request, "validation"))
+        models.append((response, "serialization"))
+    keys, schemas = models_json_schema(list(dict.fromkeys(models)), ref_template=_REF)
+    codes = _error_statuses()
+    paths: dict[str, dict] = {}
+    for method, path, op_id, summary, request, response, status, error_statuses in _OPERATIONS:
+        admin = path.startswith("/admin/")
+        responses: dict[str, Any] = {
+            str(status): {
+                "description": "OK" if status == 200 else "Created",
+                "content": {"application/json": {"schema": keys[(response, "serialization")]}},
+            }
+        }
+        if status == 201:  # publishing identical content again is a no-op
+            responses["200"] = responses["201"] | {"description": "Already published (identical)"}
+        for error in sorted({*error_statuses, 500}):
+            responses[str(error)] = {
+                "description": "Typed error: " + ", ".join(codes.get(error, ["internal_error"])),
+                "content": {"application/json": {"schema": {"$ref": _REF.format(model="ErrorResponse")}}},
+            }
+        operation: dict[str, Any] = {
+            "operationId": op_id,
+            "summary": summary,
+            "tags": ["admin" if admin else "agent-knowledge"],
+            "security": [{"awsSigV4": []}] if admin else [{"bearer": []}],
+            "responses": responses,
+        }
+        if _parameters(path):
+            operation["parameters"] = _parameters(path)
+        if request is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": keys[(request, "validation")]}},
+            }
+        paths.setdefault(path, {})[method] = operation
+    paths[OPENAPI_PATH] = {
+        "get": {
+            "operationId": "openapi",
+            "summary": "This document",
+            "tags": ["agent-knowledge"],
+            "security": [],
+            "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {}}}},
+        }
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Agent Knowledge Service",
+            "version": "1.0.0",
+            "description": "bailing.agent-knowledge.v1 (public, bearer token) and the admin API (IAM).",
+        },
+        "servers": [{"url": "http://127.0.0.1:3000", "description": "kb serve"}],
+        "paths": paths,
+        "components": {
+            "schemas": schemas.get("$defs", {}),
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "kbt_… from the admin API"},
+                "awsSigV4": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "Authorization",
+                    "description": "AWS SigV4 (IAM); under kb serve: loopback only, no signature",
+                },
+            },
+        },
+    }
+
+
+def openapi_json() -> str:
+    return json.dumps(openapi_document(), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+if __name__ == "__main__":
+    print(openapi_json(), end="")
