@@ -41,11 +41,13 @@ def test_S2_S8_real_backends_each_function_performs_only_what_its_policy_grants(
         table_name=f"kbi-{uuid.uuid4().hex[:12]}",
         registry_cache_seconds=0,
     )
-    container = Container(settings=settings, clock=FakeClock())
-    container.state.create_table()
+    container = Container(settings, clock=FakeClock())
+    table = container.table
+    assert table is not None
+    table.create()
     demo.seed(container, with_token=False)  # setup, outside any function
     recorder = Recorder()
-    recorder.watch_dynamodb(container.state.client)
+    recorder.watch_dynamodb(table.client)
     recorder.watch_opensearch(container.backend)
     container.backend._ready = False  # type: ignore[attr-defined]  # a fresh container's first admin call
     bootstrap.reset(container)
@@ -54,7 +56,7 @@ def test_S2_S8_real_backends_each_function_performs_only_what_its_policy_grants(
     finally:
         bootstrap.reset(None)
         container.backend.drop_indices()  # type: ignore[attr-defined]
-        container.state.client.delete_table(TableName=settings.table_name)
+        table.delete()
     assert check(recorder, {"dynamodb", "es"}, index_prefix=prefix) == []
     for function, actions in recorder.actions.items():
         if function != "AdminFunction":  # S2: schema (templates, indices, mappings) only at admin time
