@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STATE ?= .kb-state
 PORT ?= 3000
 
-.PHONY: venv dev serve test unit lint sam openapi semantic-layer bench services-start services-stop clean
+.PHONY: venv dev serve test unit lint sam openapi fuzz semantic-layer bench services-start services-stop clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,10 @@ sam: dev
 # openapi.json from the wire models (tests/unit/test_openapi.py fails when it is stale).
 openapi: dev
 	$(BIN)/python -m knowledge_core.openapi > openapi.json
+
+# schemathesis against a fresh kb serve on loopback (also the last step of scripts/test.sh).
+fuzz: dev
+	bash scripts/schemathesis.sh
 
 # The optional hybrid ranking layer for the template's EmbeddingModelLayerArn (build/semantic-layer.zip).
 semantic-layer: dev

@@ -30,3 +30,5 @@ bash scripts/mcp_inspector.sh
 $BIN/ruff check .
 $BIN/mypy layers/knowledge_core/knowledge_core src/kb_cli src/knowledge_client
 $BIN/python -m pytest -q -p no:cacheprovider "$@"
+# schemathesis against kb serve on loopback (openapi.json; 0 failures expected)
+bash scripts/schemathesis.sh

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationError,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from .errors import InvalidRequest
 
@@ -48,9 +58,21 @@ def _non_blank(value: str) -> str:
     return value
 
 
-NonBlank = AfterValidator(_non_blank)
-"""Text that is not empty after trimming (queries, messages)."""
-RunId = Annotated[str | None, AfterValidator(_run_id)]
+class _NonBlank:
+    """Text that is not empty after trimming (queries, messages); the JSON Schema says so with a pattern."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(_non_blank, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {**handler(schema), "pattern": r"\S"}
+
+
+NonBlank = _NonBlank()
+RUN_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+RunId = Annotated[str | None, AfterValidator(_run_id), Field(json_schema_extra={"pattern": RUN_ID_PATTERN})]
 """An optional run UUID in canonical form."""
 
 
