@@ -308,6 +308,27 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
         )
     )
 
+    for name in ("mcp/initialize.json", "mcp/tools-list.json", "mcp/search.json"):
+        assert handlers.invoke("McpFunction", _public(name, principal))["statusCode"] == 200
+    read = {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "method": "tools/call",
+        "params": {"name": "knowledge_read", "arguments": {"ref": found["hints"][0]["ref"]}},
+    }
+    assert handlers.invoke("McpFunction", _public("mcp/search.json", principal, read))["statusCode"] == 200
+    from knowledge_core.mcp_server import capabilities_uri
+
+    resource = {
+        "jsonrpc": "2.0",
+        "id": 10,
+        "method": "resources/read",
+        "params": {"uri": capabilities_uri("demo")},
+    }
+    assert (
+        handlers.invoke("McpFunction", _public("mcp/search.json", principal, resource))["statusCode"] == 200
+    )
+
     for name in ("agent_tools/startup.json", "agent_tools/knowledge_search.json"):
         result = handlers.invoke("AgentToolsFunction", load_event(name))
         assert "error" not in result, result

