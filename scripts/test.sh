@@ -16,6 +16,9 @@ fi
 cleanup() { if [ "$started_here" = 1 ]; then $BIN/kb services stop --state "$STATE" >/dev/null 2>&1 || true; fi; }
 trap cleanup EXIT
 
+# The console's browser tests: chromium + CJK fonts (Debian) and axe-core (npm lockfile).
+bash scripts/browser_deps.sh
+
 eval "$($BIN/kb services start --state "$STATE")"
 export OPENSEARCH_URL DYNAMODB_ENDPOINT
 echo "real backends: OpenSearch $OPENSEARCH_URL, DynamoDB API $DYNAMODB_ENDPOINT"

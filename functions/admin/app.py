@@ -158,6 +158,34 @@ def revoke_token(token_id: str) -> Response:
     return json_response(TokenRevokedResponse(token_id=revoked.token_id, revoked=True).model_dump())
 
 
+# --- listings (operators and the console) --------------------------------------------------------------
+
+
+@app.get("/admin/v1/sources")
+def list_sources() -> Response:
+    return json_response(bootstrap.container().admin.list_sources().model_dump())
+
+
+@app.get("/admin/v1/sources/<source>/documents")
+def list_documents(source: str) -> Response:
+    return json_response(bootstrap.container().admin.list_documents(_key(source)).model_dump())
+
+
+@app.get("/admin/v1/agents")
+def list_agents() -> Response:
+    return json_response(bootstrap.container().admin.list_agents().model_dump())
+
+
+@app.get("/admin/v1/workspaces")
+def list_workspaces() -> Response:
+    return json_response(bootstrap.container().admin.list_workspaces().model_dump())
+
+
+@app.get("/admin/v1/ledgers/<root_id>")
+def ledger(root_id: str) -> Response:
+    return json_response(bootstrap.container().admin.ledger(root_id).model_dump())
+
+
 @app.post("/admin/v1/runs/<run_id>/end")
 def end_run(run_id: str) -> Response:
     request = parse_request(RunEndRequest, body_of(app))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -298,6 +299,10 @@ class LocalGateway:
         self, method: str, raw_path: str, query: str, headers: dict[str, str], body: bytes, source_ip: str
     ) -> tuple[int, dict[str, str], bytes]:
         path = unquote(raw_path)
+        if raw_path == CONSOLE or raw_path.startswith(CONSOLE + "/"):
+            if not is_loopback(source_ip):
+                return _plain(403, {"message": "Forbidden"})
+            return console_file(raw_path, method)
         for route in self.routes:
             params = route.match(method, raw_path)
             if params is None:
@@ -306,7 +311,7 @@ class LocalGateway:
             route_key = "$default" if route.path == "$default" else f"{route.method} {route.path}"
             context = self._request_context(method, path, route_key, source_ip, headers)
             if route.iam:
-                if not is_loopback(source_ip):
+                if not is_loopback(source_ip) or cross_site(headers):
                     return _plain(403, {"message": "Forbidden"})
             elif route.authorizer and self.authorizer:
                 decision = self._authorize(route_key, raw_path, query, headers, params, context)
@@ -424,6 +429,44 @@ class LocalGateway:
         )
 
 
+CONSOLE = "/console"
+CONSOLE_DIR = Path(__file__).parent / "console"
+_CONSOLE_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+_CONSOLE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+    "base-uri 'none'; form-action 'self'",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def console_file(raw_path: str, method: str) -> tuple[int, dict[str, str], bytes]:
+    """The console's static files (loopback only), from the package: `/console/` is its page."""
+    if method not in ("GET", "HEAD"):
+        return _plain(405, {"message": "Method Not Allowed"})
+    if raw_path == CONSOLE:
+        return 308, {"Location": CONSOLE + "/", **_CONSOLE_HEADERS}, b""
+    name = raw_path[len(CONSOLE) + 1 :] or "index.html"
+    path = CONSOLE_DIR / name
+    if "/" in name or name.startswith(".") or path.suffix not in _CONSOLE_TYPES or not path.is_file():
+        return _plain(404, {"message": "Not Found"})
+    return 200, {"Content-Type": _CONSOLE_TYPES[path.suffix], **_CONSOLE_HEADERS}, path.read_bytes()
+
+
+def cross_site(headers: dict[str, str]) -> bool:
+    """A browser request another site made (CSRF against the loopback admin and Invoke APIs): its
+    `Sec-Fetch-Site` says so, or its `Origin` is not this server's own."""
+    if headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+        return True
+    origin = headers.get("origin")
+    return origin is not None and origin != f"http://{headers.get('host', '')}"
+
+
 def _is_text(body: bytes) -> bool:
     try:
         body.decode("utf-8")
@@ -485,7 +528,8 @@ class _Handler(BaseHTTPRequestHandler):
             and url.path.endswith("/invocations")
             and self.command == "POST"
         ):
-            if not is_loopback(client_ip):
+            lowered = {k.lower(): v for k, v in self.headers.items()}
+            if not is_loopback(client_ip) or cross_site(lowered):
                 status, headers, raw = _plain(403, {"message": "Forbidden"})
             else:
                 name = unquote(url.path[len(INVOKE_PREFIX) : -len("/invocations")])

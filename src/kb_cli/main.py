@@ -180,6 +180,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"ranking: {ranking}; state: {where}; up to {args.instances} instances per function)",
         flush=True,
     )
+    print(f"console: http://{host}:{port}/console/ (loopback only)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -355,3 +355,21 @@ def test_a_search_acl_hidden_documents_do_not_crowd_out_visible_ones(world):
         doc(key, "public", "Public ibex", "one ibex among other words in a longer public sentence"),
     )
     assert [h["title"] for h in world.search("ibex")["hints"]] == ["Public ibex"]
+
+
+def test_r_admin_list_documents_of_a_source_without_bodies(world):
+    """The console's document list: every document of one source (any status), by doc id, sizes in chars."""
+    (key, other) = world.publish({"listed": {}, "other": {}})
+    world.ingest(
+        doc(key, "b-doc", "Second", "网关离线排查"),
+        doc(key, "a-doc", "First", "x" * 1234),
+        doc(other, "c-doc", "Elsewhere", "elsewhere"),
+    )
+    world.c.admin.set_document_status(key, "b-doc", "disabled")
+    listed = world.c.admin.list_documents(key)
+    assert [(d.doc_id, d.title, d.status, d.chars) for d in listed.documents] == [
+        ("a-doc", "First", "ready", 1234),
+        ("b-doc", "Second", "disabled", 6),
+    ]
+    assert not listed.truncated and all(d.revision.startswith("sha256:") for d in listed.documents)
+    assert world.c.admin.list_documents(key, limit=1).truncated

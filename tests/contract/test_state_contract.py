@@ -344,3 +344,34 @@ def test_a_turn_store_claims_once_and_only_the_holder_moves_it(stores: StateStor
     assert turns.claim_turn(released, "h", "c-1", NOW, int(NOW) + 100) is None
     turns.release_turn(released, "c-1")
     assert turns.get_turn(released, NOW) is None
+
+
+def test_state_registry_listings_for_operators(stores: StateStores) -> None:
+    """The console's listings: every source with its switches, every agent, every workspace pointer."""
+    registry = stores.registry
+    for key in ("b-docs", "a-docs"):
+        registry.put_source(SourceDefinition.model_validate({"id": key, "version": "1.0.0"}))
+    registry.update_source_state("b-docs@1.0.0", SourceState(enabled=False))
+    agent = AgentDefinition.model_validate(
+        {"id": "lister", "version": "1.0.0", "modelProfile": {"candidates": [{"model": "m"}]}}
+    )
+    registry.put_agent(agent)
+    registry.set_workspace_agent("ws-a", "lister@1.0.0")
+    sources = registry.list_sources()
+    assert [s.key for s in sources] == ["a-docs@1.0.0", "b-docs@1.0.0"]
+    assert [s.state.enabled for s in sources] == [True, False]
+    assert registry.list_agents() == [agent]
+    assert registry.list_workspaces() == {"ws-a": "lister@1.0.0"}
+
+
+def test_r_budget_tree_lists_every_entry_root_first(stores: StateStores) -> None:
+    root, mid, leaf = _ids()
+    links = [
+        ChainLink(root, "root@1", Limits(5, 3, 300)),
+        ChainLink(mid, "mid@1", Limits(4, 3, 200)),
+        ChainLink(leaf, "leaf@1", Limits(8, 2, 100)),
+    ]
+    Chain(stores.ledger, links).charge(["s@1"])
+    tree = stores.ledger.tree(root)
+    assert [e.invocation_id for e in tree] == [root, mid, leaf]
+    assert [e.retrievals for e in tree] == [1, 1, 1] and stores.ledger.tree("nobody") == []

@@ -103,6 +103,9 @@ class FailingBackend(SearchBackend):
     def healthy(self, timeout_s: float = 1.0) -> bool:
         return self.inner.healthy(timeout_s)
 
+    def list_documents(self, source_key, limit=1000):
+        return self.inner.list_documents(source_key, limit)
+
 
 def service_with(container: Container, backend: SearchBackend) -> KnowledgeService:
     return KnowledgeService(container.scopes, backend, container.codec, container.run_guard, container.clock)

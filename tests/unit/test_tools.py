@@ -83,6 +83,9 @@ class FakeBackend(SearchBackend):
     def healthy(self, timeout_s: float = 1.0) -> bool:
         return True
 
+    def list_documents(self, source_key: str, limit: int = 1000) -> list:  # pragma: no cover
+        raise NotImplementedError
+
 
 def _ref(key: str) -> dict:
     id_, _, version = key.partition("@")

@@ -159,6 +159,9 @@ class DownBackend(SearchBackend):
     def healthy(self, timeout_s: float = 1.0) -> bool:
         return False
 
+    def list_documents(self, source_key, limit=1000):
+        raise SourceFailure("unavailable")
+
 
 def down(container: Container) -> KnowledgeService:
     return KnowledgeService(

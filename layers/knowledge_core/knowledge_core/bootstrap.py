@@ -173,6 +173,7 @@ class Container:
             scopes=self.scopes,
             runs=self.state.runs,
             run_guard=self.run_guard,
+            ledger=self.ledger,
         )
 
     @cached_property

@@ -59,6 +59,19 @@ class Registry(ABC):
     @abstractmethod
     def set_workspace_agent(self, route: str, agent_key: str) -> None: ...
 
+    # --- listings (operators and the console; not on any request path) --------------------------------
+    @abstractmethod
+    def list_sources(self) -> list[Source]:
+        """Every published source version with its switches, by key."""
+
+    @abstractmethod
+    def list_agents(self) -> list[AgentDefinition]:
+        """Every published agent version, by key."""
+
+    @abstractmethod
+    def list_workspaces(self) -> dict[str, str]:
+        """route -> the exact agent key it points at."""
+
 
 class SessionStore(ABC):
     @abstractmethod
@@ -95,6 +108,18 @@ class SourceQuery:
     top_k: int
     min_score: float
     timeout_s: float = 15.0
+
+
+@dataclass(frozen=True)
+class DocumentInfo:
+    """What an operator sees of a stored document (never its body)."""
+
+    doc_id: str
+    title: str
+    revision: str
+    status: str
+    chars: int
+    updated_at: float
 
 
 @dataclass
@@ -153,6 +178,11 @@ class SearchBackend(ABC):
     def untenanted_documents(self, source_key: str, limit: int = 10_000) -> list[str]:
         """Doc ids of the source's documents stored without a tenant (before SPEC §1 required one)."""
         raise NotImplementedError
+
+    @abstractmethod
+    def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
+        """The documents of one source (any status), by doc id, at most `limit` (operators, the console).
+        Raises SourceFailure when the backend cannot answer."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +280,10 @@ class BudgetLedger(ABC):
     @abstractmethod
     def citations(self, root_id: str) -> list[Citation]:
         """Every citation of a root tree (operations and tests)."""
+
+    @abstractmethod
+    def tree(self, root_id: str) -> list[LedgerEntry]:
+        """Every ledger entry of a root tree, root first then by invocation id (operations, the console)."""
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ TABLE_DEFINITION: dict[str, Any] = {
 }
 TTL_ATTRIBUTE = "ttl"
 TOKEN_LIST_PK = "TOKENS"
+# The registry's index for operators' listings: sk = SRC#<key> | AGENT#<key> | WS#<route> (with `agent`),
+# written beside each definition or pointer; a listing is one Query, never a Scan of the table.
+REGISTRY_PK = "REGISTRY"
 _UNAVAILABLE_CODES = frozenset(
     {
         "ProvisionedThroughputExceededException",
@@ -158,6 +161,23 @@ class TableAdapter:
             ).get("Item")
         return item
 
+    def _query(self, pk: str, sk_prefix: str | None = None) -> list[dict]:
+        """Every item of one partition (whose sort key starts with `sk_prefix`), consistent, all pages."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "ConsistentRead": True,
+            "KeyConditionExpression": "pk = :pk" + (" AND begins_with(sk, :prefix)" if sk_prefix else ""),
+            "ExpressionAttributeValues": {":pk": _s(pk), **({":prefix": _s(sk_prefix)} if sk_prefix else {})},
+        }
+        items: list[dict] = []
+        while True:
+            with self._call():
+                page = self._client.query(**request)
+            items.extend(page.get("Items", []))
+            if not page.get("LastEvaluatedKey"):
+                return items
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     def _batch_get(self, keys: list[dict]) -> list[dict]:
         """Consistent reads of `keys` (pk/sk dicts), 100 a request, unprocessed keys asked again."""
         items: list[dict] = []
@@ -182,15 +202,24 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
         )
 
     def _publish(self, pk: str, definition: str, parse: Callable[[str], T]) -> bool:
-        """Immutable versions: identical re-publish is a no-op, different content a conflict."""
-        if self._put_new(
+        """Immutable versions: identical re-publish is a no-op, different content a conflict. Either way the
+        version is (again) in the registry's index afterwards."""
+        created = self._put_new(
             {"pk": _s(pk), "sk": _s("DEF"), "doc": _s(definition), "created_at": {"N": str(int(time.time()))}}
-        ):
-            return True
-        existing = self._get(pk, "DEF")
-        if existing is None or parse(existing["doc"]["S"]) != parse(definition):
-            raise Conflict(f"{pk.split('#', 1)[1]} is already published with different content")
-        return False
+        )
+        if not created:
+            existing = self._get(pk, "DEF")
+            if existing is None or parse(existing["doc"]["S"]) != parse(definition):
+                raise Conflict(f"{pk.split('#', 1)[1]} is already published with different content")
+        self._index(pk)
+        return created
+
+    def _index(self, sk: str, **attributes: str) -> None:
+        with self._call():
+            self._client.put_item(
+                TableName=self._table,
+                Item={"pk": _s(REGISTRY_PK), "sk": _s(sk), **{k: _s(v) for k, v in attributes.items()}},
+            )
 
     # --- registry -------------------------------------------------------------------------------
     def get_sources(self, keys: list[str]) -> dict[str, Source | None]:
@@ -255,6 +284,22 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
                     "updated_at": {"N": str(int(time.time()))},
                 },
             )
+        self._index(f"WS#{route}", agent=agent_key)
+
+    def _indexed(self, kind: str) -> list[dict]:
+        return self._query(REGISTRY_PK, f"{kind}#")
+
+    def list_sources(self) -> list[Source]:
+        keys = [item["sk"]["S"][4:] for item in self._indexed("SRC")]
+        found = self.get_sources(keys)
+        return [source for key in keys if (source := found.get(key)) is not None]
+
+    def list_agents(self) -> list[AgentDefinition]:
+        keys = [{"pk": item["sk"], "sk": _s("DEF")} for item in self._indexed("AGENT")]
+        return sorted((agent_from(item) for item in self._batch_get(keys)), key=lambda a: a.key)
+
+    def list_workspaces(self) -> dict[str, str]:
+        return {item["sk"]["S"][3:]: item["agent"]["S"] for item in self._indexed("WS")}
 
     # --- sessions --------------------------------------------------------------------------------
     # TOKEN#<hash>/SESSION is what the authorizer reads; TOKENS/<token id> is the administrator's list
@@ -287,22 +332,11 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
 
     def list_sessions(self, now: float) -> list[TokenSummary]:
         out: list[TokenSummary] = []
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": {":pk": _s(TOKEN_LIST_PK)},
-            "ConsistentRead": True,
-        }
-        while True:
-            with self._call():
-                page = self._client.query(**request)
-            for item in page.get("Items", []):
-                session = Session.model_validate_json(item["doc"]["S"])
-                if session.expires_at > now:  # TTL deletion is lazy
-                    out.append(TokenSummary.of(item["sk"]["S"], session))
-            if not page.get("LastEvaluatedKey"):
-                return out
-            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        for item in self._query(TOKEN_LIST_PK):
+            session = Session.model_validate_json(item["doc"]["S"])
+            if session.expires_at > now:  # TTL deletion is lazy
+                out.append(TokenSummary.of(item["sk"]["S"], session))
+        return out
 
     def revoke_session(self, token_id: str, now: float) -> TokenSummary | None:
         listed = self._get(TOKEN_LIST_PK, token_id)

@@ -288,20 +288,12 @@ class DynamoLedger(TableAdapter, BudgetLedger):
         return self._entry(item) if item else None
 
     def citations(self, root_id: str) -> list[Citation]:
-        out: list[Citation] = []
-        kwargs: dict = {
-            "TableName": self._table,
-            "ConsistentRead": True,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :cite)",
-            "ExpressionAttributeValues": {":pk": self._pk(root_id), ":cite": _s("CITE#")},
-        }
-        while True:
-            with self._call():
-                resp = self._client.query(**kwargs)
-            out.extend(_citation(item) for item in resp.get("Items", []))
-            if "LastEvaluatedKey" not in resp:
-                return out
-            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        return [_citation(item) for item in self._query(f"LEDGER#{root_id}", "CITE#")]
+
+    def tree(self, root_id: str) -> list[LedgerEntry]:
+        items = self._query(f"LEDGER#{root_id}", "INV#")
+        items.sort(key=lambda item: (int(item["depth"]["N"]), item["sk"]["S"]))
+        return [self._entry(item) for item in items]
 
 
 def _refuse(links: list[ChainLink], snapshot: ChainSnapshot, source_keys: list[str]) -> None:

@@ -35,7 +35,7 @@ from ..domain.errors import KnowledgeUnavailable, SourceFailure
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import split_passages
-from ..ports import Embedder, Hit, SearchBackend, SourceQuery, SourceResult
+from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult
 from .embedding import document_vectors, rescore
 
 TEMPLATE_VERSION = "v2"
@@ -593,6 +593,30 @@ class OpenSearchBackend(SearchBackend):
         with _write_faults():
             found = self.client.search(index=self.passages_alias, body=query, request_timeout=self._timeout_s)
         return sorted(h["_source"]["doc_id"] for h in found["hits"]["hits"])
+
+    def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
+        body = {
+            "query": {"term": {"source_key": source_key}},
+            "size": limit,
+            "sort": [{"doc_id": "asc"}],
+            "_source": ["doc_id", "title", "revision", "status", "updated_at"],
+            "script_fields": {"chars": {"script": {"source": "params._source.body.length()"}}},
+        }
+        try:
+            found = self.client.search(index=self.documents_alias, body=body)
+        except transport_errors() as exc:
+            raise _failure(exc) from None
+        return [
+            DocumentInfo(
+                doc_id=h["_source"]["doc_id"],
+                title=h["_source"]["title"],
+                revision=h["_source"]["revision"],
+                status=h["_source"]["status"],
+                chars=int(h.get("fields", {}).get("chars", [0])[0]),
+                updated_at=float(h["_source"].get("updated_at", 0)),
+            )
+            for h in found["hits"]["hits"]
+        ]
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
         """Reachable and not red, within `timeout_s`; indices are created on first use, not here."""

@@ -15,7 +15,7 @@ from ..domain.errors import SourceFailure
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import split_passages
-from ..ports import Embedder, Hit, SearchBackend, SourceQuery, SourceResult
+from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult
 from .embedding import document_vectors, passage_text, rescore
 from .sqlite_db import SqliteDatabase, statements
 
@@ -285,6 +285,21 @@ class SqliteFtsBackend(SearchBackend):
             .fetchall()
         )
         return [doc_id for doc_id, acl in rows if DocumentAcl.model_validate_json(acl).tenant is None][:limit]
+
+    def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
+        try:
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT doc_id, title, revision, status, length(body), updated_at FROM documents "
+                    "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
+                    (source_key, limit),
+                )
+                .fetchall()
+            )
+        except sqlite3.Error:
+            raise SourceFailure("unavailable") from None
+        return [DocumentInfo(*row) for row in rows]
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
         try:

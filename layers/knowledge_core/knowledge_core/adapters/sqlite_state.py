@@ -237,6 +237,20 @@ class SqliteState(SqliteStore, Registry, SessionStore, RunStore):
                 (route, agent_key, time.time()),
             )
 
+    def list_sources(self) -> list[Source]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT key, definition, state FROM sources ORDER BY key").fetchall()
+        return [Source(definition=self._definition(k, d), state=_source_state(st)) for k, d, st in rows]
+
+    def list_agents(self) -> list[AgentDefinition]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT definition FROM agents ORDER BY key").fetchall()
+        return [AgentDefinition.model_validate_json(d) for (d,) in rows]
+
+    def list_workspaces(self) -> dict[str, str]:
+        with self._read() as conn:
+            return dict(conn.execute("SELECT route, agent FROM workspaces ORDER BY route").fetchall())
+
     # --- sessions --------------------------------------------------------------------------------
     def put_session(self, token_hash: str, session: Session) -> None:
         with self._write() as conn:
@@ -552,6 +566,14 @@ class SqliteLedger(SqliteStore, BudgetLedger):
     def entry(self, root_id: str, invocation_id: str) -> LedgerEntry | None:
         with self._read() as conn:
             return self._snapshot(conn, root_id, [invocation_id], fingerprints=()).entries.get(invocation_id)
+
+    def tree(self, root_id: str) -> list[LedgerEntry]:
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {self._ENTRY} FROM ledger_entries WHERE root_id = ? ORDER BY depth, invocation_id",
+                (root_id,),
+            ).fetchall()
+        return [self._entry(row)[0] for row in rows]
 
     def citations(self, root_id: str) -> list[Citation]:
         with self._read() as conn:

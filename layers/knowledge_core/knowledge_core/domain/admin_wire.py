@@ -87,6 +87,65 @@ class PreparedResponse(BaseModel):
 
 
 class WorkspaceResponse(BaseModel):
+
+# --- listings (operators and the console) --------------------------------------------------------------
+
+
+class SourceSummary(BaseModel):
+    key: str
+    id: str
+    version: str
+    description: str
+    tags: list[str]
+    top_k: int
+    min_score: float
+    status: str
+    enabled: bool
+    lease_until: str | None
+    searchable: bool  # active and enabled (a lease is checked when a source is selected)
+
+
+class SourceListResponse(BaseModel):
+    sources: list[SourceSummary]
+
+
+class DocumentSummary(BaseModel):
+    doc_id: str
+    title: str
+    revision: str
+    status: str
+    chars: int
+    updated_at: str  # ISO-8601 UTC
+
+
+class DocumentListResponse(BaseModel):
+    source: str
+    documents: list[DocumentSummary]
+    truncated: bool  # more documents than listed
+
+
+class ModelCheck(BaseModel):
+    """R-CFG's publish precheck for one model candidate: a tool mode needs `toolCalling: true`."""
+
+    model: str
+    tool_calling: bool | None
+    compatible: bool
+
+
+class AgentSummary(BaseModel):
+    key: str
+    definition: dict[str, Any]  # as published (definition-file spelling)
+    mode: str | None
+    tool_mode: bool
+    models: list[ModelCheck]
+    routes: list[str]  # workspace routes pointing at this version
+
+
+class AgentListResponse(BaseModel):
+    agents: list[AgentSummary]
+
+
+class WorkspaceSummary(BaseModel):
     route: str
     agent: str
 
@@ -148,3 +207,25 @@ class TokenRevokedResponse(BaseModel):
 class RunEndResponse(BaseModel):
     run_id: str
     state: Literal["completed", "cancelled", "failed"]
+
+class WorkspaceListResponse(BaseModel):
+    workspaces: list[WorkspaceSummary]
+
+
+class LedgerEntryView(BaseModel):
+    invocation_id: str
+    agent: str
+    parent: str | None
+    max_retrievals: int
+    retrievals: int
+    retrievals_remaining: int
+    max_queries_per_source: int
+    per_source: dict[str, int]
+    max_context_chars: int
+    chars: int
+    chars_remaining: int
+
+
+class LedgerResponse(BaseModel):
+    root_id: str
+    entries: list[LedgerEntryView]

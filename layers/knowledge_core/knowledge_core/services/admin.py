@@ -4,9 +4,33 @@ from __future__ import annotations
 
 import re
 
-from ..domain.errors import InvalidRequest, NotFound
-from ..domain.models import ROUTE_PATTERN, AgentDefinition, Document, SourceDefinition, SourceState
-from ..ports import Registry, RunStore, SearchBackend
+from datetime import UTC, datetime
+
+from ..domain.admin_wire import (
+    AgentListResponse,
+    AgentSummary,
+    DocumentListResponse,
+    DocumentSummary,
+    LedgerEntryView,
+    LedgerResponse,
+    ModelCheck,
+    SourceListResponse,
+    SourceSummary,
+    WorkspaceListResponse,
+    WorkspaceSummary,
+)
+from ..domain.budget import LedgerEntry
+from ..domain.errors import InvalidRequest, KnowledgeUnavailable, NotFound, SourceFailure
+from ..domain.models import (
+    ROUTE_PATTERN,
+    TOOL_MODES,
+    AgentDefinition,
+    Document,
+    Source,
+    SourceDefinition,
+    SourceState,
+)
+from ..ports import BudgetLedger, Registry, RunStore, SearchBackend
 from .access import RunGuard
 from .scope import ScopeResolver
 
@@ -19,7 +43,9 @@ class AdminService:
         scopes: ScopeResolver,
         runs: RunStore,
         run_guard: RunGuard,
+        ledger: BudgetLedger,
     ) -> None:
+        self._ledger = ledger
         self._registry = registry
         self._backend = backend
         self._scopes = scopes
@@ -89,7 +115,107 @@ class AdminService:
         if not self._backend.set_document_status(source_key, doc_id, status):
             raise NotFound("document not found", field="doc_id")
 
+    # --- listings (operators and the console) ----------------------------------------------------------
+    def list_sources(self) -> SourceListResponse:
+        return SourceListResponse(sources=[_source_summary(s) for s in self._registry.list_sources()])
+
+    def list_documents(self, key: str, limit: int = 1000) -> DocumentListResponse:
+        self._source_state(key)
+        try:
+            found = self._backend.list_documents(key, limit + 1)
+        except SourceFailure:
+            raise KnowledgeUnavailable() from None
+        return DocumentListResponse(
+            source=key,
+            documents=[
+                DocumentSummary(
+                    doc_id=d.doc_id,
+                    title=d.title,
+                    revision=d.revision,
+                    status=d.status,
+                    chars=d.chars,
+                    updated_at=datetime.fromtimestamp(d.updated_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                )
+                for d in found[:limit]
+            ],
+            truncated=len(found) > limit,
+        )
+
+    def list_agents(self) -> AgentListResponse:
+        routes: dict[str, list[str]] = {}
+        for route, agent in self._registry.list_workspaces().items():
+            routes.setdefault(agent, []).append(route)
+        return AgentListResponse(
+            agents=[_agent_summary(a, routes.get(a.key, [])) for a in self._registry.list_agents()]
+        )
+
+    def list_workspaces(self) -> WorkspaceListResponse:
+        return WorkspaceListResponse(
+            workspaces=[
+                WorkspaceSummary(route=r, agent=a) for r, a in self._registry.list_workspaces().items()
+            ]
+        )
+
+    def ledger(self, root_id: str) -> LedgerResponse:
+        entries = self._ledger.tree(root_id)
+        if not entries:
+            raise NotFound("no ledger for that root invocation", field="root_id")
+        return LedgerResponse(root_id=root_id, entries=[_ledger_view(e) for e in entries])
+
     def end_run(self, run_id: str, state: str) -> None:
         if self._runs.transition_run(run_id, ("preparing", "context_ready"), state) is None:
             raise NotFound("run not found or already ended", field="run_id")
         self._run_guard.forget(run_id)
+
+
+def _source_summary(source: Source) -> SourceSummary:
+    d, st = source.definition, source.state
+    return SourceSummary(
+        key=d.key,
+        id=d.id,
+        version=d.version,
+        description=d.description,
+        tags=list(d.tags),
+        top_k=d.top_k,
+        min_score=d.min_score,
+        status=st.status,
+        enabled=st.enabled,
+        lease_until=st.lease_until,
+        searchable=st.enabled and st.status == "active",
+    )
+
+
+def _agent_summary(agent: AgentDefinition, routes: list[str]) -> AgentSummary:
+    mode = agent.knowledge_routing.mode if agent.knowledge_routing else None
+    tool_mode = mode in TOOL_MODES
+    return AgentSummary(
+        key=agent.key,
+        definition=agent.model_dump(mode="json", by_alias=True, exclude_none=True),
+        mode=mode,
+        tool_mode=tool_mode,
+        models=[
+            ModelCheck(
+                model=c.model,
+                tool_calling=c.tool_calling,
+                compatible=not tool_mode or c.tool_calling is True,
+            )
+            for c in agent.model_profile.candidates
+        ],
+        routes=sorted(routes),
+    )
+
+
+def _ledger_view(entry: LedgerEntry) -> LedgerEntryView:
+    return LedgerEntryView(
+        invocation_id=entry.invocation_id,
+        agent=entry.agent,
+        parent=entry.parent,
+        max_retrievals=entry.limits.max_retrievals,
+        retrievals=entry.retrievals,
+        retrievals_remaining=entry.retrievals_remaining,
+        max_queries_per_source=entry.limits.max_queries_per_source,
+        per_source=dict(entry.per_source),
+        max_context_chars=entry.limits.max_context_chars,
+        chars=entry.chars,
+        chars_remaining=entry.chars_remaining,
+    )

@@ -1,0 +1,221 @@
+"""The console (`kb serve` at /console/) in a real headless browser: Debian's chromium driven by
+Playwright for Python (no browser download). Every page in English and Chinese at 1280x800 and 390x844
+(screenshots under test-artifacts/console/), search and read to the end, tool calls whose rule fires
+and whose rule does not (the seed's troubleshooting hint shown), tokens issued and revoked, an axe-core
+check with no serious or critical violation, and the loopback/cross-site guards of the admin API."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import ROOT, KbServer, running_kb_serve
+
+ARTIFACTS = ROOT / "test-artifacts" / "console"
+AXE = ROOT / "tests" / "console" / "node_modules" / "axe-core" / "axe.min.js"
+VIEWS = ["sources", "agents", "try", "tokens"]
+SIZES = [(1280, 800), (390, 844)]
+
+
+def _require(what: str) -> None:
+    message = f"console browser tests need {what} (scripts/browser_deps.sh installs it)"
+    if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KbServer]:
+    with running_kb_serve(tmp_path_factory.mktemp("kb-console")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        _require("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _require("playwright")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Any, console: KbServer) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{console.endpoint}/console/")
+    page.wait_for_selector("main h2")
+    yield page
+    context.close()
+    assert not errors, errors  # no uncaught script error on any page
+
+
+def open_view(page: Any, console: KbServer, view: str) -> None:
+    page.goto(f"{console.endpoint}/console/#{view}")
+    page.wait_for_selector("main h2")
+    page.wait_for_function("!document.querySelector('main').textContent.includes('Loading')")
+
+
+def no_horizontal_overflow(page: Any) -> bool:
+    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"))
+
+
+def test_console_every_page_in_both_languages_and_sizes(page: Any, console: KbServer) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    headings = {}
+    for lang in ("en", "zh"):
+        if lang == "zh":
+            page.click("#lang")
+            page.wait_for_function("document.documentElement.lang === 'zh-CN'")
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            for view in VIEWS:
+                open_view(page, console, view)
+                assert no_horizontal_overflow(page), (view, width, lang)
+                headings[(lang, view)] = page.inner_text("main h2")
+                page.screenshot(path=str(ARTIFACTS / f"{view}-{width}x{height}-{lang}.png"), full_page=True)
+    assert headings[("en", "sources")] == "Knowledge sources" and headings[("zh", "sources")] == "知识库"
+    assert headings[("zh", "try")] == "试用" and page.inner_text("nav").count("令牌") == 1
+    page.click("#lang")  # back to English for the next test (the choice is remembered)
+
+
+def test_console_sources_list_documents_and_ingest_by_upload(
+    page: Any, console: KbServer, tmp_path: Path
+) -> None:
+    open_view(page, console, "sources")
+    row = page.locator("tr", has_text="demo-docs@1.0.0")
+    assert "yes" in row.inner_text()
+    row.get_by_role("button", name="Documents").click()
+    page.wait_for_selector("text=Documents of demo-docs@1.0.0")
+    assert page.locator("section table tbody tr").count() >= 20
+    note = tmp_path / "console-note.md"
+    note.write_text("# Console upload note\n\nThe zzconsole pump is checked weekly.\n", encoding="utf-8")
+    page.set_input_files("input[name=file]", str(note))
+    page.click("form button[type=submit]")
+    page.wait_for_selector("td >> text=console-note")
+    hints = console.knowledge("demo", "search", {"query": "zzconsole"}).json["hints"]
+    assert [h["title"] for h in hints] == ["Console upload note"]
+
+
+def test_console_search_and_read_to_the_end(page: Any, console: KbServer) -> None:
+    open_view(page, console, "try")
+    page.fill("input[name=query]", "database failover runbook")
+    page.click("section[aria-labelledby=try-search] button[type=submit]")
+    page.wait_for_selector("text=Status ok")
+    page.get_by_role("button", name="Read").first.click()
+    pages = 1
+    page.wait_for_selector("text=Page 1")
+    while page.get_by_role("button", name="Next page").count():
+        page.get_by_role("button", name="Next page").last.click()
+        pages += 1
+        page.wait_for_selector(f"text=Page {pages}")
+    assert page.is_visible("text=End of the document.") or page.is_visible("text=The read chain limit")
+    meters = page.locator("section[aria-label^='Page'] .meter").all_inner_texts()
+    assert len(meters) == pages
+    for meter in meters:  # "Page n · X bytes of 4096 · Document: N bytes"
+        used, limit = meter.split(" · ")[1].replace(" bytes", "").split(" of ")
+        assert int(used) <= int(limit) == 4096
+
+
+def test_console_tool_call_rule_fires_and_rule_does_not(page: Any, console: KbServer) -> None:
+    open_view(page, console, "try")
+    tool = page.locator("section[aria-labelledby=try-tool]")
+    tool.locator("select[name=agent]").select_option("demo-router@1.0.0")
+    tool.locator("input[name=query]").fill("设备安装规范")
+    tool.locator("textarea[name=trusted_context]").fill(json.dumps({"projectType": "monitor"}))
+    tool.locator("button[type=submit]").click()
+    tool.get_by_text("Citation created").first.wait_for()
+    timeline = tool.locator(".timeline").inner_text()
+    assert (
+        "Planned" in timeline and "demo-docs@1.0.0 — reason: always" in timeline
+    )  # the rule (always + context)
+    assert "Fused" in timeline and "Retrievals: 1 used" in timeline
+    assert tool.locator("table").count() == 1  # the budgets per chain level
+
+    # The rule's context does not hold and nothing in the query matches the source: not selected.
+    tool.locator("input[name=query]").fill("zzzz qqqq")
+    tool.locator("textarea[name=trusted_context]").fill("{}")
+    tool.locator("button[type=submit]").click()
+    tool.get_by_text("Not selected").first.wait_for()
+    text = tool.inner_text()
+    assert (
+        "demo-docs@1.0.0" in text and "compare the query terms, tags, trusted context and maxSources" in text
+    )
+
+    # A typed error with the seed's hint: an explicit source outside allowedKnowledge.
+    tool.locator("input[name=sources]").fill("other-docs@1.0.0")
+    tool.locator("input[name=query]").fill("网关")
+    tool.locator("button[type=submit]").click()
+    tool.get_by_text("Error KNOWLEDGE_SOURCE_DENIED").first.wait_for()
+    assert "names a wrong exact version" in tool.inner_text()
+
+
+def test_console_tokens_issue_and_revoke_then_refused(page: Any, console: KbServer) -> None:
+    open_view(page, console, "tokens")
+    page.fill("input[name=subject]", "console-user")
+    page.click("form button[type=submit]")
+    page.wait_for_selector("[data-token]")
+    token = page.inner_text("[data-token]").strip()
+    assert console.knowledge("demo", "capabilities", token=token).status == 200
+    row = page.locator("tr", has_text="console-user").first
+    row.get_by_role("button", name="Revoke").click()
+    page.get_by_role("button", name="Confirm").click()
+    page.wait_for_selector("text=revoked")
+    refused = console.knowledge("demo", "capabilities", token=token)
+    assert refused.status == 401 and refused.json["error"]["code"] == "unauthorized"
+
+
+def test_console_accessibility_has_no_serious_violations(browser: Any, console: KbServer) -> None:
+    if not AXE.exists():
+        _require("axe-core")
+    # The console's CSP forbids injected scripts: only this checking context bypasses it.
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
+    page = context.new_page()
+    for view in VIEWS:
+        open_view(page, console, view)
+        page.add_script_tag(path=str(AXE))
+        result = page.evaluate("async () => (await axe.run(document)).violations")
+        serious = [
+            (v["id"], v["impact"], len(v["nodes"])) for v in result if v["impact"] in ("serious", "critical")
+        ]
+        assert not serious, (view, serious)
+
+
+def test_console_is_loopback_and_same_origin_only(console: KbServer) -> None:
+    page = console.request("GET", "/console/")
+    assert page.status == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["cache-control"] == "no-store"
+    assert console.request("GET", "/console/../template.yaml").status == 404
+    assert console.request("GET", "/console/.hidden.js").status == 404
+    # A page on another site cannot drive the loopback admin API through the user's browser.
+    import urllib.request
+
+    for header, value in (("Origin", "http://evil.example"), ("Sec-Fetch-Site", "cross-site")):
+        request = urllib.request.Request(
+            console.endpoint + "/admin/v1/sources", headers={header: value}, method="GET"
+        )
+        try:
+            urllib.request.urlopen(request, timeout=30)
+            raise AssertionError("cross-site admin request was answered")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 403
+    same = urllib.request.Request(
+        console.endpoint + "/admin/v1/sources", headers={"Origin": console.endpoint}, method="GET"
+    )
+    with urllib.request.urlopen(same, timeout=30) as resp:
+        assert resp.status == 200
