@@ -154,6 +154,11 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// Replace an element's children: arrays flattened, absent parts (null, undefined, false) left out.
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 class ApiError extends Error {
   constructor(status, body) {
     const code = body?.error?.code || body?.message || String(status);
@@ -226,7 +231,7 @@ async function renderSources(view) {
   const docs = h("section", { "aria-live": "polite" });
   const showDocs = async (key) => {
     const { data: list } = await api("GET", `/admin/v1/sources/${seg(key)}/documents`);
-    docs.replaceChildren(
+    fill(docs, 
       h("h3", { text: t("docs.title", { source: key }) }),
       table(t("docs.title", { source: key }), [t("docId"), t("title"), t("revision"), t("status"), t("size"), t("updated"), t("actions")],
         list.documents.map((d) => [
@@ -267,7 +272,7 @@ async function renderSources(view) {
   } },
     field(t("source"), sourceSelect), field(t("file"), fileInput), field(t("docId"), docIdInput),
     field(t("tenant"), tenantInput), h("button", { type: "submit", class: "primary", text: t("upload") }));
-  view.replaceChildren(
+  fill(view, 
     h("h2", { tabindex: "-1", text: t("sources.title") }),
     table(t("sources.title"), [t("key"), t("description"), t("status"), t("enabled"), t("lease"), t("searchable"), t("actions")],
       data.sources.map((s) => [
@@ -335,12 +340,12 @@ async function renderAgents(view) {
           route();
         } })) : "—"];
   });
-  view.replaceChildren(
+  fill(view, 
     h("h2", { tabindex: "-1", text: t("nav.agents") }),
     h("h3", { text: t("workspaces.title") }),
     table(t("workspaces.title"), [t("route"), t("agent"), t("pointTo")], wsRows),
     h("h3", { text: t("agents.title") }),
-    agents.agents.map((a) => h("article", { class: "card", "aria-label": a.key },
+    ...agents.agents.map((a) => h("article", { class: "card", "aria-label": a.key },
       h("h4", {}, h("code", { text: a.key })),
       h("p", {}, h("strong", { text: `${t("mode")}: ` }), a.mode || t("legacy"),
         " · ", h("strong", { text: `${t("routes")}: ` }), a.routes.join(", ") || "—"),
@@ -394,20 +399,20 @@ function searchPanel(workspaces) {
 
   const form = h("form", { class: "grid", onsubmit: async (event) => {
     event.preventDefault();
-    results.replaceChildren(h("p", { text: t("loading") }));
-    reader.replaceChildren();
+    fill(results, h("p", { text: t("loading") }));
+    fill(reader);
     try {
       const token = await consoleToken(routeSelect.value, tenant.value.trim() || "default");
       const { data, bytes } = await api("POST", `/agent-api/v1/workspaces/${seg(routeSelect.value)}/knowledge/search`,
         { query: query.value, limit: Number(limit.value) }, token);
-      results.replaceChildren(
+      fill(results, 
         h("p", { class: "meter", text: t("searchStatus", { status: data.status, n: data.hints.length, bytes, max: SEARCH_MAX_BYTES }) }),
         h("ol", {}, data.hints.map((hint) => h("li", { class: "card" },
           h("strong", { text: hint.title }), ` · score ${hint.score}`,
           h("p", { text: hint.summary }),
-          h("button", { type: "button", text: t("read"), onclick: () => { reader.replaceChildren(); readFrom(token, hint.ref, null, 1); } })))));
+          h("button", { type: "button", text: t("read"), onclick: () => { fill(reader); readFrom(token, hint.ref, null, 1); } })))));
     } catch (error) {
-      results.replaceChildren(errorBox(error));
+      fill(results, errorBox(error));
     }
   } },
     field(t("route"), routeSelect), field(t("tenant"), tenant), field(t("query"), query), field(t("limit"), limit),
@@ -471,18 +476,18 @@ function toolPanel(agents) {
   const out = h("div", { "aria-live": "polite" });
   const form = h("form", { class: "grid", onsubmit: async (event) => {
     event.preventDefault();
-    out.replaceChildren(h("p", { text: t("loading") }));
+    fill(out, h("p", { text: t("loading") }));
     let trusted;
     let chain;
     try {
       trusted = JSON.parse(context.value.trim() || "{}");
       if (typeof trusted !== "object" || Array.isArray(trusted) || trusted === null) throw new Error();
     } catch {
-      out.replaceChildren(h("p", { class: "bad", role: "alert", text: t("badJson") }));
+      fill(out, h("p", { class: "bad", role: "alert", text: t("badJson") }));
       return;
     }
     try { chain = parseAncestors(ancestors.value); } catch (error) {
-      out.replaceChildren(h("p", { class: "bad", role: "alert", text: error.message }));
+      fill(out, h("p", { class: "bad", role: "alert", text: error.message }));
       return;
     }
     const id = `console-${crypto.randomUUID().slice(0, 8)}`;
@@ -516,9 +521,9 @@ function toolPanel(agents) {
             Object.entries(e.per_source).map(([k, v]) => `${k}: ${v}/${e.max_queries_per_source}`).join(", ") || "—",
             t("used", { used: `${e.chars}/${e.max_context_chars}`, left: e.chars_remaining })])));
       } catch { /* nothing charged yet: no ledger to show */ }
-      out.replaceChildren(...parts.filter(Boolean));
+      fill(out, parts);
     } catch (error) {
-      out.replaceChildren(errorBox(error));
+      fill(out, errorBox(error));
     }
   } },
     field(t("agent"), agentSelect), field(t("operation"), operation), field(t("query"), query),
@@ -530,7 +535,7 @@ function toolPanel(agents) {
 async function renderTry(view) {
   const [{ data: workspaces }, { data: agents }] = await Promise.all([
     api("GET", "/admin/v1/workspaces"), api("GET", "/admin/v1/agents")]);
-  view.replaceChildren(h("h2", { tabindex: "-1", text: t("try.title") }),
+  fill(view, h("h2", { tabindex: "-1", text: t("try.title") }),
     searchPanel(workspaces.workspaces), toolPanel(agents.agents));
 }
 
@@ -547,7 +552,7 @@ async function renderTokens(view) {
   const refresh = async () => {
     try {
       const { data } = await api("GET", "/admin/v1/tokens");
-      list.replaceChildren(table(t("tokens.title"), [t("tokenId"), t("client"), t("subject"), t("tenant"), t("routes"), t("expires"), t("revoked"), t("actions")],
+      fill(list, table(t("tokens.title"), [t("tokenId"), t("client"), t("subject"), t("tenant"), t("routes"), t("expires"), t("revoked"), t("actions")],
         data.tokens.map((k) => [h("code", { text: k.token_id }), k.client_id, k.subject, k.tenant, k.routes.join(", "),
           new Date(k.expires_at * 1000).toISOString().replace(".000", ""), yesNo(k.revoked),
           k.revoked ? "—" : h("button", { type: "button", class: "danger", text: t("revoke"), onclick: async () => {
@@ -556,7 +561,7 @@ async function renderTokens(view) {
             refresh();
           } })])));
     } catch (error) {
-      list.replaceChildren(error.status === 404 || error.status === 405 ? h("p", { class: "muted", text: t("noTokenApi") }) : errorBox(error));
+      fill(list, error.status === 404 || error.status === 405 ? h("p", { class: "muted", text: t("noTokenApi") }) : errorBox(error));
     }
   };
   const form = h("form", { class: "grid", onsubmit: async (event) => {
@@ -565,17 +570,17 @@ async function renderTokens(view) {
       const { data } = await api("POST", "/admin/v1/tokens", {
         routes: routes.value.split(",").map((r) => r.trim()).filter(Boolean), subject: subject.value,
         client_id: client.value, tenant: tenant.value, ttl_seconds: Number(ttl.value) });
-      issued.replaceChildren(h("div", { class: "card" },
+      fill(issued, h("div", { class: "card" },
         h("p", { text: t("issued", { id: data.token_id || data.session_id }) }),
         h("code", { class: "mono", "data-token": "", text: data.token })));
       refresh();
     } catch (error) {
-      issued.replaceChildren(errorBox(error));
+      fill(issued, errorBox(error));
     }
   } },
     field(t("routesCsv"), routes), field(t("subject"), subject), field(t("client"), client), field(t("tenant"), tenant),
     field(t("ttl"), ttl), h("button", { type: "submit", class: "primary", text: t("issue") }));
-  view.replaceChildren(h("h2", { tabindex: "-1", text: t("tokens.title") }), form, issued, list);
+  fill(view, h("h2", { tabindex: "-1", text: t("tokens.title") }), form, issued, list);
   await refresh();
 }
 
@@ -599,11 +604,11 @@ async function route() {
     else link.removeAttribute("aria-current");
   }
   const view = document.getElementById("view");
-  view.replaceChildren(h("p", { text: t("loading") }));
+  fill(view, h("p", { text: t("loading") }));
   try {
     await render(view);
   } catch (error) {
-    view.replaceChildren(errorBox(error));
+    fill(view, errorBox(error));
   }
   view.querySelector("h2")?.focus();
 }
