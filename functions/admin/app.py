@@ -32,6 +32,7 @@ from knowledge_core.domain.admin_wire import (
 )
 from knowledge_core.domain.errors import InvalidRequest
 from knowledge_core.domain.models import AgentDefinition, Document, SourceDefinition, split_key, token_id_of
+from knowledge_core.domain.tool_wire import INVOCATION_ID_PATTERN
 from knowledge_core.domain.wire import parse_request
 from knowledge_core.edge import body_of, json_response, make_resolver
 from knowledge_core.observability import logger, tracer
@@ -183,6 +184,8 @@ def list_workspaces() -> Response:
 
 @app.get("/admin/v1/ledgers/<root_id>")
 def ledger(root_id: str) -> Response:
+    if not re.fullmatch(INVOCATION_ID_PATTERN, root_id):
+        raise InvalidRequest("root_id: must be an invocation id", field="root_id")
     return json_response(bootstrap.container().admin.ledger(root_id).model_dump())
 
 

@@ -17,6 +17,7 @@ from pydantic.json_schema import models_json_schema
 from .domain import admin_wire as aw
 from .domain import errors
 from .domain.models import AgentDefinition, SourceDefinition
+from .domain.tool_wire import INVOCATION_ID_PATTERN
 from .domain.turn_wire import TurnRequest, TurnResponse
 from .domain.wire import CapabilitiesResponse, ReadRequest, ReadResponse, SearchRequest, SearchResponse
 
@@ -28,6 +29,7 @@ _PATTERNS = {
     "doc_id": r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$",
     "run_id": r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
     "token_id": aw.TOKEN_ID_PATTERN,
+    "root_id": INVOCATION_ID_PATTERN,
 }
 
 
@@ -246,6 +248,56 @@ _OPERATIONS: list[
         "Revoke a token",
         None,
         aw.TokenRevokedResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "get",
+        "/admin/v1/sources",
+        "listSources",
+        "Every published source version with its switches",
+        None,
+        aw.SourceListResponse,
+        200,
+        (503,),
+    ),
+    (
+        "get",
+        "/admin/v1/sources/{source}/documents",
+        "listDocuments",
+        "The documents of a source (never their bodies)",
+        None,
+        aw.DocumentListResponse,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "get",
+        "/admin/v1/agents",
+        "listAgents",
+        "Every published agent version, its precheck and the routes pointing at it",
+        None,
+        aw.AgentListResponse,
+        200,
+        (503,),
+    ),
+    (
+        "get",
+        "/admin/v1/workspaces",
+        "listWorkspaces",
+        "Every workspace route and the agent it points at",
+        None,
+        aw.WorkspaceListResponse,
+        200,
+        (503,),
+    ),
+    (
+        "get",
+        "/admin/v1/ledgers/{root_id}",
+        "getLedger",
+        "The budget ledger of a root invocation tree",
+        None,
+        aw.LedgerResponse,
         200,
         (400, 404, 503),
     ),

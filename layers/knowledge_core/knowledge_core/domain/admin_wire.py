@@ -87,6 +87,68 @@ class PreparedResponse(BaseModel):
 
 
 class WorkspaceResponse(BaseModel):
+    route: str
+    agent: str
+
+
+class SourceSwitchResponse(BaseModel):
+    source: str
+    enabled: bool
+
+
+class DocumentRevision(BaseModel):
+    doc_id: str
+    revision: str
+
+
+class DocumentResponse(DocumentRevision):
+    source: str
+
+
+class DocumentsResponse(BaseModel):
+    source: str
+    documents: list[DocumentRevision]
+
+
+class DocumentDeletedResponse(BaseModel):
+    source: str
+    doc_id: str
+    deleted: bool
+
+
+class DocumentStatusResponse(BaseModel):
+    source: str
+    doc_id: str
+    status: Literal["ready", "disabled"]
+
+
+class TenantMigrationResponse(BaseModel):
+    source: str
+    tenant: str
+    applied: bool
+    documents: list[str]
+
+
+class TokenIssuedResponse(BaseModel):
+    token: str
+    token_id: str
+    session_id: str
+    expires_at: int
+
+
+class TokenListResponse(BaseModel):
+    tokens: list[TokenSummary]
+
+
+class TokenRevokedResponse(BaseModel):
+    token_id: str
+    revoked: bool
+
+
+class RunEndResponse(BaseModel):
+    run_id: str
+    state: Literal["completed", "cancelled", "failed"]
+
 
 # --- listings (operators and the console) --------------------------------------------------------------
 
@@ -149,64 +211,6 @@ class WorkspaceSummary(BaseModel):
     route: str
     agent: str
 
-
-class SourceSwitchResponse(BaseModel):
-    source: str
-    enabled: bool
-
-
-class DocumentRevision(BaseModel):
-    doc_id: str
-    revision: str
-
-
-class DocumentResponse(DocumentRevision):
-    source: str
-
-
-class DocumentsResponse(BaseModel):
-    source: str
-    documents: list[DocumentRevision]
-
-
-class DocumentDeletedResponse(BaseModel):
-    source: str
-    doc_id: str
-    deleted: bool
-
-
-class DocumentStatusResponse(BaseModel):
-    source: str
-    doc_id: str
-    status: Literal["ready", "disabled"]
-
-
-class TenantMigrationResponse(BaseModel):
-    source: str
-    tenant: str
-    applied: bool
-    documents: list[str]
-
-
-class TokenIssuedResponse(BaseModel):
-    token: str
-    token_id: str
-    session_id: str
-    expires_at: int
-
-
-class TokenListResponse(BaseModel):
-    tokens: list[TokenSummary]
-
-
-class TokenRevokedResponse(BaseModel):
-    token_id: str
-    revoked: bool
-
-
-class RunEndResponse(BaseModel):
-    run_id: str
-    state: Literal["completed", "cancelled", "failed"]
 
 class WorkspaceListResponse(BaseModel):
     workspaces: list[WorkspaceSummary]
