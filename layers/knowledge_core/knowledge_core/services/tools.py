@@ -269,10 +269,10 @@ class ToolsService:
             source: dict[str, Any] = {"title": cand.title, "docId": cand.doc_id, "revision": cand.revision}
             if cand.structured_source is not None:
                 source["structured"] = cand.structured_source
-            references.append(  # built from values this call made and checked: no re-validation
-                Reference.model_construct(
+            references.append(
+                Reference(
                     citation_id=citation.citation_id,
-                    knowledge=KnowledgeId.model_construct(id=knowledge_id, version=version),
+                    knowledge=KnowledgeId(id=knowledge_id, version=version),
                     content=citation.content,
                     source=source,
                     fusion_score=fusion_score,
