@@ -2,8 +2,8 @@
 # Fuzz every operation of openapi.json against a fresh `kb serve` on loopback with the demo token
 # (issue 14): not_a_server_error, status_code_conformance, content_type_conformance,
 # response_schema_conformance; bounded examples, fixed seed; stateful links where schemathesis finds them.
-# The coverage phase (which also probes unsupported methods such as TRACE) joins once the kb serve
-# gateway answers those with typed JSON (issue 14 S10, the gateway rewrite).
+# The coverage phase also probes methods the API does not have (TRACE, QUERY, …): the gateway routes them
+# like API Gateway (the catch-all route or a typed 404, JSON, no-store).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -22,4 +22,4 @@ cd "$STATE"  # schemathesis writes its reports here
 "$OLDPWD/$BIN/schemathesis" run "$OLDPWD/openapi.json" --url "http://127.0.0.1:$PORT" \
   -H "Authorization: Bearer $TOKEN" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
-  --phases examples,fuzzing,stateful --max-examples "${KB_FUZZ_EXAMPLES:-50}" --seed 14 -w 1 "$@"
+  --phases examples,coverage,fuzzing,stateful --max-examples "${KB_FUZZ_EXAMPLES:-50}" --seed 14 -w 1 "$@"

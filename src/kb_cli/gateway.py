@@ -572,7 +572,12 @@ class _Handler(BaseHTTPRequestHandler):
                 print(f"{self.command} {path} {status} {ms:.1f} ms", flush=True)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """http.server's own refusals (unknown method, malformed request line) as the gateway's JSON."""
+        """http.server's own refusals as the gateway's JSON. A method it has no handler for (QUERY, BREW,
+        …) is a request like any other: routed, so it meets the catch-all route or a 404, as on API
+        Gateway; a malformed request line is refused."""
+        if code == HTTPStatus.NOT_IMPLEMENTED and getattr(self, "path", None):
+            self._serve()
+            return
         self.close_connection = True
         status, headers, raw = _plain(code, {"message": HTTPStatus(code).phrase})
         with contextlib.suppress(OSError):
