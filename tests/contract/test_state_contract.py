@@ -1,7 +1,8 @@
 """The state-port contract (Registry, SessionStore, RunStore, TurnStore, BudgetLedger) on every state
 adapter: the SQLite file (embedded default), DynamoDB on moto (fast), and the DynamoDB-API server on
 loopback (`real`). R-BUDGET scenarios: three-level chain, atomic refusal, char grants, citation reuse,
-chain mismatch, and 16 concurrent callers on one root that never overspend. A-TURN: claims."""
+chain mismatch, and 16 concurrent callers on one root that never overspend. A-TURN: claims. I-INGEST:
+ingestion jobs, their counters and leases."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from knowledge_core.adapters.sqlite_state import sqlite_stores
 from knowledge_core.domain.budget import ChainLink, CitationDraft, Limits
 from knowledge_core.domain.errors import BudgetExceeded, Conflict, ProtocolError
+from knowledge_core.domain.ingestion import DocumentOutcome, IngestionJob, JobDocument, JobSpec
 from knowledge_core.domain.models import (
     AgentDefinition,
     Run,
@@ -375,3 +377,85 @@ def test_r_budget_tree_lists_every_entry_root_first(stores: StateStores) -> None
     tree = stores.ledger.tree(root)
     assert [e.invocation_id for e in tree] == [root, mid, leaf]
     assert [e.retrievals for e in tree] == [1, 1, 1] and stores.ledger.tree("nobody") == []
+
+
+# --- ingestion jobs (I-INGEST) ----------------------------------------------------------------------------
+
+
+def _job(source: str = "docs@1.0.0", total: int = 0, created_at: float = NOW, **spec: Any) -> IngestionJob:
+    return IngestionJob(
+        job_id=uuid.uuid4().hex, source_key=source, created_at=created_at, total=total, spec=JobSpec(**spec)
+    )
+
+
+def test_i_ingest_job_store_counts_outcomes_under_a_lease(stores: StateStores) -> None:
+    jobs = stores.jobs
+    job = _job(total=4, directory="/data", prefix="p", sync=True)
+    docs = [
+        JobDocument(0, "a", {"title": "A", "body": "正文 " * 50}),
+        JobDocument(1, "b", {"title": "B", "body": "b"}),
+        JobDocument(2, "c", {"title": "C", "body": "c"}),
+        JobDocument(3, "big", None, state="failed", error="too_large"),
+    ]
+    jobs.create_job(job, docs)
+    with pytest.raises(Conflict):
+        jobs.create_job(job, docs)
+    stored = jobs.get_job(job.job_id)
+    assert stored is not None and stored.state == "queued" and stored.total == 4
+    assert stored.spec == JobSpec(directory="/data", prefix="p", sync=True)
+    assert stored.counts == {"queued": 3, "done": 0, "unchanged": 0, "failed": 1, "deleted": 0}
+    assert jobs.get_job("nope") is None
+    queued = jobs.job_documents(job.job_id, state="queued")
+    assert [d.doc_id for d in queued] == ["a", "b", "c"] and queued[0].payload == docs[0].payload
+    assert [d.doc_id for d in jobs.job_documents(job.job_id, after_seq=1, limit=1)] == ["c"]
+
+    claimed = jobs.claim_job("w1", NOW, 10)
+    assert claimed is not None and claimed.job_id == job.job_id and claimed.state == "running"
+    assert claimed.worker == "w1" and claimed.started_at == NOW
+    assert jobs.claim_job("w2", NOW + 5, 10) is None  # leased
+    outcome = [DocumentOutcome(0, "done", passages=2), DocumentOutcome(1, "failed", error="corrupt")]
+    assert jobs.record_outcomes(job.job_id, "w2", outcome, NOW + 5, 10) is False  # not the holder
+    assert jobs.record_outcomes(job.job_id, "w1", outcome, NOW + 5, 10) is True
+    after = jobs.get_job(job.job_id)
+    assert after is not None and after.passages == 2 and after.lease_until == NOW + 15
+    assert after.counts == {"queued": 1, "done": 1, "unchanged": 0, "failed": 2, "deleted": 0}
+    handled = jobs.job_documents(job.job_id, after_seq=-1, limit=2)
+    assert handled[0].payload is None and handled[1].error == "corrupt"  # payloads dropped once handled
+    assert [d.doc_id for d in jobs.job_documents(job.job_id, state="failed")] == ["b", "big"]
+
+    # The holder dies: once its lease has run out another worker takes the job over and carries on.
+    assert jobs.claim_job("w2", NOW + 14, 10) is None
+    taken = jobs.claim_job("w2", NOW + 16, 10)
+    assert taken is not None and taken.worker == "w2" and taken.started_at == NOW
+    assert jobs.renew_lease(job.job_id, "w1", NOW + 16, 10) is False
+    assert jobs.renew_lease(job.job_id, "w2", NOW + 17, 10) is True
+    assert jobs.record_outcomes(job.job_id, "w2", [DocumentOutcome(2, "unchanged")], NOW + 17, 10)
+    assert jobs.finish_job(job.job_id, "w1", NOW + 18) is False
+    assert jobs.finish_job(job.job_id, "w2", NOW + 18, deleted=3) is True
+    done = jobs.get_job(job.job_id)
+    assert done is not None and done.state == "completed" and done.finished_at == NOW + 18
+    assert done.counts == {"queued": 0, "done": 1, "unchanged": 1, "failed": 2, "deleted": 3}
+    assert jobs.claim_job("w3", NOW + 100, 10, job_id=job.job_id) is None  # completed: never claimed again
+
+
+def test_i_ingest_job_store_lists_per_source_and_claims_oldest_first(stores: StateStores) -> None:
+    jobs = stores.jobs
+    source = f"s{uuid.uuid4().hex[:8]}@1.0.0"
+    first, second = _job(source, 1, NOW), _job(source, 1, NOW + 1)
+    other = _job(f"o{uuid.uuid4().hex[:8]}@1.0.0", 1, NOW + 2)
+    for job in (second, first, other):
+        jobs.create_job(job, [JobDocument(0, "d", {"title": "t", "body": "b"})])
+    assert [j.job_id for j in jobs.list_jobs(source)] == [second.job_id, first.job_id]
+    assert [j.job_id for j in jobs.list_jobs(source, limit=1)] == [second.job_id]
+    named = jobs.claim_job("w", NOW, 10, job_id=second.job_id)
+    assert named is not None and named.job_id == second.job_id
+    # A claimed job is double-handled never: a document outcome is recorded once.
+    assert jobs.record_outcomes(second.job_id, "w", [DocumentOutcome(0, "done", passages=1)], NOW, 10)
+    with pytest.raises(Conflict):
+        jobs.record_outcomes(second.job_id, "w", [DocumentOutcome(0, "done", passages=1)], NOW, 10)
+    again = jobs.get_job(second.job_id)
+    assert again is not None and again.count("done") == 1
+    released = jobs.claim_job("w", NOW, 10, job_id=first.job_id)
+    assert released is not None
+    jobs.release_job(first.job_id, "w")
+    assert jobs.claim_job("w2", NOW + 1, 10, job_id=first.job_id) is not None  # released: free at once

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from .domain.budget import ChainLink, Citation, CitationDraft, CitationMark, LedgerEntry
 from .domain.errors import SourceFailure
 from .domain.fusion import Hit
+from .domain.ingestion import DocState, DocumentOutcome, IngestionJob, JobDocument
 from .domain.models import (
     AgentDefinition,
     Document,
@@ -184,6 +185,11 @@ class SearchBackend(ABC):
         """The documents of one source (any status), by doc id, at most `limit` (operators, the console).
         Raises SourceFailure when the backend cannot answer."""
 
+    def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
+        """Every document id of a source (those starting with `prefix`), for a sync to find the ones that
+        left its directory. Raises SourceFailure when the backend cannot answer."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class TurnRecord:
@@ -286,6 +292,58 @@ class BudgetLedger(ABC):
         """Every ledger entry of a root tree, root first then by invocation id (operations, the console)."""
 
 
+class JobStore(ABC):
+    """Ingestion jobs (I-INGEST) and their documents. A job is worked on by one worker at a time, under a
+    lease (`claim_job`) that the worker renews while it is alive; when it dies the lease runs out and
+    another worker (or a restarted `kb serve`) claims the job and carries on with its queued documents."""
+
+    # The largest document payload (compressed JSON) one stored document may carry; None = no limit.
+    max_payload_bytes: int | None = None
+
+    @abstractmethod
+    def create_job(self, job: IngestionJob, documents: list[JobDocument]) -> None:
+        """The job and every document of it, visible together (a job is never seen half-created)."""
+
+    @abstractmethod
+    def get_job(self, job_id: str) -> IngestionJob | None: ...
+
+    @abstractmethod
+    def list_jobs(self, source_key: str, limit: int = 20) -> list[IngestionJob]:
+        """The source's jobs, newest first."""
+
+    @abstractmethod
+    def job_documents(
+        self, job_id: str, *, state: DocState | None = None, after_seq: int = -1, limit: int = 100
+    ) -> list[JobDocument]:
+        """Documents of a job in `seq` order after `after_seq` (only those in `state` when given)."""
+
+    @abstractmethod
+    def claim_job(
+        self, worker: str, now: float, lease_s: float, job_id: str | None = None
+    ) -> IngestionJob | None:
+        """Lease an unfinished job whose lease is free (`job_id`, or the oldest) to `worker`; None when
+        there is none."""
+
+    @abstractmethod
+    def renew_lease(self, job_id: str, worker: str, now: float, lease_s: float) -> bool:
+        """False when `worker` no longer holds the job."""
+
+    @abstractmethod
+    def record_outcomes(
+        self, job_id: str, worker: str, outcomes: list[DocumentOutcome], now: float, lease_s: float
+    ) -> bool:
+        """Queued documents -> their outcomes (payloads dropped) and the job's counters, together, only
+        while `worker` holds the job (the lease is renewed); False otherwise, and nothing changes."""
+
+    @abstractmethod
+    def finish_job(self, job_id: str, worker: str, now: float, deleted: int = 0) -> bool:
+        """queued/running -> completed (with the documents a sync deleted), only for the holder."""
+
+    @abstractmethod
+    def release_job(self, job_id: str, worker: str) -> None:
+        """Give the lease up early (a worker out of time), so another can claim the job at once."""
+
+
 @dataclass(frozen=True)
 class StateStores:
     """Every state port, as one adapter family provides them (SQLite file, or one DynamoDB table)."""
@@ -295,3 +353,4 @@ class StateStores:
     runs: RunStore
     turns: TurnStore
     ledger: BudgetLedger
+    jobs: JobStore

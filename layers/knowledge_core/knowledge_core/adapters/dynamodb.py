@@ -101,6 +101,7 @@ class DynamoTable:
 
 def dynamodb_stores(client: Any, table_name: str) -> StateStores:
     """Every state port on one table, through one low-level boto3 client."""
+    from .jobs_dynamodb import DynamoJobStore
     from .ledger_dynamodb import DynamoLedger
     from .turns_dynamodb import DynamoTurnStore
 
@@ -111,6 +112,7 @@ def dynamodb_stores(client: Any, table_name: str) -> StateStores:
         runs=state,
         turns=DynamoTurnStore(client, table_name),
         ledger=DynamoLedger(client, table_name),
+        jobs=DynamoJobStore(client, table_name),
     )
 
 

@@ -11,6 +11,7 @@ import functools
 import json
 import sqlite3
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,16 @@ from ..domain.budget import (
     with_chars,
 )
 from ..domain.errors import BudgetExceeded, Conflict, ProtocolError, StateUnavailable
+from ..domain.ingestion import (
+    JOB_TTL_SECONDS,
+    DocState,
+    DocumentOutcome,
+    IngestionJob,
+    JobDocument,
+    JobSpec,
+    initial_counts,
+    outcome_deltas,
+)
 from ..domain.models import (
     AgentDefinition,
     Run,
@@ -44,6 +55,7 @@ from ..domain.models import (
 from ..ports import (
     BudgetLedger,
     ChainSnapshot,
+    JobStore,
     Registry,
     RunStore,
     SessionStore,
@@ -107,8 +119,37 @@ def _schema_v2(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS = [_schema_v1, _schema_v2]
-_EXPIRING = ("sessions", "runs", "turns", "ledger_entries", "ledger_citations")
+def _schema_v3(conn: sqlite3.Connection) -> None:
+    """Ingestion jobs (I-INGEST): one row per job (counters, lease) and one per document of a job."""
+    statements(
+        conn,
+        """
+        CREATE TABLE ingestion_jobs (
+          job_id TEXT PRIMARY KEY, source_key TEXT NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
+          total INTEGER NOT NULL, queued INTEGER NOT NULL, done INTEGER NOT NULL, unchanged INTEGER NOT NULL,
+          failed INTEGER NOT NULL, deleted INTEGER NOT NULL, passages INTEGER NOT NULL,
+          created_at REAL NOT NULL, started_at REAL, updated_at REAL, finished_at REAL,
+          worker TEXT, lease_until REAL NOT NULL, expires_at INTEGER NOT NULL);
+        CREATE INDEX ingestion_jobs_source ON ingestion_jobs (source_key, created_at);
+        CREATE INDEX ingestion_jobs_open ON ingestion_jobs (state, created_at);
+        CREATE TABLE ingestion_documents (
+          job_id TEXT NOT NULL, seq INTEGER NOT NULL, doc_id TEXT NOT NULL, payload BLOB,
+          state TEXT NOT NULL, error TEXT, passages INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+          PRIMARY KEY (job_id, seq));
+        """,
+    )
+
+
+MIGRATIONS = [_schema_v1, _schema_v2, _schema_v3]
+_EXPIRING = (
+    "sessions",
+    "runs",
+    "turns",
+    "ledger_entries",
+    "ledger_citations",
+    "ingestion_jobs",
+    "ingestion_documents",
+)
 
 
 def open_state_database(path: str | Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> SqliteDatabase:
@@ -126,7 +167,12 @@ def sqlite_stores(path: str | Path, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -
     db = open_state_database(path, busy_timeout_s)
     state = SqliteState(db)
     return StateStores(
-        registry=state, sessions=state, runs=state, turns=SqliteTurnStore(db), ledger=SqliteLedger(db)
+        registry=state,
+        sessions=state,
+        runs=state,
+        turns=SqliteTurnStore(db),
+        ledger=SqliteLedger(db),
+        jobs=SqliteJobStore(db),
     )
 
 
@@ -586,3 +632,210 @@ class SqliteLedger(SqliteStore, BudgetLedger):
             Citation(cid, fp, knowledge, content, rid, created=False)
             for cid, fp, knowledge, content, rid in rows
         ]
+
+
+def encode_payload(payload: dict | None) -> bytes | None:
+    """A job document's payload as stored: compact JSON, zlib-compressed (bodies can be large)."""
+    if payload is None:
+        return None
+    return zlib.compress(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def decode_payload(blob: bytes | None) -> dict | None:
+    return json.loads(zlib.decompress(blob)) if blob is not None else None
+
+
+class SqliteJobStore(SqliteStore, JobStore):
+    """Ingestion jobs on the state file: every change of a job and its documents is one transaction."""
+
+    _JOB = (
+        "job_id, source_key, spec, state, total, queued, done, unchanged, failed, deleted, passages, "
+        "created_at, started_at, updated_at, finished_at, worker, lease_until"
+    )
+
+    @staticmethod
+    def _job(row: tuple) -> IngestionJob:
+        (job_id, source_key, spec, state, total, queued, done, unchanged, failed, deleted, passages,
+         created_at, started_at, updated_at, finished_at, worker, lease_until) = row  # fmt: skip
+        return IngestionJob(
+            job_id=job_id,
+            source_key=source_key,
+            created_at=created_at,
+            total=total,
+            spec=JobSpec(**json.loads(spec)),
+            state=state,
+            counts={
+                "queued": queued,
+                "done": done,
+                "unchanged": unchanged,
+                "failed": failed,
+                "deleted": deleted,
+            },
+            passages=passages,
+            started_at=started_at,
+            updated_at=updated_at,
+            finished_at=finished_at,
+            worker=worker,
+            lease_until=lease_until,
+        )
+
+    def create_job(self, job: IngestionJob, documents: list[JobDocument]) -> None:
+        counts = initial_counts(documents)
+        expires_at = int(job.created_at) + JOB_TTL_SECONDS
+        spec = json.dumps({"directory": job.spec.directory, "prefix": job.spec.prefix, "sync": job.spec.sync})
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM ingestion_jobs WHERE job_id = ?", (job.job_id,)).fetchone():
+                raise Conflict("job already exists")
+            conn.execute(
+                f"INSERT INTO ingestion_jobs ({self._JOB}, expires_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    job.job_id,
+                    job.source_key,
+                    spec,
+                    job.state,
+                    len(documents),
+                    counts["queued"],
+                    counts["done"],
+                    counts["unchanged"],
+                    counts["failed"],
+                    0,
+                    0,
+                    job.created_at,
+                    None,
+                    job.created_at,
+                    None,
+                    None,
+                    0.0,
+                    expires_at,
+                ),
+            )
+            conn.executemany(
+                "INSERT INTO ingestion_documents VALUES (?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        job.job_id,
+                        d.seq,
+                        d.doc_id,
+                        encode_payload(d.payload) if d.state == "queued" else None,
+                        d.state,
+                        d.error,
+                        d.passages,
+                        expires_at,
+                    )
+                    for d in documents
+                ],
+            )
+
+    def get_job(self, job_id: str) -> IngestionJob | None:
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {self._JOB} FROM ingestion_jobs WHERE job_id = ?", (job_id,)
+            ).fetchone()
+        return self._job(row) if row else None
+
+    def list_jobs(self, source_key: str, limit: int = 20) -> list[IngestionJob]:
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {self._JOB} FROM ingestion_jobs WHERE source_key = ? "
+                "ORDER BY created_at DESC, job_id DESC LIMIT ?",
+                (source_key, limit),
+            ).fetchall()
+        return [self._job(row) for row in rows]
+
+    def job_documents(
+        self, job_id: str, *, state: DocState | None = None, after_seq: int = -1, limit: int = 100
+    ) -> list[JobDocument]:
+        only = "" if state is None else " AND state = ?"
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT seq, doc_id, payload, state, error, passages FROM ingestion_documents "
+                f"WHERE job_id = ? AND seq > ?{only} ORDER BY seq LIMIT ?",
+                (job_id, after_seq, *((state,) if state else ()), limit),
+            ).fetchall()
+        return [
+            JobDocument(seq, doc_id, decode_payload(payload), doc_state, error, passages)
+            for seq, doc_id, payload, doc_state, error, passages in rows
+        ]
+
+    def claim_job(
+        self, worker: str, now: float, lease_s: float, job_id: str | None = None
+    ) -> IngestionJob | None:
+        which = "" if job_id is None else " AND job_id = ?"
+        with self._write() as conn:
+            row = conn.execute(
+                f"SELECT job_id FROM ingestion_jobs WHERE state != 'completed' AND lease_until < ?{which} "
+                "ORDER BY created_at, job_id LIMIT 1",
+                (now, *((job_id,) if job_id else ())),
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                "UPDATE ingestion_jobs SET state = 'running', worker = ?, lease_until = ?, "
+                "started_at = coalesce(started_at, ?), updated_at = ? WHERE job_id = ?",
+                (worker, now + lease_s, now, now, row[0]),
+            )
+            claimed = conn.execute(
+                f"SELECT {self._JOB} FROM ingestion_jobs WHERE job_id = ?", (row[0],)
+            ).fetchone()
+        return self._job(claimed)
+
+    def renew_lease(self, job_id: str, worker: str, now: float, lease_s: float) -> bool:
+        with self._write() as conn:
+            return (
+                conn.execute(
+                    "UPDATE ingestion_jobs SET lease_until = ? "
+                    "WHERE job_id = ? AND worker = ? AND state = 'running'",
+                    (now + lease_s, job_id, worker),
+                ).rowcount
+                > 0
+            )
+
+    def record_outcomes(
+        self, job_id: str, worker: str, outcomes: list[DocumentOutcome], now: float, lease_s: float
+    ) -> bool:
+        deltas, passages = outcome_deltas(outcomes)
+        with self._write() as conn:
+            held = conn.execute(
+                "UPDATE ingestion_jobs SET queued = queued + ?, done = done + ?, unchanged = unchanged + ?, "
+                "failed = failed + ?, passages = passages + ?, updated_at = ?, lease_until = ? "
+                "WHERE job_id = ? AND worker = ? AND state = 'running'",
+                (
+                    deltas["queued"],
+                    deltas["done"],
+                    deltas["unchanged"],
+                    deltas["failed"],
+                    passages,
+                    now,
+                    now + lease_s,
+                    job_id,
+                    worker,
+                ),
+            ).rowcount
+            if not held:
+                return False
+            changed = conn.executemany(
+                "UPDATE ingestion_documents SET state = ?, error = ?, passages = ?, payload = NULL "
+                "WHERE job_id = ? AND seq = ? AND state = 'queued'",
+                [(o.state, o.error, o.passages, job_id, o.seq) for o in outcomes],
+            ).rowcount
+            if changed != len(outcomes):  # a document handled twice would count twice: refuse it all
+                raise Conflict("job documents already handled")
+        return True
+
+    def finish_job(self, job_id: str, worker: str, now: float, deleted: int = 0) -> bool:
+        with self._write() as conn:
+            return (
+                conn.execute(
+                    "UPDATE ingestion_jobs SET state = 'completed', deleted = ?, finished_at = ?, "
+                    "updated_at = ?, lease_until = 0 WHERE job_id = ? AND worker = ? AND state = 'running'",
+                    (deleted, now, now, job_id, worker),
+                ).rowcount
+                > 0
+            )
+
+    def release_job(self, job_id: str, worker: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE ingestion_jobs SET lease_until = 0 WHERE job_id = ? AND worker = ?", (job_id, worker)
+            )

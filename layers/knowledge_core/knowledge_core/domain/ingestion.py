@@ -1,0 +1,115 @@
+"""Ingestion jobs (I-INGEST): a job, its documents and their outcomes; the doc_id rule for files. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any, Literal
+
+from .models import DOC_ID_PATTERN
+
+# A document's outcome in a job. `queued` until a worker has handled it.
+DocState = Literal["queued", "done", "unchanged", "failed"]
+FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
+# Per-document error codes (typed; never the document's text or a library's message).
+ErrorCode = Literal[
+    "unsupported_format", "corrupt", "encrypted", "empty", "too_large", "invalid_document", "not_found"
+]
+JobState = Literal["queued", "running", "completed"]
+# File suffixes a job extracts (SPEC §7); anything else is `unsupported_format`.
+FORMATS: dict[str, str] = {
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".docx": "docx",
+}
+JOB_TTL_SECONDS = 30 * 86400
+
+
+@dataclass(frozen=True)
+class JobDocument:
+    """One document of a job: what to ingest (`payload`, JSON; dropped once handled) and its outcome."""
+
+    seq: int
+    doc_id: str
+    payload: dict[str, Any] | None
+    state: DocState = "queued"
+    error: ErrorCode | None = None
+    passages: int = 0
+
+
+@dataclass(frozen=True)
+class DocumentOutcome:
+    seq: int
+    state: DocState
+    error: ErrorCode | None = None
+    passages: int = 0
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """How a job was asked for: inline documents, or a directory to read (and, with `sync`, to mirror:
+    the source's documents under `prefix` that are not in the directory are deleted at the end)."""
+
+    directory: str | None = None
+    prefix: str = ""
+    sync: bool = False
+
+
+@dataclass(frozen=True)
+class IngestionJob:
+    job_id: str
+    source_key: str
+    created_at: float
+    total: int
+    spec: JobSpec = JobSpec()
+    state: JobState = "queued"
+    counts: dict[str, int] = field(default_factory=dict)  # queued, done, unchanged, failed, deleted
+    passages: int = 0
+    started_at: float | None = None
+    updated_at: float | None = None
+    finished_at: float | None = None
+    worker: str | None = None
+    lease_until: float = 0.0
+
+    def count(self, name: str) -> int:
+        return self.counts.get(name, 0)
+
+
+def initial_counts(documents: list[JobDocument]) -> dict[str, int]:
+    counts = {"queued": 0, "done": 0, "unchanged": 0, "failed": 0, "deleted": 0}
+    for doc in documents:
+        counts[doc.state] += 1
+    return counts
+
+
+def outcome_deltas(outcomes: list[DocumentOutcome]) -> tuple[dict[str, int], int]:
+    """What handling `outcomes` (all queued before) adds to a job's counters, and its passages."""
+    deltas = {"queued": -len(outcomes), "done": 0, "unchanged": 0, "failed": 0}
+    for outcome in outcomes:
+        deltas[outcome.state] += 1
+    return deltas, sum(o.passages for o in outcomes)
+
+
+def file_format(name: str) -> str | None:
+    return FORMATS.get(PurePath(name).suffix.lower())
+
+
+def path_doc_id(name: str) -> str:
+    """A file's doc_id: its name when that is a valid id, else an ASCII slug of it plus a digest of the
+    original (a directory may hold `阀门.md` or `my notes.md`)."""
+    if re.fullmatch(DOC_ID_PATTERN, name):
+        return name
+    slug = re.sub(r"[^A-Za-z0-9._:-]+", "-", name).strip("-._:")[:180]
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:12]
+    return f"{slug}-{digest}" if slug else digest
+
+
+def directory_doc_id(prefix: str, relative: PurePath) -> str:
+    """The doc_id of a file inside a synced directory: the prefix, then its path without suffix."""
+    return path_doc_id((f"{prefix}-" if prefix else "") + "-".join(relative.with_suffix("").parts))
