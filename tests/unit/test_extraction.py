@@ -1,0 +1,118 @@
+"""I-INGEST formats: Markdown, text, HTML (content only), PDF (page starts kept) and DOCX (headings kept)
+extracted to Markdown; encrypted, corrupt, empty and unknown files are typed errors. Every file is made
+here by the test itself."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from knowledge_core.extraction import ExtractionError, extract
+
+
+def make_pdf(pages: list[str], title: str | None = None) -> bytes:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    if title:
+        pdf.set_title(title)
+    pdf.set_font("helvetica", size=12)
+    for text in pages:
+        pdf.add_page()
+        pdf.multi_cell(0, 8, text)
+    return bytes(pdf.output())
+
+
+def make_docx(build: object = None) -> bytes:
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Valve manual", level=0)
+    document.add_heading("Installation", level=1)
+    document.add_paragraph("Mount the valve upright.")
+    document.add_paragraph("first step", style="List Bullet")
+    document.add_paragraph("second step", style="List Bullet")
+    document.add_heading("Torque", level=2)
+    table = document.add_table(rows=2, cols=2)
+    table.cell(0, 0).text, table.cell(0, 1).text = "size", "torque"
+    table.cell(1, 0).text, table.cell(1, 1).text = "M8", "12 Nm"
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def test_i_ingest_markdown_and_text_keep_their_heading_as_title() -> None:
+    md = extract("a.md", "# Pump guide\n\n## Seals\n\nReplace every 90 days.\n".encode())
+    assert (md.format, md.title) == ("markdown", "Pump guide")
+    assert md.body.startswith("## Seals")
+    txt = extract("b.TXT", "阀门检修每季度一次。\n".encode())
+    assert txt.title is None and txt.body.startswith("阀门检修")
+
+
+def test_i_ingest_html_keeps_content_only() -> None:
+    page = """<!doctype html><html><head><title>Gateway offline</title><style>.x{color:red}</style>
+    <script>var secret = "tracking";</script></head><body>
+    <header><a href="/">Home</a> | Products</header><nav><ul><li>Menu item</li></ul></nav>
+    <main><h1>Gateway offline</h1><p>Check the <b>power</b> LED first.</p>
+    <h2>Network</h2><ul><li>ping the gateway</li><li>check DHCP</li></ul>
+    <pre>kb status --all</pre><table><tr><th>LED</th><th>Meaning</th></tr><tr><td>red</td><td>no uplink</td></tr></table>
+    </main><aside>Related posts</aside><footer>© 2026 Lumen</footer></body></html>"""
+    html = extract("page.html", page.encode())
+    assert html.title == "Gateway offline"
+    assert "Check the power LED first." in html.body
+    assert "## Network" in html.body and "- ping the gateway\n- check DHCP" in html.body
+    assert "```\nkb status --all\n```" in html.body and "red | no uplink" in html.body
+    for dropped in ("tracking", "color:red", "Home", "Menu item", "Related posts", "2026 Lumen"):
+        assert dropped not in html.body
+
+
+def test_i_ingest_pdf_keeps_page_starts() -> None:
+    data = make_pdf(["Page one talks about pumps.", "Page two talks about valves."], title="Manual")
+    pdf = extract("m.pdf", data)
+    assert pdf.title == "Manual" and len(pdf.page_starts) == 2
+    assert pdf.body[pdf.page_starts[0] :].startswith("Page one")
+    assert pdf.body[pdf.page_starts[1] :].startswith("Page two talks about valves.")
+
+
+def test_i_ingest_docx_headings_become_markdown_headings() -> None:
+    doc = extract("v.docx", make_docx())
+    assert doc.title == "Valve manual"
+    assert doc.body.startswith("# Installation\n\nMount the valve upright.")
+    assert "- first step\n- second step" in doc.body
+    assert "## Torque" in doc.body and "M8 | 12 Nm" in doc.body
+
+
+def encrypted_pdf() -> bytes:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(make_pdf(["secret plans"]))))
+    writer.encrypt(user_password="pw", owner_password="owner", algorithm="RC4-128")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "code"),
+    [
+        ("x.bin", b"\x00\x01", "unsupported_format"),
+        ("x.xlsx", b"PK\x03\x04", "unsupported_format"),
+        ("x.md", b"  \n\n", "empty"),
+        ("x.txt", b"\xff\xfe\xfa bad utf-8", "corrupt"),
+        ("x.pdf", b"%PDF-1.7 not really a pdf", "corrupt"),
+        ("x.pdf", make_pdf([""]), "empty"),
+        ("x.docx", b"PK\x03\x04 broken zip", "corrupt"),
+        ("x.docx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 64, "encrypted"),
+        ("x.html", b"<html><body><nav>only navigation</nav></body></html>", "empty"),
+    ],
+)
+def test_i_ingest_unreadable_files_are_typed_errors(name: str, data: bytes, code: str) -> None:
+    with pytest.raises(ExtractionError) as caught:
+        extract(name, data)
+    assert caught.value.code == code and str(caught.value) == code  # no text of the file, no library detail
+
+
+def test_i_ingest_encrypted_pdf_is_a_typed_error() -> None:
+    with pytest.raises(ExtractionError) as caught:
+        extract("locked.pdf", encrypted_pdf())
+    assert caught.value.code == "encrypted"
