@@ -42,7 +42,7 @@ def make_docx(build: object = None) -> bytes:
 
 
 def test_i_ingest_markdown_and_text_keep_their_heading_as_title() -> None:
-    md = extract("a.md", "# Pump guide\n\n## Seals\n\nReplace every 90 days.\n".encode())
+    md = extract("a.md", b"# Pump guide\n\n## Seals\n\nReplace every 90 days.\n")
     assert (md.format, md.title) == ("markdown", "Pump guide")
     assert md.body.startswith("## Seals")
     txt = extract("b.TXT", "阀门检修每季度一次。\n".encode())
@@ -55,7 +55,8 @@ def test_i_ingest_html_keeps_content_only() -> None:
     <header><a href="/">Home</a> | Products</header><nav><ul><li>Menu item</li></ul></nav>
     <main><h1>Gateway offline</h1><p>Check the <b>power</b> LED first.</p>
     <h2>Network</h2><ul><li>ping the gateway</li><li>check DHCP</li></ul>
-    <pre>kb status --all</pre><table><tr><th>LED</th><th>Meaning</th></tr><tr><td>red</td><td>no uplink</td></tr></table>
+    <pre>kb status --all</pre>
+    <table><tr><th>LED</th><th>Meaning</th></tr><tr><td>red</td><td>no uplink</td></tr></table>
     </main><aside>Related posts</aside><footer>© 2026 Lumen</footer></body></html>"""
     html = extract("page.html", page.encode())
     assert html.title == "Gateway offline"

@@ -105,10 +105,11 @@ def _html(data: bytes) -> Extracted:
     soup = BeautifulSoup(data, "html.parser")
     title_tag = soup.find("title")
     title = _clean(title_tag.get_text()) if title_tag else None
-    for tag in soup.find_all(_HTML_DROP):
+    for tag in soup.find_all(list(_HTML_DROP)):
         tag.decompose()
-    for tag in soup.find_all(attrs={"role": ["navigation", "banner", "contentinfo"]}):
-        tag.decompose()
+    for role in ("navigation", "banner", "contentinfo"):
+        for tag in soup.find_all(attrs={"role": role}):
+            tag.decompose()
     root: Any = soup.find("main") or soup.find("article") or soup.find("body") or soup
     blocks: list[str] = []
     _html_blocks(root, blocks)
