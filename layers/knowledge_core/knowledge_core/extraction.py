@@ -108,7 +108,7 @@ def _html(data: bytes) -> Extracted:
     for tag in soup.find_all(list(_HTML_DROP)):
         tag.decompose()
     for role in ("navigation", "banner", "contentinfo"):
-        for tag in soup.find_all(attrs={"role": role}):
+        for tag in soup.find_all(True, attrs={"role": role}):
             tag.decompose()
     root: Any = soup.find("main") or soup.find("article") or soup.find("body") or soup
     blocks: list[str] = []
