@@ -1,5 +1,5 @@
-"""Admin API (IAM auth on AWS; loopback only under `kb serve`): publish, workspaces, documents, tokens,
-runs."""
+"""Admin API (IAM auth on AWS; loopback only under `kb serve`): publish, workspaces, documents, ingestion
+jobs, tokens, runs."""
 
 import re
 
@@ -16,6 +16,7 @@ from knowledge_core.domain.admin_wire import (
     DocumentRevision,
     DocumentsResponse,
     DocumentStatusResponse,
+    IngestionJobRequest,
     PreparedResponse,
     PublishResponse,
     RunEndRequest,
@@ -130,6 +131,22 @@ def enable_document(source: str, doc_id: str) -> Response:
 def disable_document(source: str, doc_id: str) -> Response:
     bootstrap.container().admin.set_document_status(_key(source), doc_id, "disabled")
     return json_response(DocumentStatusResponse(source=source, doc_id=doc_id, status="disabled").model_dump())
+
+
+@app.post("/admin/v1/sources/<source>/ingestion-jobs")
+def submit_ingestion_job(source: str) -> Response:
+    request = parse_request(IngestionJobRequest, body_of(app))
+    return json_response(bootstrap.container().ingestion.submit(_key(source), request), 202)
+
+
+@app.get("/admin/v1/sources/<source>/ingestion-jobs")
+def list_ingestion_jobs(source: str) -> Response:
+    return json_response(bootstrap.container().ingestion.list_jobs(_key(source)))
+
+
+@app.get("/admin/v1/sources/<source>/ingestion-jobs/<job_id>")
+def get_ingestion_job(source: str, job_id: str) -> Response:
+    return json_response(bootstrap.container().ingestion.status(_key(source), job_id))
 
 
 @app.post("/admin/v1/tokens")

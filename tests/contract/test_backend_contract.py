@@ -373,3 +373,16 @@ def test_r_admin_list_documents_of_a_source_without_bodies(world):
     ]
     assert not listed.truncated and all(d.revision.startswith("sha256:") for d in listed.documents)
     assert world.c.admin.list_documents(key, limit=1).truncated
+
+
+def test_i_ingest_document_ids_list_a_source_under_a_prefix(world):
+    (key, other) = world.publish({"ids": {}, "ids-other": {}})
+    world.ingest(
+        doc(key, "guide-a", "A", "alpha"),
+        doc(key, "guide-b", "B", "beta"),
+        doc(key, "notes-c", "C", "gamma"),
+        doc(other, "guide-z", "Z", "zeta"),
+    )
+    assert world.c.backend.document_ids(key) == ["guide-a", "guide-b", "notes-c"]
+    assert world.c.backend.document_ids(key, "guide-") == ["guide-a", "guide-b"]
+    assert world.c.backend.document_ids(key, "none-") == []

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING
 
 from .codec import RotatingTokenCodec, SecretSource, TokenCodec
 from .domain.hybrid import HybridRanking
-from .ports import BudgetLedger, Clock, Embedder, SearchBackend, StateStores, SystemClock
+from .ports import BudgetLedger, Clock, Embedder, JobQueue, SearchBackend, StateStores, SystemClock
 from .settings import Settings
 
 if TYPE_CHECKING:
     from .adapters.dynamodb import DynamoTable
     from .services.access import AccessService, RunGuard
     from .services.admin import AdminService
+    from .services.ingestion import IngestionService
     from .services.knowledge import KnowledgeService
     from .services.scope import ScopeResolver
     from .services.tools import ToolsService
@@ -37,6 +38,7 @@ class Container:
         backend: SearchBackend | None = None,
         ledger: BudgetLedger | None = None,
         embedder: Embedder | None = None,
+        job_queue: JobQueue | None = None,
     ) -> None:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
@@ -44,6 +46,7 @@ class Container:
         self._backend = backend
         self._ledger = ledger
         self._embedder = embedder
+        self._job_queue = job_queue
 
     # --- adapters ---------------------------------------------------------------------------------
     @cached_property
@@ -85,6 +88,15 @@ class Container:
     @property
     def ledger(self) -> BudgetLedger:
         return self.state.ledger
+
+    @cached_property
+    def job_queue(self) -> JobQueue | None:
+        """The ingestion worker's queue on AWS (SQS); None where a worker polls the job store."""
+        if self._job_queue is not None or not self.settings.ingest_queue_url:
+            return self._job_queue
+        from .adapters.sqs_queue import SqsJobQueue
+
+        return SqsJobQueue(self.settings.ingest_queue_url, region=self.settings.region)
 
     @cached_property
     def embedder(self) -> Embedder | None:
@@ -174,6 +186,20 @@ class Container:
             runs=self.state.runs,
             run_guard=self.run_guard,
             ledger=self.ledger,
+        )
+
+    @cached_property
+    def ingestion(self) -> IngestionService:
+        from .services.ingestion import IngestionService
+
+        return IngestionService(
+            registry=self.state.registry,
+            jobs=self.state.jobs,
+            backend=self.backend,
+            clock=self.clock,
+            queue=self.job_queue,
+            allow_directories=self.settings.ingest_directories,
+            lease_s=self.settings.ingest_lease_seconds,
         )
 
     @cached_property

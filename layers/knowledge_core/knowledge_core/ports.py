@@ -344,6 +344,13 @@ class JobStore(ABC):
         """Give the lease up early (a worker out of time), so another can claim the job at once."""
 
 
+class JobQueue(ABC):
+    """Wakes a worker for a job (SQS on AWS); `kb serve`'s worker thread polls the job store instead."""
+
+    @abstractmethod
+    def enqueue(self, job_id: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class StateStores:
     """Every state port, as one adapter family provides them (SQLite file, or one DynamoDB table)."""

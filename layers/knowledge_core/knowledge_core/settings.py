@@ -33,6 +33,10 @@ class Settings(BaseModel):
     embedding_cache: str | None = None  # a SQLite file remembering passage vectors (local use)
     semantic_weight: float = Field(HybridRanking.weight, ge=0, le=1)
     semantic_pool: int = Field(HybridRanking.pool, ge=1, le=100)
+    # Ingestion jobs: the worker's SQS queue (AWS); directories readable by the service (kb serve only).
+    ingest_queue_url: str | None = None
+    ingest_directories: bool = False
+    ingest_lease_seconds: float = Field(15.0, ge=1, le=900)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -57,5 +61,8 @@ class Settings(BaseModel):
             "embedding_cache": env.get("KB_EMBEDDING_CACHE"),
             "semantic_weight": env.get("KB_SEMANTIC_WEIGHT"),
             "semantic_pool": env.get("KB_SEMANTIC_POOL"),
+            "ingest_queue_url": env.get("KB_INGEST_QUEUE_URL"),
+            "ingest_directories": env.get("KB_INGEST_DIRECTORIES"),
+            "ingest_lease_seconds": env.get("KB_INGEST_LEASE_SECONDS"),
         }
         return cls.model_validate({k: v for k, v in values.items() if v not in (None, "")})

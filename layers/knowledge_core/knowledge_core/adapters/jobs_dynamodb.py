@@ -19,12 +19,13 @@ from ..domain.ingestion import (
     IngestionJob,
     JobDocument,
     JobSpec,
+    decode_payload,
+    encode_payload,
     initial_counts,
     outcome_deltas,
 )
 from ..ports import JobStore
 from .dynamodb import TTL_ATTRIBUTE, TableAdapter, _n, _s
-from .sqlite_state import decode_payload, encode_payload
 
 _OPEN = "JOBS#OPEN"
 _COUNTERS = ("queued", "done", "unchanged", "failed", "deleted", "passages")

@@ -411,6 +411,31 @@ class OpenSearchBackend(SearchBackend):
             structured_source=src.get("structured_source"),
         )
 
+    def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
+        query: dict[str, Any] = {"bool": {"filter": [{"term": {"source_key": source_key}}]}}
+        if prefix:
+            query["bool"]["filter"].append({"prefix": {"doc_id": prefix}})
+        ids: list[str] = []
+        after: list | None = None
+        try:
+            self.ensure_indices()
+            while True:
+                body: dict[str, Any] = {
+                    "query": query,
+                    "_source": ["doc_id"],
+                    "size": 1000,
+                    "sort": [{"doc_id": "asc"}],
+                }
+                if after is not None:
+                    body["search_after"] = after
+                hits = self.client.search(index=self.documents_alias, body=body)["hits"]["hits"]
+                ids += [hit["_source"]["doc_id"] for hit in hits]
+                if len(hits) < 1000:
+                    return ids
+                after = hits[-1]["sort"]
+        except transport_errors() as exc:
+            raise _failure(exc) from None
+
     def _passage_counts(self, keys: list[str]) -> dict[str, int]:
         """Parent id -> passage count of the stored version, for the documents that exist."""
         counts: dict[str, int] = {}

@@ -301,6 +301,21 @@ class SqliteFtsBackend(SearchBackend):
             raise SourceFailure("unavailable") from None
         return [DocumentInfo(*row) for row in rows]
 
+    def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
+        try:
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT doc_id FROM documents WHERE source_key = ? AND substr(doc_id, 1, ?) = ? "
+                    "ORDER BY doc_id",
+                    (source_key, len(prefix), prefix),
+                )
+                .fetchall()
+            )
+        except sqlite3.Error:
+            raise SourceFailure("unavailable") from None
+        return [doc_id for (doc_id,) in rows]
+
     def healthy(self, timeout_s: float = 1.0) -> bool:
         try:
             self._conn().execute("SELECT 1 FROM documents LIMIT 1").fetchall()

@@ -11,7 +11,6 @@ import functools
 import json
 import sqlite3
 import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +38,8 @@ from ..domain.ingestion import (
     IngestionJob,
     JobDocument,
     JobSpec,
+    decode_payload,
+    encode_payload,
     initial_counts,
     outcome_deltas,
 )
@@ -632,17 +633,6 @@ class SqliteLedger(SqliteStore, BudgetLedger):
             Citation(cid, fp, knowledge, content, rid, created=False)
             for cid, fp, knowledge, content, rid in rows
         ]
-
-
-def encode_payload(payload: dict | None) -> bytes | None:
-    """A job document's payload as stored: compact JSON, zlib-compressed (bodies can be large)."""
-    if payload is None:
-        return None
-    return zlib.compress(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-
-
-def decode_payload(blob: bytes | None) -> dict | None:
-    return json.loads(zlib.decompress(blob)) if blob is not None else None
 
 
 class SqliteJobStore(SqliteStore, JobStore):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 from .models import DOC_ID_PATTERN, ROUTE_PATTERN, DocumentAcl, Tenant, TokenSummary
-from .wire import StrictRequest
+from .wire import StrictRequest, WireModel
 
 Route = Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
 
@@ -233,3 +233,96 @@ class LedgerEntryView(BaseModel):
 class LedgerResponse(BaseModel):
     root_id: str
     entries: list[LedgerEntryView]
+
+
+# --- ingestion jobs (I-INGEST) ---------------------------------------------------------------------------
+
+MAX_JOB_DOCUMENTS = 500
+DocIdPrefix = Annotated[str, StringConstraints(pattern=r"^(|[A-Za-z0-9][A-Za-z0-9._:-]{0,99})$")]
+
+
+class JobDocumentRequest(StrictRequest):
+    """A document of a job: text (`body`, as the bulk documents route takes it) or a file to extract
+    (`filename` + `content_base64`: PDF, HTML, DOCX, Markdown, text)."""
+
+    doc_id: Annotated[str, StringConstraints(pattern=DOC_ID_PATTERN)]
+    title: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    body: str | None = None
+    filename: Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^/\\]+$")] | None = (
+        None
+    )
+    content_base64: str | None = None
+    structured_source: dict[str, Any] | None = None
+    acl: DocumentAcl = DocumentAcl()
+    status: Literal["ready", "processing", "disabled"] = "ready"
+
+    @model_validator(mode="after")
+    def _one_content(self) -> JobDocumentRequest:
+        if (self.body is None) == (self.content_base64 is None):
+            raise ValueError("give exactly one of body or content_base64")
+        if self.content_base64 is not None and self.filename is None:
+            raise ValueError("filename: required with content_base64")
+        if self.body is not None and self.title is None:
+            raise ValueError("title: required with body")
+        return self
+
+
+class IngestionJobRequest(StrictRequest):
+    """Inline documents, or a directory the service reads (with `sync`: mirrors under `doc_id_prefix`)."""
+
+    documents: (
+        Annotated[list[JobDocumentRequest], Field(min_length=1, max_length=MAX_JOB_DOCUMENTS)] | None
+    ) = None
+    directory: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
+    doc_id_prefix: DocIdPrefix = ""
+    sync: bool = False
+    acl: DocumentAcl = DocumentAcl()
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> IngestionJobRequest:
+        if (self.documents is None) == (self.directory is None):
+            raise ValueError("give exactly one of documents or directory")
+        if self.documents is not None and (self.sync or self.doc_id_prefix):
+            raise ValueError("sync and doc_id_prefix apply to a directory only")
+        return self
+
+
+class JobAccepted(WireModel):
+    job_id: str
+    source: str
+    state: str
+    total: int
+
+
+class JobDocumentError(BaseModel):
+    doc_id: str
+    code: str
+
+
+class JobCounts(BaseModel):
+    queued: int
+    done: int
+    unchanged: int
+    failed: int
+    deleted: int
+
+
+class JobStatus(WireModel):
+    job_id: str
+    source: str
+    state: str
+    total: int
+    counts: JobCounts
+    passages: int
+    errors: list[JobDocumentError]
+    errors_truncated: bool
+    sync: bool
+    created_at: str
+    started_at: str | None
+    updated_at: str | None
+    finished_at: str | None
+
+
+class JobList(WireModel):
+    source: str
+    jobs: list[JobStatus]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Literal
@@ -113,3 +115,14 @@ def path_doc_id(name: str) -> str:
 def directory_doc_id(prefix: str, relative: PurePath) -> str:
     """The doc_id of a file inside a synced directory: the prefix, then its path without suffix."""
     return path_doc_id((f"{prefix}-" if prefix else "") + "-".join(relative.with_suffix("").parts))
+
+
+def encode_payload(payload: dict[str, Any] | None) -> bytes | None:
+    """A job document's payload as stored: compact JSON, zlib-compressed (bodies can be large)."""
+    if payload is None:
+        return None
+    return zlib.compress(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def decode_payload(blob: bytes | None) -> dict[str, Any] | None:
+    return json.loads(zlib.decompress(blob)) if blob is not None else None

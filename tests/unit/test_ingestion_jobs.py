@@ -1,0 +1,157 @@
+"""I-INGEST jobs in the core (embedded state and index): a job answers at once and is worked through by
+`work`; per-document typed errors do not stop the rest; unchanged content is skipped; a sync deletes what
+left the directory; a worker that dies mid-job leaves its lease to run out and another finishes the job
+with every document written once and whole."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+from knowledge_core.bootstrap import Container
+from knowledge_core.domain.admin_wire import IngestionJobRequest
+from knowledge_core.domain.errors import InvalidRequest, NotFound
+from knowledge_core.domain.models import SourceDefinition
+from knowledge_core.domain.wire import parse_request
+
+from tests.conftest import FakeClock, embedded_container
+from tests.unit.test_extraction import encrypted_pdf, make_docx, make_pdf
+
+SOURCE = "manuals@1.0.0"
+
+
+@pytest.fixture
+def c(tmp_path: Path, clock: FakeClock) -> Container:
+    container = embedded_container(tmp_path, clock, ingest_directories=True)
+    container.admin.publish_source(SourceDefinition.model_validate({"id": "manuals", "version": "1.0.0"}))
+    return container
+
+
+def request(body: dict) -> IngestionJobRequest:
+    import json
+
+    return parse_request(IngestionJobRequest, json.dumps(body))
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def test_i_ingest_inline_job_counts_outcomes_and_typed_errors(c: Container, clock: FakeClock) -> None:
+    accepted = c.ingestion.submit(
+        SOURCE,
+        request(
+            {
+                "documents": [
+                    {"doc_id": "note", "title": "Note", "body": "plain pumpernickel text"},
+                    {
+                        "doc_id": "manual",
+                        "filename": "m.pdf",
+                        "content_base64": b64(make_pdf(["pumps", "valves"])),
+                    },
+                    {"doc_id": "valve", "filename": "v.docx", "content_base64": b64(make_docx())},
+                    {"doc_id": "locked", "filename": "l.pdf", "content_base64": b64(encrypted_pdf())},
+                    {"doc_id": "sheet", "filename": "s.xlsx", "content_base64": b64(b"PK\x03\x04")},
+                    {"doc_id": "blank", "filename": "b.md", "content_base64": b64(b"   ")},
+                ]
+            }
+        ),
+    )
+    queued = c.ingestion.status(SOURCE, accepted.job_id)
+    assert queued.state == "queued" and queued.counts.queued == 6 and queued.started_at is None
+    assert c.ingestion.work("w1") == accepted.job_id
+    done = c.ingestion.status(SOURCE, accepted.job_id)
+    assert done.state == "completed" and done.finished_at is not None
+    assert (done.counts.done, done.counts.failed, done.counts.queued) == (3, 3, 0)
+    assert {(e.doc_id, e.code) for e in done.errors} == {
+        ("locked", "encrypted"),
+        ("sheet", "unsupported_format"),
+        ("blank", "empty"),
+    }
+    manual = c.backend.get_document(SOURCE, "manual")
+    assert manual is not None and manual.structured_source is not None
+    assert manual.structured_source["format"] == "pdf" and len(manual.structured_source["page_starts"]) == 2
+    valve = c.backend.get_document(SOURCE, "valve")
+    assert valve is not None and valve.title == "Valve manual" and "# Installation" in valve.body
+
+    # The same content again: nothing is rewritten.
+    clock.advance(1)
+    again = c.ingestion.submit(
+        SOURCE,
+        request({"documents": [{"doc_id": "note", "title": "Note", "body": "plain pumpernickel text"}]}),
+    )
+    c.ingestion.work("w1")
+    assert c.ingestion.status(SOURCE, again.job_id).counts.unchanged == 1
+    assert [j.job_id for j in c.ingestion.list_jobs(SOURCE).jobs] == [again.job_id, accepted.job_id]
+    assert c.ingestion.work("w1") is None  # nothing left
+
+
+def test_i_ingest_directory_sync_deletes_documents_that_left(c: Container, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.md").write_text("# Alpha\n\nalpha text", "utf-8")
+    (folder / "sub" / "b.html").write_text("<h1>Beta</h1><p>beta text</p>", "utf-8")
+    (folder / ".hidden.md").write_text("# hidden", "utf-8")
+    outside = c.ingestion.submit(
+        SOURCE, request({"documents": [{"doc_id": "keep-me", "title": "K", "body": "outside the prefix"}]})
+    )
+    c.ingestion.work("w")
+    first = c.ingestion.submit(
+        SOURCE, request({"directory": str(folder), "doc_id_prefix": "kb", "sync": True})
+    )
+    c.ingestion.work("w")
+    status = c.ingestion.status(SOURCE, first.job_id)
+    assert (status.counts.done, status.counts.deleted) == (2, 0)
+    assert c.backend.document_ids(SOURCE, "kb-") == ["kb-a", "kb-sub-b"]
+    (folder / "a.md").unlink()
+    second = c.ingestion.submit(
+        SOURCE, request({"directory": str(folder), "doc_id_prefix": "kb", "sync": True})
+    )
+    c.ingestion.work("w")
+    status = c.ingestion.status(SOURCE, second.job_id)
+    assert (status.counts.unchanged, status.counts.deleted) == (1, 1)
+    assert c.backend.document_ids(SOURCE) == ["kb-sub-b", "keep-me"]
+    assert c.ingestion.status(SOURCE, outside.job_id).state == "completed"
+
+
+def test_i_ingest_a_dead_worker_is_taken_over_after_its_lease(
+    c: Container, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = [{"doc_id": f"d{i}", "title": f"T{i}", "body": f"body number {i}"} for i in range(120)]
+    accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
+    calls = {"n": 0}
+    real_put = c.backend.put_documents
+
+    def dies_on_second_batch(documents: list) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise SystemExit("killed")  # the process dies mid-job, after one batch was recorded
+        real_put(documents)
+
+    monkeypatch.setattr(c.backend, "put_documents", dies_on_second_batch)
+    with pytest.raises(SystemExit):
+        c.ingestion.work("w1")
+    half = c.ingestion.status(SOURCE, accepted.job_id)
+    assert half.state == "running" and half.counts.done == 50 and half.counts.queued == 70
+    assert c.ingestion.work("w2") is None  # still leased to the dead worker
+    clock.advance(c.settings.ingest_lease_seconds + 1)
+    assert c.ingestion.work("w2") == accepted.job_id
+    done = c.ingestion.status(SOURCE, accepted.job_id)
+    assert done.state == "completed" and done.counts.done == 120 and done.passages == 120
+    assert len(c.backend.document_ids(SOURCE)) == 120
+
+
+def test_i_ingest_bad_requests_name_their_field(c: Container) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_request(IngestionJobRequest, '{"documents": [{"doc_id": "x", "body": "b"}]}')
+    assert "title" in caught.value.message
+    with pytest.raises(InvalidRequest):
+        parse_request(IngestionJobRequest, '{"documents": [], "directory": "/x"}')
+    with pytest.raises(InvalidRequest) as caught:
+        c.ingestion.submit(SOURCE, request({"directory": "relative/dir"}))
+    assert caught.value.field == "directory"
+    with pytest.raises(NotFound):
+        c.ingestion.submit("none@1.0.0", request({"documents": [{"doc_id": "x", "title": "t", "body": "b"}]}))
+    with pytest.raises(NotFound):
+        c.ingestion.status(SOURCE, "no-such-job")
