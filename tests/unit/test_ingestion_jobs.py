@@ -6,6 +6,7 @@ with every document written once and whole."""
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from knowledge_core.domain.admin_wire import IngestionJobRequest
 from knowledge_core.domain.errors import InvalidRequest, NotFound
 from knowledge_core.domain.models import SourceDefinition
 from knowledge_core.domain.wire import parse_request
+from knowledge_core.ports import JobQueue
 
 from tests.conftest import FakeClock, embedded_container
 from tests.unit.test_extraction import encrypted_pdf, make_docx, make_pdf
@@ -29,8 +31,6 @@ def c(tmp_path: Path, clock: FakeClock) -> Container:
 
 
 def request(body: dict) -> IngestionJobRequest:
-    import json
-
     return parse_request(IngestionJobRequest, json.dumps(body))
 
 
@@ -155,3 +155,48 @@ def test_i_ingest_bad_requests_name_their_field(c: Container) -> None:
         c.ingestion.submit("none@1.0.0", request({"documents": [{"doc_id": "x", "title": "t", "body": "b"}]}))
     with pytest.raises(NotFound):
         c.ingestion.status(SOURCE, "no-such-job")
+
+
+class ListQueue(JobQueue):
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int]] = []
+
+    def enqueue(self, job_id: str, delay_s: int = 0) -> None:
+        self.sent.append((job_id, delay_s))
+
+
+def test_i_ingest_worker_function_works_the_job_of_its_sqs_message(tmp_path: Path, clock: FakeClock) -> None:
+    """The AWS worker: `events/ingest_worker/job.json` names a job; the function works it; a message for a
+    job another worker holds is queued again for when that lease would have run out."""
+    from knowledge_core import bootstrap
+
+    from kb_cli.events import load_event
+    from kb_cli.gateway import FunctionError, Handlers
+
+    queue = ListQueue()
+    base = embedded_container(tmp_path, clock)
+    c = Container(base.settings, clock=clock, job_queue=queue)
+    c.admin.publish_source(SourceDefinition.model_validate({"id": "manuals", "version": "1.0.0"}))
+    accepted = c.ingestion.submit(
+        SOURCE, request({"documents": [{"doc_id": "a", "title": "A", "body": "alpha"}]})
+    )
+    assert queue.sent == [(accepted.job_id, 0)]
+    event = load_event("ingest_worker/job.json")
+    event["Records"][0]["body"] = json.dumps({"job_id": accepted.job_id})
+    bootstrap.reset(c)
+    try:
+        assert Handlers().invoke("IngestWorkerFunction", event) == {"batchItemFailures": []}
+        assert c.ingestion.status(SOURCE, accepted.job_id).state == "completed"
+        held = c.ingestion.submit(
+            SOURCE, request({"documents": [{"doc_id": "b", "title": "B", "body": "b"}]})
+        )
+        assert c.state.jobs.claim_job("elsewhere", clock.now(), 15, held.job_id) is not None
+        event["Records"][0]["body"] = json.dumps({"job_id": held.job_id})
+        assert Handlers().invoke("IngestWorkerFunction", event) == {"batchItemFailures": []}
+        assert queue.sent[-1] == (held.job_id, 16)
+        # A malformed message fails the invocation: SQS retries it, then moves it to the dead-letter queue.
+        event["Records"][0]["body"] = '{"job": 1}'
+        with pytest.raises(FunctionError):
+            Handlers().invoke("IngestWorkerFunction", event)
+    finally:
+        bootstrap.reset(None)

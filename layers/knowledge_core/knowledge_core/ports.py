@@ -348,7 +348,7 @@ class JobQueue(ABC):
     """Wakes a worker for a job (SQS on AWS); `kb serve`'s worker thread polls the job store instead."""
 
     @abstractmethod
-    def enqueue(self, job_id: str) -> None: ...
+    def enqueue(self, job_id: str, delay_s: int = 0) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,14 @@ class SqsJobQueue(JobQueue):
             self._client_obj = boto3.client("sqs", region_name=self._region)
         return self._client_obj
 
-    def enqueue(self, job_id: str) -> None:
+    def enqueue(self, job_id: str, delay_s: int = 0) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            self._client.send_message(QueueUrl=self._url, MessageBody=json.dumps({"job_id": job_id}))
+            self._client.send_message(
+                QueueUrl=self._url,
+                MessageBody=json.dumps({"job_id": job_id}),
+                DelaySeconds=max(0, min(900, delay_s)),
+            )
         except (BotoCoreError, ClientError) as exc:
             raise StateUnavailable() from exc

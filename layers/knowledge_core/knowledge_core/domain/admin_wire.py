@@ -326,3 +326,9 @@ class JobStatus(WireModel):
 class JobList(WireModel):
     source: str
     jobs: list[JobStatus]
+
+
+class JobMessage(StrictRequest):
+    """The ingestion queue's message: the job to work on."""
+
+    job_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]

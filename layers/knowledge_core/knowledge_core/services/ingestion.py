@@ -42,6 +42,7 @@ BATCH_DOCUMENTS = 50  # one atomic write (SearchBackend.put_documents) per batch
 BATCH_BODY_CHARS = 4_000_000
 LEASE_SECONDS = 15.0
 MAX_ERRORS_SHOWN = 100
+BACKEND_RETRY_SECONDS = 30
 
 
 def _iso(ts: float | None) -> str | None:
@@ -165,20 +166,31 @@ class IngestionService:
     # --- the worker -----------------------------------------------------------------------------------
     def work(self, worker: str, *, job_id: str | None = None, deadline: float | None = None) -> str | None:
         """Claim one job (`job_id`, or the oldest with a free lease) and work it until it completes, the
-        lease is lost, the search backend fails (the job waits for the next claim) or `deadline` (clock
-        time) passes (the job is released and queued again). The job id worked on, or None."""
+        lease is lost, the search backend fails (the job is released for a later claim) or `deadline`
+        (clock time) passes (released too). The job id worked on, or None when nothing was claimed.
+        With a queue, a job left unfinished is queued again (after a pause when the backend failed)."""
         job = self._jobs.claim_job(worker, self._clock.now(), self._lease_s, job_id)
         if job is None:
             return None
+        delay = 0
         with self._heartbeat(job.job_id, worker):
             try:
                 finished = self._work(job, worker, deadline)
             except SourceFailure:
-                finished = False
+                finished, delay = False, BACKEND_RETRY_SECONDS
                 self._jobs.release_job(job.job_id, worker)
         if not finished and self._queue is not None:
-            self._queue.enqueue(job.job_id)
+            self._queue.enqueue(job.job_id, delay)
         return job.job_id
+
+    def work_message(self, worker: str, job_id: str, deadline: float) -> None:
+        """A queue message for `job_id` (the AWS worker). When another worker holds the job, look again
+        once its lease would have run out: if that worker died, nothing else would resume the job."""
+        if self.work(worker, job_id=job_id, deadline=deadline) is not None:
+            return
+        job = self._jobs.get_job(job_id)
+        if job is not None and job.state != "completed" and self._queue is not None:
+            self._queue.enqueue(job_id, int(self._lease_s) + 1)
 
     def _work(self, job: IngestionJob, worker: str, deadline: float | None) -> bool:
         after = -1
