@@ -50,6 +50,8 @@ def configure_local_env(
         # Every function runs in its own processes here: without a registry cache, a disabled source or an
         # ended run is seen by the next request (local reads are cheap); on Lambda the default is 2 s.
         "KB_REGISTRY_CACHE_SECONDS": os.environ.get("KB_REGISTRY_CACHE_SECONDS", "0"),
+        # The admin API answers on loopback only here, so an ingestion job may name a local directory.
+        "KB_INGEST_DIRECTORIES": "true",
         "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_METRICS_NAMESPACE": "AgentKnowledge",
@@ -135,6 +137,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from . import demo
     from .gateway import LocalGateway, WorkerHandlers, make_server
+    from .ingest_worker import IngestWorker
 
     state = Path(args.state)
     args.state_backend = args.state_backend or ("dynamodb" if args.dynamodb_endpoint else "sqlite")
@@ -169,6 +172,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         what = "seeded" if seeded else "kept"
         print(f"demo workspace 'demo' {what}: {len(demo.demo_documents())} documents in demo-docs@1.0.0")
         print(f"bearer token for route demo (also in {token_file}):\n{token}")
+    worker = IngestWorker(container, verbose=args.verbose)
+    worker.start()  # resumes any job a killed kb serve left behind, once its lease runs out
     handlers = WorkerHandlers(max_instances=args.instances, verbose=args.verbose)
     server = make_server(args.host, args.port, LocalGateway(handlers), log_requests=True)
     host, port = str(server.server_address[0]), server.server_address[1]
@@ -187,6 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         pass
     finally:
         server.server_close()
+        worker.stop()
         handlers.close()
     return 0
 
@@ -300,72 +306,181 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def _path_doc_id(name: str) -> str:
-    """A file's doc_id: its relative path when that is a valid id, else an ASCII slug of it plus a digest of
-    the original (a directory may hold `阀门.md` or `my notes.md`)."""
-    import hashlib
-    import re
+def _is_loopback(endpoint: str) -> bool:
+    from urllib.parse import urlparse
 
-    from knowledge_core.domain.models import DOC_ID_PATTERN
-
-    if re.fullmatch(DOC_ID_PATTERN, name):
-        return name
-    slug = re.sub(r"[^A-Za-z0-9._:-]+", "-", name).strip("-._:")[:180]
-    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:12]
-    return f"{slug}-{digest}" if slug else digest
+    return (urlparse(endpoint).hostname or "") in ("127.0.0.1", "localhost", "::1")
 
 
-def _ingest_files(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
-    """(doc_id, file, uri) per file. The uri is what the caller named (a single file) or the path relative
-    to the ingested directory: never this machine's absolute path, which agents would see in references."""
-    path = Path(args.file)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".md", ".txt") and p.is_file())
-        prefix = f"{args.doc_id}-" if args.doc_id else ""
-        return [
-            (
-                _path_doc_id(prefix + "-".join(p.relative_to(path).with_suffix("").parts)),
-                p,
-                p.relative_to(path).as_posix(),
-            )
-            for p in files
-        ]
-    if not args.doc_id:
-        raise SystemExit("kb ingest: --doc-id is required for a single file")
-    return [(args.doc_id, path, args.file)]
+def _acl(args: argparse.Namespace) -> dict:
+    """The documents' tenant (SPEC §1: always named) and the tenants they are shared with."""
+    return {"tenant": args.tenant, "shared_tenants": list(args.share_tenant or [])}
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, title: str | None) -> dict:
+    """A file as a job document: Markdown/text as a body (title from its `# heading`), other formats as
+    bytes the worker extracts. `uri` is what the caller named or the path relative to the directory: never
+    this machine's absolute path, which agents would see in references."""
+    import base64
+
+    from knowledge_core.domain.ingestion import file_format
 
     from .demo import markdown_document
 
-    files = _ingest_files(args)
-    batch: list[dict] = []
-    title = args.title if len(files) == 1 else None
-
-    def flush() -> None:
-        if batch:
-            call(
-                args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/documents", {"documents": batch}
-            )
-            batch.clear()
-
-    for doc_id, file, uri in tqdm(files, unit="doc", disable=len(files) == 1):
+    source = {"uri": uri}
+    acl = _acl(args)
+    if file_format(file.name) in ("markdown", "text"):
         doc = markdown_document(args.source, doc_id, file.read_text(encoding="utf-8"), title)
-        batch.append(
-            {
-                "doc_id": doc.doc_id,
-                "title": doc.title,
-                "body": doc.body,
-                "structured_source": {"uri": uri},
-                "acl": {"tenant": args.tenant, "shared_tenants": list(args.share_tenant or [])},
-            }
-        )
-        if len(batch) >= 50 or sum(len(d["body"]) for d in batch) > 4_000_000:
-            flush()
-    flush()
-    print(f"ingested {len(files)} document(s) into {args.source}")
+        return {
+            "doc_id": doc_id,
+            "title": doc.title,
+            "body": doc.body,
+            "structured_source": source,
+            "acl": acl,
+        }
+    document = {
+        "doc_id": doc_id,
+        "filename": file.name,
+        "content_base64": base64.b64encode(file.read_bytes()).decode("ascii"),
+        "structured_source": source,
+        "acl": acl,
+    }
+    if title:
+        document["title"] = title
+    return document
+
+
+def _inline_jobs(args: argparse.Namespace, path: Path) -> list[dict]:
+    """Job requests carrying the files themselves (a single file, or a directory on a remote endpoint),
+    at most 500 documents and about 5 MB each."""
+    from knowledge_core.domain.ingestion import FORMATS, directory_doc_id
+
+    if path.is_dir():
+        prefix = args.doc_id or ""
+        files = [
+            (directory_doc_id(prefix, p.relative_to(path)), p, p.relative_to(path).as_posix())
+            for p in sorted(path.rglob("*"))
+            if p.is_file() and p.suffix.lower() in FORMATS
+        ]
+        title = None
+    else:
+        if not args.doc_id:
+            raise SystemExit("kb ingest: --doc-id is required for a single file")
+        files, title = [(args.doc_id, path, args.file)], args.title
+    jobs: list[dict] = []
+    batch: list[dict] = []
+    size = 0
+    for doc_id, file, uri in files:
+        document = _file_document(args, doc_id, file, uri, title)
+        weight = len(document.get("body") or document.get("content_base64") or "")
+        if batch and (len(batch) >= 500 or size + weight > 5_000_000):
+            jobs.append({"documents": batch})
+            batch, size = [], 0
+        batch.append(document)
+        size += weight
+    if batch:
+        jobs.append({"documents": batch})
+    return jobs
+
+
+def _job_line(job: dict) -> str:
+    counts = job["counts"]
+    handled = counts["done"] + counts["unchanged"] + counts["failed"]
+    return (
+        f"job {job['job_id']} {job['state']}: {handled}/{job['total']} documents "
+        f"({counts['done']} done, {counts['unchanged']} unchanged, {counts['failed']} failed, "
+        f"{counts['deleted']} deleted), {job['passages']} passages"
+    )
+
+
+def _wait_for_jobs(args: argparse.Namespace, job_ids: list[str], total: int) -> list[dict]:
+    """Poll the jobs until they complete: a progress bar on a terminal (documents, passages, rate, ETA),
+    a plain line every few seconds otherwise."""
+    import time
+
+    from tqdm import tqdm
+
+    base = f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs/"
+    tty = sys.stderr.isatty()
+    bar = tqdm(total=total, unit="doc", disable=not tty, dynamic_ncols=True)
+    finished: dict[str, dict] = {}
+    last_line = 0.0
+    try:
+        while len(finished) < len(job_ids):
+            jobs = [finished.get(j) or call(args.endpoint, "GET", base + seg(j)) for j in job_ids]
+            for job in jobs:
+                if job["state"] == "completed":
+                    finished[job["job_id"]] = job
+            handled = sum(
+                j["counts"]["done"] + j["counts"]["unchanged"] + j["counts"]["failed"] for j in jobs
+            )
+            bar.update(handled - bar.n)
+            bar.set_postfix(passages=sum(j["passages"] for j in jobs), refresh=False)
+            if not tty and (time.monotonic() - last_line > 2 or len(finished) == len(job_ids)):
+                for job in jobs:
+                    print(_job_line(job), flush=True)
+                last_line = time.monotonic()
+            if len(finished) < len(job_ids):
+                time.sleep(0.2)
+    finally:
+        bar.close()
+    return [finished[j] for j in job_ids]
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    if path.is_dir() and _is_loopback(args.endpoint):
+        # kb serve reads the directory itself (its admin API answers on loopback only).
+        body: dict[str, Any] = {
+            "directory": str(path.resolve()),
+            "doc_id_prefix": args.doc_id or "",
+            "acl": _acl(args),
+        }
+        if args.sync:
+            body["sync"] = True
+        requests = [body]
+    else:
+        if args.sync:
+            raise SystemExit("kb ingest: --sync needs a directory and a kb serve on this machine")
+        requests = _inline_jobs(args, path)
+    accepted = [
+        call(args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs", request)
+        for request in requests
+    ]
+    if args.no_wait:
+        for job in accepted:
+            print(job["job_id"])
+        return 0
+    jobs = _wait_for_jobs(args, [a["job_id"] for a in accepted], sum(a["total"] for a in accepted))
+    ingested = sum(j["counts"]["done"] + j["counts"]["unchanged"] for j in jobs)
+    failed = [(e["doc_id"], e["code"]) for j in jobs for e in j["errors"]]
+    print(f"ingested {ingested} document(s) into {args.source}", end="")
+    unchanged = sum(j["counts"]["unchanged"] for j in jobs)
+    deleted = sum(j["counts"]["deleted"] for j in jobs)
+    print(f" ({unchanged} unchanged, {len(failed)} failed, {deleted} deleted)")
+    for doc_id, code in failed:
+        print(f"  {doc_id}: {code}", file=sys.stderr)
+    return 0
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    base = f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs"
+    if args.action == "list":
+        for job in call(args.endpoint, "GET", base)["jobs"]:
+            print(f"{job['created_at']}  {_job_line(job)}")
+        return 0
+    if not args.job_id:
+        raise SystemExit("kb job status: give a JOB_ID")
+    job = call(args.endpoint, "GET", f"{base}/{seg(args.job_id)}")
+    if args.json:
+        print(json.dumps(job, ensure_ascii=False, indent=2))
+        return 0
+    print(_job_line(job))
+    for key in ("created_at", "started_at", "finished_at"):
+        if job[key]:
+            print(f"  {key}: {job[key]}")
+    for error in job["errors"]:
+        print(f"  {error['doc_id']}: {error['code']}")
     return 0
 
 
@@ -481,7 +596,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("token_id", help="tok_… from `kb token list` (or the kbt_… token itself)")
     t.set_defaults(func=cmd_token_revoke)
 
-    p = sub.add_parser("ingest", help="create or replace documents from a Markdown/text file or a directory")
+    p = sub.add_parser(
+        "ingest",
+        help="create or replace documents from a file or a directory (Markdown, text, HTML, PDF, DOCX) "
+        "through an ingestion job",
+    )
     endpoint(p)
     p.add_argument("--source", required=True, help="exact id@version")
     p.add_argument("--doc-id", help="document id (a prefix for a directory)")
@@ -490,6 +609,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--share-tenant", action="append", metavar="TENANT", help="also visible to this tenant (repeatable)"
     )
+    p.add_argument(
+        "--sync", action="store_true", help="directory: also delete documents under the prefix that left it"
+    )
+    p.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
     p.add_argument("file")
     p.set_defaults(func=cmd_ingest)
 
@@ -503,6 +626,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tenant", required=True)
     t.add_argument("--apply", action="store_true", help="change them (default: only say what would change)")
     t.set_defaults(func=cmd_tenant_migrate)
+
+    p = sub.add_parser("job", help="ingestion jobs: status of one, or the latest of a source")
+    p.add_argument("action", choices=["status", "list"])
+    p.add_argument("job_id", nargs="?")
+    endpoint(p)
+    p.add_argument("--source", required=True, help="exact id@version")
+    p.add_argument("--json", action="store_true", help="status: the whole job as JSON")
+    p.set_defaults(func=cmd_job)
 
     p = sub.add_parser("doc", help="delete, disable or enable a document")
     p.add_argument("action", choices=["delete", "disable", "enable"])
