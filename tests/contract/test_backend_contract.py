@@ -386,3 +386,32 @@ def test_i_ingest_document_ids_list_a_source_under_a_prefix(world):
     assert world.c.backend.document_ids(key) == ["guide-a", "guide-b", "notes-c"]
     assert world.c.backend.document_ids(key, "guide-") == ["guide-a", "guide-b"]
     assert world.c.backend.document_ids(key, "none-") == []
+
+
+def test_i_ingest_pdf_passages_name_their_pages_in_hints_and_sources(world):
+    """A paged document (PDF: `structured_source.page_starts`): each passage knows its pages; the hit's
+    source says them without the offsets, and the hint's summary starts with "p. N"."""
+    (key,) = world.publish({"paged": {}})
+    pages = [f"Page {n} is about " + ("pumps and seals. " * 60) for n in (1, 2)]
+    pages.append("Page 3 explains the zygomorphic flange torque. " + "Other words here. " * 10)
+    body, starts = "", []
+    for text in pages:
+        starts.append(len(body))
+        body += text + "\n\n"
+    world.ingest(
+        Document(
+            source_key=key,
+            doc_id="manual",
+            title="Manual",
+            body=body,
+            structured_source={"uri": "file:///m.pdf", "format": "pdf", "page_starts": starts},
+        )
+    )
+    hint = world.search("zygomorphic flange")["hints"][0]
+    assert hint["summary"].startswith("p. 3: ")
+    [result] = world.c.backend.search(
+        [SourceQuery(key, 1, 0.0)], "zygomorphic flange", Viewer(tenant="t", subject="s")
+    )
+    assert result.hits[0].structured_source == {"uri": "file:///m.pdf", "format": "pdf", "pages": [3]}
+    stored = world.c.backend.get_document(key, "manual")
+    assert stored is not None and stored.structured_source["page_starts"] == starts

@@ -117,3 +117,20 @@ def test_i_ingest_encrypted_pdf_is_a_typed_error() -> None:
     with pytest.raises(ExtractionError) as caught:
         extract("locked.pdf", encrypted_pdf())
     assert caught.value.code == "encrypted"
+
+
+def test_i_ingest_passage_pages_follow_the_page_starts() -> None:
+    from knowledge_core.domain.passages import hit_source, page_label, passage_pages, split_passages
+
+    pages = ["one " * 250, "two " * 50, "three " * 40]
+    body, starts = "", []
+    for text in pages:
+        starts.append(len(body))
+        body += text.strip() + "\n\n"
+    passages = split_passages(body)
+    found = passage_pages(body, passages, starts)
+    assert found[0] == [1] and found[-1] in ([2, 3], [3])
+    assert all(p for p in found) and passage_pages(body, passages, []) == [[] for _ in passages]
+    source = hit_source({"uri": "u", "page_starts": starts}, [2, 3])
+    assert source == {"uri": "u", "pages": [2, 3]} and page_label(source) == "pp. 2–3"
+    assert page_label(hit_source({"uri": "u"}, [])) == "" and hit_source(None, [1]) is None

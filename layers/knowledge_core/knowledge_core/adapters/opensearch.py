@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from ..domain.errors import KnowledgeUnavailable, SourceFailure
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
-from ..domain.passages import split_passages
+from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
 from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult
 from .embedding import document_vectors, rescore
 
@@ -499,10 +499,13 @@ class OpenSearchBackend(SearchBackend):
             "structured_source": doc.structured_source,
         }
         lines: list[dict] = []
-        for n, (text, vector) in enumerate(zip(passages, vectors, strict=True)):
+        pages = passage_pages(doc.body, passages, page_starts_of(doc.structured_source))
+        for n, (text, vector, on_pages) in enumerate(zip(passages, vectors, pages, strict=True)):
+            # A passage carries its own pages (PDF): hits and citations name them.
+            cited = hit_source(doc.structured_source, on_pages)
             lines += [
                 {"index": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}},
-                {**shared, "passage_no": n, "text": text, **vector},
+                {**shared, "structured_source": cited, "passage_no": n, "text": text, **vector},
             ]
         for n in range(len(passages), old_count):
             lines.append({"delete": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}})

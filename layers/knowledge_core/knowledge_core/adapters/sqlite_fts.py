@@ -14,7 +14,7 @@ from ..domain.analyzer import index_terms, query_terms
 from ..domain.errors import SourceFailure
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
-from ..domain.passages import split_passages
+from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
 from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult
 from .embedding import document_vectors, passage_text, rescore
 from .sqlite_db import SqliteDatabase, statements
@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 CREATE TABLE IF NOT EXISTS passage_rows (
   id INTEGER PRIMARY KEY, source_key TEXT NOT NULL, doc_id TEXT NOT NULL, passage_no INTEGER NOT NULL,
-  text TEXT NOT NULL, vector BLOB, vector_model TEXT
+  text TEXT NOT NULL, vector BLOB, vector_model TEXT, pages TEXT
 );
 CREATE INDEX IF NOT EXISTS passage_rows_doc ON passage_rows (source_key, doc_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
@@ -42,7 +42,7 @@ CJK_UNIGRAMS = False
 _CANDIDATES_PER_DOC = 8
 _SEARCH_SQL = (
     f"SELECT r.doc_id, r.text, -bm25(passages, {_WEIGHTS}) AS score, d.title, d.revision, d.acl, "
-    "d.structured_source, r.vector, r.vector_model "
+    "d.structured_source, r.vector, r.vector_model, r.pages "
     "FROM passages JOIN passage_rows r ON r.id = passages.rowid "
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
     "WHERE passages MATCH ? AND r.source_key = ? AND d.status = 'ready' "
@@ -72,6 +72,8 @@ class SqliteFtsBackend(SearchBackend):
             if "vector" not in columns:  # a file written before hybrid ranking
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN vector BLOB")
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN vector_model TEXT")
+            if "pages" not in columns:  # a file written before page-aware passages (PDF)
+                conn.execute("ALTER TABLE passage_rows ADD COLUMN pages TEXT")
             if conn.execute("PRAGMA user_version").fetchone()[0] != ANALYZER_VERSION:
                 self._reindex(conn)
         self._embed_missing()
@@ -107,7 +109,7 @@ class SqliteFtsBackend(SearchBackend):
             # out visible documents: keep paging (best score first) until top_k documents or no more rows.
             for offset in itertools.count(0, page):
                 rows = conn.execute(_SEARCH_SQL, (match, q.key, page, offset)).fetchall()
-                for doc_id, passage, score, title, revision, acl, structured, vec, vec_model in rows:
+                for doc_id, passage, score, title, revision, acl, structured, vec, vec_model, pages in rows:
                     if score < floor:
                         break
                     if doc_id in best or doc_id in hidden:
@@ -122,7 +124,10 @@ class SqliteFtsBackend(SearchBackend):
                         revision,
                         float(score),
                         passage,
-                        json.loads(structured) if structured else None,
+                        hit_source(
+                            json.loads(structured) if structured else None,
+                            json.loads(pages) if pages else None,
+                        ),
                     )
                     vectors.append(vec if self._embedder and vec_model == self._embedder.model_id else None)
                     if len(best) == want:
@@ -195,7 +200,8 @@ class SqliteFtsBackend(SearchBackend):
                         time.time(),
                     ),
                 )
-                self._index(conn, doc.source_key, doc.doc_id, doc.title, doc_passages, doc_vectors)
+                pages = passage_pages(doc.body, doc_passages, page_starts_of(doc.structured_source))
+                self._index(conn, doc.source_key, doc.doc_id, doc.title, doc_passages, doc_vectors, pages)
 
     def _index(
         self,
@@ -205,14 +211,23 @@ class SqliteFtsBackend(SearchBackend):
         title: str,
         passages: list[str],
         vectors: Sequence[bytes | None],
+        pages: list[list[int]],
     ) -> None:
         title_terms = " ".join(index_terms(title, CJK_UNIGRAMS))
         model = self._embedder.model_id if self._embedder else None
-        for i, (passage, vector) in enumerate(zip(passages, vectors, strict=True)):
+        for i, (passage, vector, on_pages) in enumerate(zip(passages, vectors, pages, strict=True)):
             row_id = conn.execute(
-                "INSERT INTO passage_rows (source_key, doc_id, passage_no, text, vector, vector_model) "
-                "VALUES (?,?,?,?,?,?)",
-                (source_key, doc_id, i, passage, vector, model if vector is not None else None),
+                "INSERT INTO passage_rows "
+                "(source_key, doc_id, passage_no, text, vector, vector_model, pages) VALUES (?,?,?,?,?,?,?)",
+                (
+                    source_key,
+                    doc_id,
+                    i,
+                    passage,
+                    vector,
+                    model if vector is not None else None,
+                    json.dumps(on_pages) if on_pages else None,
+                ),
             ).lastrowid
             conn.execute(
                 "INSERT INTO passages (rowid, title_terms, body_terms) VALUES (?,?,?)",
@@ -224,11 +239,14 @@ class SqliteFtsBackend(SearchBackend):
         caller's transaction."""
         conn.execute("DELETE FROM passages")
         conn.execute("DELETE FROM passage_rows")
-        for source_key, doc_id, title, body in conn.execute(
-            "SELECT source_key, doc_id, title, body FROM documents"
+        for source_key, doc_id, title, body, structured in conn.execute(
+            "SELECT source_key, doc_id, title, body, structured_source FROM documents"
         ).fetchall():
             passages = split_passages(body)
-            self._index(conn, source_key, doc_id, title, passages, [None] * len(passages))
+            pages = passage_pages(
+                body, passages, page_starts_of(json.loads(structured) if structured else None)
+            )
+            self._index(conn, source_key, doc_id, title, passages, [None] * len(passages), pages)
         conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
 
     def _embed_missing(self, batch: int = 256) -> None:

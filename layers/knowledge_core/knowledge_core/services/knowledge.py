@@ -6,6 +6,7 @@ import threading
 from datetime import UTC, datetime
 
 from ..codec import TokenCodec, identity_digest
+from ..domain.passages import page_label
 from ..domain.analyzer import unique_terms
 from ..domain.errors import (
     KnowledgeChanged,
@@ -168,10 +169,13 @@ class KnowledgeService:
 
     def _hint(self, hit: Hit, identity: str, scope_revision: str, query_terms: list[str]) -> Hint:
         ref, expires_at = self.mint_ref(hit, identity, scope_revision)
+        # A passage of a paged document (PDF) says where it is: "p. 12: …".
+        page = page_label(hit.structured_source)
+        prefix = f"{page}: " if page else ""
         return Hint(
             ref=ref,
             title=cut_title(hit.title),
-            summary=excerpt(hit.passage, query_terms, SUMMARY_MAX_CHARS),
+            summary=prefix + excerpt(hit.passage, query_terms, SUMMARY_MAX_CHARS - len(prefix)),
             revision=hit.revision,
             score=round(hit.score, 6),
             expires_at=iso(expires_at),
