@@ -27,7 +27,8 @@ def make_corpus(folder: Path, term: str, n: int) -> None:
     for i in range(n):
         body = f"{term} document {i} {term}x{i}"
         if i % 16 == 3:
-            (folder / f"doc-{i:04d}.pdf").write_bytes(make_pdf([f"Cover of {i}. " + paragraph * 3, f"{body} on page two."]))
+            pdf = make_pdf([f"Cover of {i}. " + paragraph * 3, f"{body} on page two."])
+            (folder / f"doc-{i:04d}.pdf").write_bytes(pdf)
         elif i % 16 == 11:
             (folder / f"doc-{i:04d}.docx").write_bytes(make_docx())
             (folder / f"doc-{i:04d}-note.md").write_text(f"# Note {i}\n\n{body}\n", "utf-8")
