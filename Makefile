@@ -56,6 +56,7 @@ bench: dev
 	$(BIN)/python bench/hybrid_latency.py
 	$(BIN)/python bench/scale_sim.py
 	$(BIN)/python bench/state_bench.py
+	$(BIN)/python bench/ingest_bench.py --no-hybrid
 
 services-start: dev
 	$(BIN)/kb services start --state $(STATE)
