@@ -242,7 +242,9 @@ class DynamoJobStore(TableAdapter, JobStore):
                 return self._job(resp["Attributes"])
         return None
 
-    def _held(self, job_id: str, worker: str) -> dict:
+    @staticmethod
+    def _held() -> dict:
+        """The condition of every write only the lease holder may make (values `:w`, `:running`)."""
         return {
             "ConditionExpression": "worker = :w AND #st = :running",
             "ExpressionAttributeNames": {"#st": "state"},
@@ -259,7 +261,7 @@ class DynamoJobStore(TableAdapter, JobStore):
                     ":w": _s(worker),
                     ":running": _s("running"),
                 },
-                **self._held(job_id, worker),
+                **self._held(),
             )
             is not None
         )
@@ -288,7 +290,7 @@ class DynamoJobStore(TableAdapter, JobStore):
                         ":w": _s(worker),
                         ":running": _s("running"),
                     },
-                    **self._held(job_id, worker),
+                    **self._held(),
                 }
             }
             docs = []
@@ -340,7 +342,7 @@ class DynamoJobStore(TableAdapter, JobStore):
                             ":w": _s(worker),
                             ":running": _s("running"),
                         },
-                        **self._held(job_id, worker),
+                        **self._held(),
                     }
                 },
                 {"Delete": {"TableName": self._table, "Key": self._key(_OPEN, _pointer_sk(job))}},
