@@ -165,6 +165,8 @@ class ListQueue(JobQueue):
         self.sent.append((job_id, delay_s))
 
 
+# A malformed message records no metric, which makes Powertools warn: expected here.
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
 def test_i_ingest_worker_function_works_the_job_of_its_sqs_message(tmp_path: Path, clock: FakeClock) -> None:
     """The AWS worker: `events/ingest_worker/job.json` names a job; the function works it; a message for a
     job another worker holds is queued again for when that lease would have run out."""
@@ -200,3 +202,32 @@ def test_i_ingest_worker_function_works_the_job_of_its_sqs_message(tmp_path: Pat
             Handlers().invoke("IngestWorkerFunction", event)
     finally:
         bootstrap.reset(None)
+
+
+def test_i_ingest_batches_cut_by_size_leave_nothing_behind(
+    c: Container, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from knowledge_core.domain.errors import SourceFailure
+    from knowledge_core.services import ingestion
+
+    monkeypatch.setattr(ingestion, "BATCH_BODY_CHARS", 100)
+    docs = [{"doc_id": f"d{i}", "title": f"T{i}", "body": f"{i:02d}" + "x" * 58} for i in range(7)]
+    accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
+    assert c.ingestion.work("w") == accepted.job_id
+    done = c.ingestion.status(SOURCE, accepted.job_id)
+    assert done.state == "completed" and (done.counts.done, done.counts.queued) == (7, 0)
+
+    # The search backend down: the job keeps its documents and waits before anyone retries it.
+    more = c.ingestion.submit(SOURCE, request({"documents": [{"doc_id": "e", "title": "E", "body": "e"}]}))
+
+    def down(documents: list) -> None:
+        raise SourceFailure("unavailable")
+
+    monkeypatch.setattr(c.backend, "put_documents", down)
+    assert c.ingestion.work("w") == more.job_id
+    assert c.ingestion.status(SOURCE, more.job_id).counts.queued == 1
+    assert c.ingestion.work("w2") is None  # backing off
+    monkeypatch.undo()
+    clock.advance(ingestion.BACKEND_RETRY_SECONDS + 1)
+    assert c.ingestion.work("w2") == more.job_id
+    assert c.ingestion.status(SOURCE, more.job_id).counts.done == 1

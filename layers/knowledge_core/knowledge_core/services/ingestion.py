@@ -166,7 +166,7 @@ class IngestionService:
     # --- the worker -----------------------------------------------------------------------------------
     def work(self, worker: str, *, job_id: str | None = None, deadline: float | None = None) -> str | None:
         """Claim one job (`job_id`, or the oldest with a free lease) and work it until it completes, the
-        lease is lost, the search backend fails (the job is released for a later claim) or `deadline`
+        lease is lost, the search backend fails (the job waits BACKEND_RETRY_SECONDS) or `deadline`
         (clock time) passes (released too). The job id worked on, or None when nothing was claimed.
         With a queue, a job left unfinished is queued again (after a pause when the backend failed)."""
         job = self._jobs.claim_job(worker, self._clock.now(), self._lease_s, job_id)
@@ -178,7 +178,9 @@ class IngestionService:
                 finished = self._work(job, worker, deadline)
             except SourceFailure:
                 finished, delay = False, BACKEND_RETRY_SECONDS
-                self._jobs.release_job(job.job_id, worker)
+        if delay:
+            # The search backend is down: hold the (idle) lease a while, so no worker retries at once.
+            self._jobs.renew_lease(job.job_id, worker, self._clock.now(), BACKEND_RETRY_SECONDS)
         if not finished and self._queue is not None:
             self._queue.enqueue(job.job_id, delay)
         return job.job_id
@@ -208,7 +210,7 @@ class IngestionService:
                 self._backend.put_documents(writes)
             if not self._jobs.record_outcomes(job.job_id, worker, outcomes, self._clock.now(), self._lease_s):
                 return True  # another worker holds the job now: it carries on
-            after = queued[-1].seq
+            after = outcomes[-1].seq  # a batch cut short by its size leaves the rest for the next round
         deleted = self._sweep(job) if job.spec.sync else 0
         self._jobs.finish_job(job.job_id, worker, self._clock.now(), deleted)
         return True
