@@ -4,7 +4,7 @@ and passages/s — beside, in the same run, the raw extraction time of the same 
 cannot beat) and, with hybrid ranking, the raw embedding time of the same passages.
 
     .venv/bin/python bench/ingest_bench.py [--documents 500] [--model-dir DIR | --no-hybrid]
-                                           [--opensearch-url URL]
+                                           [--opensearch-url URL [--skip-sqlite]]
 
 The model directory defaults to $KB_EMBEDDING_MODEL_DIR (hybrid is skipped without one)."""
 
@@ -123,6 +123,7 @@ def main() -> int:
     parser.add_argument("--model-dir", default=os.environ.get("KB_EMBEDDING_MODEL_DIR"))
     parser.add_argument("--no-hybrid", action="store_true")
     parser.add_argument("--opensearch-url", help="also run the job on this OpenSearch (BM25 and hybrid)")
+    parser.add_argument("--skip-sqlite", action="store_true", help="with --opensearch-url: that backend only")
     args = parser.parse_args()
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="kb-ingest-bench-") as tmp:
@@ -147,7 +148,8 @@ def main() -> int:
             f"({len(passages)} passages)"
         )
 
-        backends = [("sqlite", None)] + ([("opensearch", args.opensearch_url)] if args.opensearch_url else [])
+        backends = [] if args.skip_sqlite and args.opensearch_url else [("sqlite", None)]
+        backends += [("opensearch", args.opensearch_url)] if args.opensearch_url else []
         hybrid = [None] + ([args.model_dir] if args.model_dir and not args.no_hybrid else [])
         for backend, url in backends:
             for model_dir in hybrid:

@@ -231,3 +231,19 @@ def test_i_ingest_batches_cut_by_size_leave_nothing_behind(
     clock.advance(ingestion.BACKEND_RETRY_SECONDS + 1)
     assert c.ingestion.work("w2") == more.job_id
     assert c.ingestion.status(SOURCE, more.job_id).counts.done == 1
+
+
+def test_i_ingest_two_files_with_one_doc_id_are_refused_naming_the_directory(
+    c: Container, tmp_path: Path
+) -> None:
+    folder = tmp_path / "clash"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A", "utf-8")
+    (folder / "a.txt").write_text("A", "utf-8")
+    with pytest.raises(InvalidRequest) as caught:
+        c.ingestion.submit(SOURCE, request({"directory": str(folder)}))
+    assert caught.value.field == "directory"
+    twice = [{"doc_id": "x", "title": "t", "body": "b"}] * 2
+    with pytest.raises(InvalidRequest) as caught:
+        c.ingestion.submit(SOURCE, request({"documents": twice}))
+    assert caught.value.field == "documents"

@@ -83,7 +83,9 @@ class IngestionService:
             documents = self._directory(request.directory, request.doc_id_prefix, request.acl)
             spec = JobSpec(directory=request.directory, prefix=request.doc_id_prefix, sync=request.sync)
         if len({d.doc_id for d in documents}) != len(documents):
-            raise InvalidRequest("documents: doc_id must be unique within a job", field="documents")
+            origin = "documents" if request.documents is not None else "directory"
+            what = "doc_id must be unique within a job" if origin == "documents" else "two files map to one doc_id"
+            raise InvalidRequest(f"{origin}: {what}", field=origin)
         job = IngestionJob(
             job_id=str(uuid.uuid4()),
             source_key=source_key,
