@@ -247,3 +247,48 @@ def test_i_ingest_two_files_with_one_doc_id_are_refused_naming_the_directory(
     with pytest.raises(InvalidRequest) as caught:
         c.ingestion.submit(SOURCE, request({"documents": twice}))
     assert caught.value.field == "documents"
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_i_ingest_admin_routes_answer_202_then_the_job(tmp_path: Path, clock: FakeClock) -> None:
+    """Through the admin function with `events/admin/submit-ingestion-job.json`: 202 and a job id at once;
+    GET gives the counts once worked; an unknown job is a typed 404; a bad body names its field."""
+    from knowledge_core import bootstrap
+
+    from kb_cli import demo
+    from kb_cli.events import load_event
+    from kb_cli.gateway import Handlers
+
+    c = embedded_container(tmp_path, clock)
+    demo.seed(c, with_token=False)
+    event = load_event("admin/submit-ingestion-job.json")
+
+    def get(path: str) -> dict:
+        e = json.loads(json.dumps(event))
+        e["routeKey"] = e["requestContext"]["routeKey"] = "GET " + path
+        e["rawPath"] = e["requestContext"]["http"]["path"] = path
+        e["requestContext"]["http"]["method"] = "GET"
+        e["body"] = None
+        return Handlers().invoke("AdminFunction", e)
+
+    bootstrap.reset(c)
+    try:
+        submitted = Handlers().invoke("AdminFunction", event)
+        assert submitted["statusCode"] == 202 and submitted["headers"]["Cache-Control"] == "no-store"
+        job_id = json.loads(submitted["body"])["job_id"]
+        c.ingestion.work("w")
+        base = "/admin/v1/sources/demo-docs@1.0.0/ingestion-jobs"
+        got = get(f"{base}/{job_id}")
+        body = json.loads(got["body"])
+        assert got["statusCode"] == 200 and body["state"] == "completed" and body["counts"]["done"] == 2
+        assert json.loads(get(base)["body"])["jobs"][0]["job_id"] == job_id
+        missing = get(f"{base}/nope")
+        assert missing["statusCode"] == 404 and json.loads(missing["body"])["error"]["code"] == "not_found"
+        bad = json.loads(json.dumps(event))
+        bad["body"] = '{"documents": [{"doc_id": "x", "title": "t", "body": "b", "kb_ids": []}]}'
+        refused = Handlers().invoke("AdminFunction", bad)
+        assert refused["statusCode"] == 400 and "kb_ids" in json.loads(refused["body"])["error"]["message"]
+        page = c.backend.get_document("demo-docs@1.0.0", "gateway-page")
+        assert page is not None and page.title == "Gateway offline" and "menu" not in page.body
+    finally:
+        bootstrap.reset(None)
