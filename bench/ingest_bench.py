@@ -98,7 +98,7 @@ def container(tmp: str, name: str, model_dir: str | None, opensearch_url: str | 
 
 
 def run_job(c: Container, folder: Path) -> dict:
-    request = IngestionJobRequest.model_validate({"directory": str(folder)})
+    request = IngestionJobRequest.model_validate({"directory": str(folder), "acl": {"tenant": "bench"}})
     started = time.perf_counter()
     accepted = c.ingestion.submit(SOURCE, request)
     while c.ingestion.work("bench") is not None:

@@ -11,6 +11,7 @@ import contextlib
 import contextvars
 import fnmatch
 import json
+import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -68,7 +69,14 @@ class Recorder:
                 self.add(Action("dynamodb", op, tuple(sorted({k["pk"]["S"] for k in request["Keys"]}))))
         elif op == "Query":
             values = params.get("ExpressionAttributeValues", {})
-            self.add(Action("dynamodb", op, tuple(sorted(v["S"] for v in values.values() if "S" in v)[:1])))
+            # The partition key's value when the key condition names it (`pk = :name`), else the first.
+            named = re.search(r"\bpk\s*=\s*(:\w+)", params.get("KeyConditionExpression", ""))
+            if named and "S" in values.get(named.group(1), {}):
+                self.add(Action("dynamodb", op, (values[named.group(1)]["S"],)))
+            else:
+                self.add(
+                    Action("dynamodb", op, tuple(sorted(v["S"] for v in values.values() if "S" in v)[:1]))
+                )
         elif "Key" in params or "Item" in params:
             key = params.get("Key") or params["Item"]
             self.add(Action("dynamodb", op, (key["pk"]["S"],)))
@@ -307,6 +315,27 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
             _admin("POST", f"/admin/v1/tokens/{issued['token_id']}/revoke", {}, token_id=issued["token_id"]),
         )
     )
+
+    # Ingestion jobs (I-INGEST): submit, the worker's message, then the status and the list.
+    jobs = f"/admin/v1/sources/{source}/ingestion-jobs"
+    submitted = _ok(
+        handlers.invoke(
+            "AdminFunction",
+            _admin(
+                "POST", jobs, json.loads(load_event("admin/submit-ingestion-job.json")["body"]), source=source
+            ),
+        ),
+        202,
+    )
+    message = load_event("ingest_worker/job.json")
+    message["Records"][0]["body"] = json.dumps({"job_id": submitted["job_id"]})
+    assert handlers.invoke("IngestWorkerFunction", message) == {"batchItemFailures": []}
+    job_path = f"{jobs}/{submitted['job_id']}"
+    job = _ok(
+        handlers.invoke("AdminFunction", _admin("GET", job_path, source=source, job_id=submitted["job_id"]))
+    )
+    assert job["state"] == "completed", job
+    _ok(handlers.invoke("AdminFunction", _admin("GET", jobs, source=source)))
 
     for name in ("mcp/initialize.json", "mcp/tools-list.json", "mcp/search.json"):
         assert handlers.invoke("McpFunction", _public(name, principal))["statusCode"] == 200

@@ -429,6 +429,7 @@ def _wait_for_jobs(args: argparse.Namespace, job_ids: list[str], total: int) -> 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     path = Path(args.file)
+    sync = getattr(args, "sync", False)  # callers building their own Namespace may leave the job flags out
     if path.is_dir() and _is_loopback(args.endpoint):
         # kb serve reads the directory itself (its admin API answers on loopback only).
         body: dict[str, Any] = {
@@ -436,18 +437,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             "doc_id_prefix": args.doc_id or "",
             "acl": _acl(args),
         }
-        if args.sync:
+        if sync:
             body["sync"] = True
         requests = [body]
     else:
-        if args.sync:
+        if sync:
             raise SystemExit("kb ingest: --sync needs a directory and a kb serve on this machine")
         requests = _inline_jobs(args, path)
-    accepted = [
+    responses = [
         call(args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs", request)
         for request in requests
     ]
-    if args.no_wait:
+    accepted = [a for a in responses if isinstance(a, dict) and "job_id" in a]
+    if getattr(args, "no_wait", False):
         for job in accepted:
             print(job["job_id"])
         return 0

@@ -30,7 +30,16 @@ def c(tmp_path: Path, clock: FakeClock) -> Container:
     return container
 
 
+ACL = {"tenant": "acme"}
+
+
 def request(body: dict) -> IngestionJobRequest:
+    """A job request; every document (or the directory) gets tenant `acme` unless it names an ACL."""
+    body = dict(body)
+    if "documents" in body:
+        body["documents"] = [{"acl": ACL, **d} for d in body["documents"]]
+    else:
+        body.setdefault("acl", ACL)
     return parse_request(IngestionJobRequest, json.dumps(body))
 
 
@@ -144,10 +153,15 @@ def test_i_ingest_a_dead_worker_is_taken_over_after_its_lease(
 
 def test_i_ingest_bad_requests_name_their_field(c: Container) -> None:
     with pytest.raises(InvalidRequest) as caught:
-        parse_request(IngestionJobRequest, '{"documents": [{"doc_id": "x", "body": "b"}]}')
+        parse_request(
+            IngestionJobRequest, '{"documents": [{"doc_id": "x", "body": "b", "acl": {"tenant": "t"}}]}'
+        )
     assert "title" in caught.value.message
     with pytest.raises(InvalidRequest):
         parse_request(IngestionJobRequest, '{"documents": [], "directory": "/x"}')
+    with pytest.raises(InvalidRequest) as caught:  # a directory's documents name their tenant too
+        parse_request(IngestionJobRequest, '{"directory": "/x"}')
+    assert "acl" in caught.value.message
     with pytest.raises(InvalidRequest) as caught:
         c.ingestion.submit(SOURCE, request({"directory": "relative/dir"}))
     assert caught.value.field == "directory"
@@ -285,7 +299,8 @@ def test_i_ingest_admin_routes_answer_202_then_the_job(tmp_path: Path, clock: Fa
         missing = get(f"{base}/nope")
         assert missing["statusCode"] == 404 and json.loads(missing["body"])["error"]["code"] == "not_found"
         bad = json.loads(json.dumps(event))
-        bad["body"] = '{"documents": [{"doc_id": "x", "title": "t", "body": "b", "kb_ids": []}]}'
+        document = {"doc_id": "x", "title": "t", "body": "b", "acl": {"tenant": "demo"}, "kb_ids": []}
+        bad["body"] = json.dumps({"documents": [document]})
         refused = Handlers().invoke("AdminFunction", bad)
         assert refused["statusCode"] == 400 and "kb_ids" in json.loads(refused["body"])["error"]["message"]
         page = c.backend.get_document("demo-docs@1.0.0", "gateway-page")

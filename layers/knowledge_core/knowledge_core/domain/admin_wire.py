@@ -253,7 +253,7 @@ class JobDocumentRequest(StrictRequest):
     )
     content_base64: str | None = None
     structured_source: dict[str, Any] | None = None
-    acl: DocumentAcl = DocumentAcl()
+    acl: DocumentAclRequest
     status: Literal["ready", "processing", "disabled"] = "ready"
 
     @model_validator(mode="after")
@@ -276,14 +276,16 @@ class IngestionJobRequest(StrictRequest):
     directory: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
     doc_id_prefix: DocIdPrefix = ""
     sync: bool = False
-    acl: DocumentAcl = DocumentAcl()
+    acl: DocumentAclRequest | None = None  # a directory's documents' ACL (SPEC §1: the tenant is required)
 
     @model_validator(mode="after")
     def _one_origin(self) -> IngestionJobRequest:
         if (self.documents is None) == (self.directory is None):
             raise ValueError("give exactly one of documents or directory")
-        if self.documents is not None and (self.sync or self.doc_id_prefix):
-            raise ValueError("sync and doc_id_prefix apply to a directory only")
+        if self.documents is not None and (self.sync or self.doc_id_prefix or self.acl):
+            raise ValueError("sync, doc_id_prefix and acl apply to a directory only")
+        if self.directory is not None and self.acl is None:
+            raise ValueError("acl: required with directory (the documents' tenant)")
         return self
 
 

@@ -32,6 +32,7 @@ from ..domain.ingestion import (
     JobSpec,
     directory_doc_id,
     encode_payload,
+    file_format,
 )
 from ..domain.models import Document, DocumentAcl
 from ..domain.passages import split_passages
@@ -42,6 +43,7 @@ BATCH_DOCUMENTS = 50  # one atomic write (SearchBackend.put_documents) per batch
 BATCH_BODY_CHARS = 4_000_000
 LEASE_SECONDS = 15.0
 MAX_ERRORS_SHOWN = 100
+MAX_DIRECTORY_FILES = 10_000
 BACKEND_RETRY_SECONDS = 30
 
 
@@ -79,8 +81,8 @@ class IngestionService:
             documents = [self._inline(i, d) for i, d in enumerate(request.documents)]
             spec = JobSpec()
         else:
-            assert request.directory is not None
-            documents = self._directory(request.directory, request.doc_id_prefix, request.acl)
+            assert request.directory is not None and request.acl is not None
+            documents = self._directory(request.directory, request.doc_id_prefix, request.acl.to_acl())
             spec = JobSpec(directory=request.directory, prefix=request.doc_id_prefix, sync=request.sync)
         if len({d.doc_id for d in documents}) != len(documents):
             origin = "documents" if request.documents is not None else "directory"
@@ -115,17 +117,25 @@ class IngestionService:
         root = Path(directory)
         if not root.is_absolute() or not root.is_dir():
             raise InvalidRequest("directory: must be an absolute path to a directory", field="directory")
-        files = sorted(
-            p
-            for p in root.rglob("*")
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-        )
+        found: list[Path] = []
+        for p in root.rglob("*"):  # lazy: a huge tree is refused as soon as it passes the bound
+            if p.is_symlink() or not p.is_file():
+                continue
+            if any(part.startswith(".") for part in p.relative_to(root).parts):
+                continue
+            found.append(p)
+            if len(found) > MAX_DIRECTORY_FILES:
+                raise InvalidRequest(
+                    f"directory: more than {MAX_DIRECTORY_FILES} files", field="directory"
+                )
+        files = sorted(found)
         acl_json = acl.model_dump(mode="json")
+        # The uri is the path inside the directory: never this machine's absolute path (agents see it).
         return [
             JobDocument(
                 seq,
                 directory_doc_id(prefix, PurePath(p.relative_to(root))),
-                {"path": str(p), "acl": acl_json},
+                {"path": str(p), "uri": p.relative_to(root).as_posix(), "acl": acl_json},
             )
             for seq, p in enumerate(files)
         ]
@@ -254,7 +264,9 @@ class IngestionService:
             if "path" in payload:
                 path = Path(payload["path"])
                 name = path.name
-                structured.setdefault("uri", path.resolve().as_uri())
+                structured.setdefault("uri", payload.get("uri", name))
+                if file_format(name) is None:  # never read a file the job cannot take
+                    raise ExtractionError("unsupported_format")
                 try:
                     data = path.read_bytes()
                 except OSError:
