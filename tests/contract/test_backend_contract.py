@@ -12,7 +12,7 @@ from knowledge_core.domain.errors import (
     ReferenceExpired,
     ReferenceInvalid,
 )
-from knowledge_core.domain.models import Document, Principal, Viewer
+from knowledge_core.domain.models import Document, DocumentAcl, Principal, Viewer
 from knowledge_core.domain.passages import split_passages
 from knowledge_core.domain.text import excerpt
 from knowledge_core.ports import SourceQuery
@@ -405,12 +405,13 @@ def test_i_ingest_pdf_passages_name_their_pages_in_hints_and_sources(world):
             title="Manual",
             body=body,
             structured_source={"uri": "file:///m.pdf", "format": "pdf", "page_starts": starts},
+            acl=DocumentAcl(tenant=PRINCIPAL.tenant),
         )
     )
     hint = world.search("zygomorphic flange")["hints"][0]
     assert hint["summary"].startswith("p. 3: ")
     [result] = world.c.backend.search(
-        [SourceQuery(key, 1, 0.0)], "zygomorphic flange", Viewer(tenant="t", subject="s")
+        [SourceQuery(key, 1, 0.0)], "zygomorphic flange", Viewer(tenant=PRINCIPAL.tenant, subject="s")
     )
     assert result.hits[0].structured_source == {"uri": "file:///m.pdf", "format": "pdf", "pages": [3]}
     stored = world.c.backend.get_document(key, "manual")
