@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -155,3 +156,24 @@ def running_kb_serve(
 def kb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KbServer]:
     with running_kb_serve(tmp_path_factory.mktemp("kb-serve")) as server:
         yield server
+
+
+def index_integrity(state: Path, prefix: str) -> tuple[int, int, int, int]:
+    """(documents whose id starts with `prefix-`, passages without a document, documents without a passage,
+    passages missing from the full-text index) of the embedded search index: all but the first must be 0."""
+    with sqlite3.connect(state / "search.sqlite3", timeout=10) as conn:
+        documents = conn.execute(
+            "SELECT count(*) FROM documents WHERE doc_id LIKE ?", (prefix + "-%",)
+        ).fetchone()[0]
+        orphans = conn.execute(
+            "SELECT count(*) FROM passage_rows r LEFT JOIN documents d "
+            "ON d.source_key = r.source_key AND d.doc_id = r.doc_id WHERE d.doc_id IS NULL"
+        ).fetchone()[0]
+        empty = conn.execute(
+            "SELECT count(*) FROM documents d WHERE NOT EXISTS (SELECT 1 FROM passage_rows r "
+            "WHERE r.source_key = d.source_key AND r.doc_id = d.doc_id)"
+        ).fetchone()[0]
+        unindexed = conn.execute(
+            "SELECT count(*) FROM passage_rows r WHERE r.id NOT IN (SELECT rowid FROM passages)"
+        ).fetchone()[0]
+    return documents, orphans, empty, unindexed

@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import KB, ROOT, START_TIMEOUT_S, KbServer, free_port, running_kb_serve
+from tests.e2e.conftest import (
+    KB,
+    ROOT,
+    START_TIMEOUT_S,
+    KbServer,
+    free_port,
+    index_integrity,
+    running_kb_serve,
+)
 
 INVOKE = "/2015-03-31/functions/AgentToolsFunction/invocations"
 EVENT = json.loads((ROOT / "events" / "agent_tools" / "knowledge_search.json").read_text(encoding="utf-8"))
@@ -212,20 +220,8 @@ def test_kill_9_mid_tool_calls_and_ingest_loses_no_commit_and_charges_nothing_pa
         assert len(rows) == 2 and len(children) == 1  # both entries of the chain, or neither
         assert top[3] == children[0][3] == 1  # no partial charge
         assert top[4] == children[0][4] == cited.get(tree_root, 0)  # chars are the citations' own
-    with sqlite3.connect(state / "search.sqlite3") as conn:
-        ingested = conn.execute("SELECT count(*) FROM documents WHERE doc_id LIKE 'crash-%'").fetchone()[0]
-        orphans = conn.execute(
-            "SELECT count(*) FROM passage_rows r LEFT JOIN documents d "
-            "ON d.source_key = r.source_key AND d.doc_id = r.doc_id WHERE d.doc_id IS NULL"
-        ).fetchone()[0]
-        empty = conn.execute(
-            "SELECT count(*) FROM documents d WHERE NOT EXISTS (SELECT 1 FROM passage_rows r "
-            "WHERE r.source_key = d.source_key AND r.doc_id = d.doc_id)"
-        ).fetchone()[0]
-        unindexed = conn.execute(
-            "SELECT count(*) FROM passage_rows r WHERE r.id NOT IN (SELECT rowid FROM passages)"
-        ).fetchone()[0]
-    assert ingested % 50 == 0  # kb ingest sends batches of 50: each is all or nothing
+    ingested, orphans, empty, unindexed = index_integrity(state, "crash")
+    assert ingested % 50 == 0  # small uniform files: batches of 50, each all or nothing
     assert orphans == empty == unindexed == 0
 
     # It starts again on the same files and answers; the registry still has every indexed source.

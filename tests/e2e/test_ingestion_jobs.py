@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import time
 import uuid
 from pathlib import Path
 
-from tests.e2e.conftest import KbServer
+from tests.e2e.conftest import KbServer, index_integrity
 from tests.e2e.test_durability import own_group_kb_serve
 from tests.unit.test_extraction import make_docx, make_pdf
 
@@ -48,25 +47,6 @@ def job(kb: KbServer, job_id: str) -> dict:
     response = kb.request("GET", f"{JOBS}/{job_id}")
     assert response.status == 200, response.raw
     return response.json
-
-
-def index_integrity(state: Path, prefix: str) -> tuple[int, int, int, int]:
-    with sqlite3.connect(state / "search.sqlite3", timeout=10) as conn:
-        documents = conn.execute(
-            "SELECT count(*) FROM documents WHERE doc_id LIKE ?", (prefix + "-%",)
-        ).fetchone()[0]
-        orphans = conn.execute(
-            "SELECT count(*) FROM passage_rows r LEFT JOIN documents d "
-            "ON d.source_key = r.source_key AND d.doc_id = r.doc_id WHERE d.doc_id IS NULL"
-        ).fetchone()[0]
-        empty = conn.execute(
-            "SELECT count(*) FROM documents d WHERE NOT EXISTS (SELECT 1 FROM passage_rows r "
-            "WHERE r.source_key = d.source_key AND r.doc_id = d.doc_id)"
-        ).fetchone()[0]
-        unindexed = conn.execute(
-            "SELECT count(*) FROM passage_rows r WHERE r.id NOT IN (SELECT rowid FROM passages)"
-        ).fetchone()[0]
-    return documents, orphans, empty, unindexed
 
 
 def test_i_ingest_kill_9_mid_job_then_restart_completes_it_exactly_once(tmp_path: Path) -> None:
