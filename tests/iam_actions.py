@@ -199,7 +199,8 @@ def check(recorder: Recorder, services: set[str], index_prefix: str = "kb") -> l
 # --- one scenario through every function --------------------------------------------------------------------
 
 
-def _admin(method: str, path: str, body: Any = None, **params: str) -> dict:
+def admin_event(method: str, path: str, body: Any = None, **params: str) -> dict:
+    """An admin API event (payload 2.0) for `method path`, its path parameters named by `params`."""
     event = load_event("admin/publish-source.json")
     route_key = path
     for name, value in params.items():
@@ -259,13 +260,13 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
     ]
     for method, path, body, params in admin:
         raw = body if isinstance(body, str) or body is None else json.dumps(body)
-        event = _admin(method, path, None, **params)
+        event = admin_event(method, path, None, **params)
         event["body"] = raw
         _ok(handlers.invoke("AdminFunction", event), 200, 201)
     issued = _ok(
         handlers.invoke(
             "AdminFunction",
-            _admin(
+            admin_event(
                 "POST",
                 "/admin/v1/tokens",
                 {"routes": ["demo"], "client_id": "demo-client", "subject": "demo-user", "tenant": "demo"},
@@ -273,7 +274,7 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
         ),
         201,
     )
-    _ok(handlers.invoke("AdminFunction", _admin("GET", "/admin/v1/tokens")))
+    _ok(handlers.invoke("AdminFunction", admin_event("GET", "/admin/v1/tokens")))
 
     auth = load_event("authorizer/request.json")
     auth["headers"]["authorization"] = f"Bearer {issued['token']}"
@@ -304,7 +305,7 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
     _ok(
         handlers.invoke(
             "AdminFunction",
-            _admin(
+            admin_event(
                 "POST", f"/admin/v1/runs/{turn['run_id']}/end", {"state": "completed"}, run_id=turn["run_id"]
             ),
         )
@@ -312,7 +313,9 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
     _ok(
         handlers.invoke(
             "AdminFunction",
-            _admin("POST", f"/admin/v1/tokens/{issued['token_id']}/revoke", {}, token_id=issued["token_id"]),
+            admin_event(
+                "POST", f"/admin/v1/tokens/{issued['token_id']}/revoke", {}, token_id=issued["token_id"]
+            ),
         )
     )
 
@@ -321,7 +324,7 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
     submitted = _ok(
         handlers.invoke(
             "AdminFunction",
-            _admin(
+            admin_event(
                 "POST", jobs, json.loads(load_event("admin/submit-ingestion-job.json")["body"]), source=source
             ),
         ),
@@ -332,10 +335,12 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
     assert handlers.invoke("IngestWorkerFunction", message) == {"batchItemFailures": []}
     job_path = f"{jobs}/{submitted['job_id']}"
     job = _ok(
-        handlers.invoke("AdminFunction", _admin("GET", job_path, source=source, job_id=submitted["job_id"]))
+        handlers.invoke(
+            "AdminFunction", admin_event("GET", job_path, source=source, job_id=submitted["job_id"])
+        )
     )
     assert job["state"] == "completed", job
-    _ok(handlers.invoke("AdminFunction", _admin("GET", jobs, source=source)))
+    _ok(handlers.invoke("AdminFunction", admin_event("GET", jobs, source=source)))
 
     for name in ("mcp/initialize.json", "mcp/tools-list.json", "mcp/search.json"):
         assert handlers.invoke("McpFunction", _public(name, principal))["statusCode"] == 200

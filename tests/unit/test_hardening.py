@@ -18,6 +18,7 @@ from kb_cli import demo
 from kb_cli.events import load_event
 from kb_cli.gateway import Handlers
 from tests.conftest import FakeClock, embedded_container
+from tests.iam_actions import admin_event
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 PRINCIPAL = Principal(
@@ -430,19 +431,6 @@ def test_S3_demo_documents_and_kb_ingest_name_a_tenant(monkeypatch, tmp_path):
 
 
 # --- S7: tokens can be listed and revoked -----------------------------------------------------------------
-
-
-def admin_event(method: str, path: str, body: object = None, **params: str) -> dict:
-    event = load_event("admin/publish-source.json")
-    route_key = path
-    for name, value in params.items():
-        route_key = route_key.replace(value, "{" + name + "}")
-    event.update(
-        rawPath=path, routeKey=f"{method} {route_key}", body=None if body is None else json.dumps(body)
-    )
-    event["requestContext"]["http"].update(path=path, method=method)
-    event["pathParameters"] = params or None
-    return event
 
 
 def authorizer_event(token: str) -> dict:
