@@ -241,7 +241,9 @@ class ChainSnapshot:
     chain_ids: tuple[str, ...]  # the invocations asked for, root first
     entries: dict[str, LedgerEntry]  # those of them that exist
     seq: int = 0  # citations numbered so far in the root tree
-    cited: dict[str, CitationMark] = field(default_factory=dict)  # fingerprint -> its citation
+    # fingerprint -> its citation, as far as the adapter decides reuse from the snapshot (DynamoDB: every
+    # citation of the tree, marked on the root item); one that re-reads inside its write may leave it empty
+    cited: dict[str, CitationMark] = field(default_factory=dict)
     agents: dict[str, AgentDefinition | None] = field(default_factory=dict)  # read in the same round trip
 
     def chain(self) -> list[LedgerEntry]:

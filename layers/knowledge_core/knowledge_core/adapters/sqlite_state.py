@@ -522,8 +522,10 @@ class SqliteLedger(SqliteStore, BudgetLedger):
     ) -> ChainSnapshot:
         # Not one snapshot: every write phase below re-reads what it checks, so this read is only the
         # caller's view (for its plan, deadlines and events), and its statements need no transaction.
+        # No citations: `record_citations` reads the drafts' own inside its write; reading every citation of
+        # the tree here would grow with it on every call.
         with self._read() as conn:
-            return self._snapshot(conn, root_id, invocation_ids, agent_keys)
+            return self._snapshot(conn, root_id, invocation_ids, agent_keys, fingerprints=())
 
     def charge_retrievals(
         self, snapshot: ChainSnapshot, links: list[ChainLink], source_keys: list[str], now: float
