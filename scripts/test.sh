@@ -22,10 +22,10 @@ bash scripts/browser_deps.sh
 eval "$($BIN/kb services start --state "$STATE")"
 export OPENSEARCH_URL DYNAMODB_ENDPOINT
 echo "real backends: OpenSearch $OPENSEARCH_URL, DynamoDB API $DYNAMODB_ENDPOINT"
-# The hybrid ranking model (Maven Central, cached in ~/.m2 and the state dir).
+# The hybrid ranking models, English and Chinese (Maven Central, cached in ~/.m2 and the state dir).
 KB_TEST_EMBEDDING_MODEL_DIR=$($BIN/kb models fetch --dest "$STATE/models")
 export KB_TEST_EMBEDDING_MODEL_DIR  # only the tests that ask for it; the service settings stay as they are
-echo "embedding model: $KB_TEST_EMBEDDING_MODEL_DIR"
+echo "embedding models: $KB_TEST_EMBEDDING_MODEL_DIR"
 
 # The MCP Inspector CLIs (npm ci from tests/mcp_inspector/package-lock.json; once per lockfile).
 bash scripts/mcp_inspector.sh

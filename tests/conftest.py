@@ -72,15 +72,16 @@ def demo_container(container: Container) -> Container:
 
 @pytest.fixture(scope="session")
 def embedding_model_dir() -> str:
-    """The hybrid ranking model: $KB_TEST_EMBEDDING_MODEL_DIR, or `kb models fetch` into the services state
-    (scripts/test.sh fetches it first). Skipped when it cannot be had, unless KB_REQUIRE_REAL_BACKENDS=1."""
+    """The hybrid ranking models (a directory of the default models, English and Chinese):
+    $KB_TEST_EMBEDDING_MODEL_DIR, or `kb models fetch` into the services state (scripts/test.sh fetches them
+    first). Skipped when they cannot be had, unless KB_REQUIRE_REAL_BACKENDS=1."""
     if os.environ.get("KB_TEST_EMBEDDING_MODEL_DIR"):
         return os.environ["KB_TEST_EMBEDDING_MODEL_DIR"]
     try:
         from kb_cli import models
 
         state = Path(os.environ.get("KB_SERVICES_STATE", ".kb-state"))
-        return str(models.fetch(dest=state / "models"))
+        return str(models.fetch_defaults(state / "models"))
     except Exception as exc:
         message = f"embedding model unavailable: {type(exc).__name__}: {exc}"
         if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":

@@ -523,7 +523,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--embedding-model",
         default="auto",
         help="hybrid ranking model directory; 'auto' (default): $KB_EMBEDDING_MODEL_DIR, else the one "
-        "`kb models fetch` wrote if present; 'none': BM25 only",
+        "`kb models fetch` put in the per-user cache if present; 'none': BM25 only",
     )
     parser.add_argument(
         "--semantic-weight", type=float, default=HybridRanking.weight, help="BM25 share of the hybrid blend"
@@ -545,10 +545,10 @@ def semantic_from(args: argparse.Namespace) -> Semantic | None:
     if choice == "none":
         return None
     if choice == "auto":
-        from .models import DEFAULT_DEST, DEFAULT_MODEL
+        from .models import fetched_default
 
-        fetched = DEFAULT_DEST / DEFAULT_MODEL
-        choice = os.environ.get("KB_EMBEDDING_MODEL_DIR") or (str(fetched) if fetched.is_dir() else "")
+        fetched = fetched_default()
+        choice = os.environ.get("KB_EMBEDDING_MODEL_DIR") or (str(fetched) if fetched else "")
         if not choice:
             return None
     cache = args.embedding_cache or None

@@ -144,6 +144,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.state_backend == "dynamodb" and not args.dynamodb_endpoint:
         raise SystemExit("kb serve: --state-backend dynamodb needs --dynamodb-endpoint URL")
     fresh_state = not (state / STATE_FILE).exists()
+    from . import models
+
+    try:
+        model_dir, ranking = models.resolve(args.embedding_model)
+    except models.ModelError as exc:
+        print(f"kb serve: {exc}", file=sys.stderr)
+        return 2
+    if model_dir:
+        os.environ["KB_EMBEDDING_MODEL_DIR"] = model_dir
+    else:
+        os.environ.pop("KB_EMBEDDING_MODEL_DIR", None)
     try:
         container = local_container(
             state,
@@ -177,8 +188,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     handlers = WorkerHandlers(max_instances=args.instances, verbose=args.verbose)
     server = make_server(args.host, args.port, LocalGateway(handlers), log_requests=True)
     host, port = str(server.server_address[0]), server.server_address[1]
-    embedder = container.embedder
-    ranking = f"hybrid with {embedder.model_id}" if embedder else "BM25"
     where = f"DynamoDB at {args.dynamodb_endpoint}" if container.table else f"SQLite at {state / STATE_FILE}"
     print(
         f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
@@ -256,7 +265,12 @@ def cmd_services(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     from . import models
 
-    return models.main([args.action, "--model", args.model, "--dest", str(args.dest)])
+    argv = [args.action]
+    if args.model:
+        argv += ["--model", args.model]
+    if args.dest:
+        argv += ["--dest", str(args.dest)]
+    return models.main(argv)
 
 
 # --- admin API commands -----------------------------------------------------------------------------
@@ -575,6 +589,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker processes per function at most (each takes one event at a time, as on Lambda)",
     )
     p.add_argument("--verbose", action="store_true", help="also print the handlers' logs and metrics")
+    p.add_argument(
+        "--embedding-model",
+        default="auto",
+        help="hybrid ranking: a model directory (or a directory of them), 'none' for BM25, or 'auto' "
+        "(default): $KB_EMBEDDING_MODEL_DIR, else the per-user cache `kb models fetch` fills, else BM25",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("token", help="bearer tokens")
@@ -707,8 +727,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", help="embedding models for hybrid ranking, from Maven Central")
     p.add_argument("action", choices=["fetch"])
-    p.add_argument("--model", default="bge-small-en-v1.5-q")
-    p.add_argument("--dest", default=str(DEFAULT_STATE / "models"))
+    p.add_argument("--model", help="one model (default: every default model)")
+    p.add_argument("--dest", help="default: the per-user model cache")
     p.set_defaults(func=cmd_models)
     return parser
 

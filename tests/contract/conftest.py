@@ -178,19 +178,33 @@ def world(backend_container: Container, clock: FakeClock) -> World:
     return World(backend_container, clock)
 
 
-@pytest.fixture(params=BACKENDS)
-def hybrid_world(
-    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, embedding_model_dir: str
+def _hybrid_world(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, model_dir: str
 ) -> Iterator[World]:
-    """A `world` whose backend ranks hybrid (BM25 + the embedding model, domain.hybrid)."""
     if request.param == "embedded":
-        yield World(embedded_container(tmp_path, clock, embedding_model_dir=embedding_model_dir), clock)
+        yield World(embedded_container(tmp_path, clock, embedding_model_dir=model_dir), clock)
         return
     container = real_container(
         request.getfixturevalue("real_endpoints"),
         request.getfixturevalue("index_prefix"),
         clock,
-        embedding_model_dir=embedding_model_dir,
+        embedding_model_dir=model_dir,
     )
     yield World(container, clock)
     container.table.delete()
+
+
+@pytest.fixture(params=BACKENDS)
+def hybrid_world(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, embedding_model_dir: str
+) -> Iterator[World]:
+    """A `world` whose backend ranks hybrid (BM25 + the default models, English and Chinese)."""
+    yield from _hybrid_world(request, tmp_path, clock, embedding_model_dir)
+
+
+@pytest.fixture(params=BACKENDS)
+def english_world(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, embedding_model_dir: str
+) -> Iterator[World]:
+    """A hybrid `world` with the English model only (CJK text is no model's)."""
+    yield from _hybrid_world(request, tmp_path, clock, f"{embedding_model_dir}/bge-small-en-v1.5-q")

@@ -54,8 +54,9 @@ def test_a_search_hybrid_min_score_applies_to_the_blend(hybrid_world: World) -> 
     assert body["status"] == "ok" and body["hints"] == []
 
 
-def test_a_search_hybrid_leaves_uncovered_scripts_to_bm25(hybrid_world: World) -> None:
-    """The English model has no vector for a Chinese query: its scores are the plain BM25 ones."""
+def test_a_search_hybrid_leaves_uncovered_scripts_to_bm25(english_world: World) -> None:
+    """With the English model only, a Chinese query has no vector: its scores are the plain BM25 ones."""
+    hybrid_world = english_world
     (key,) = hybrid_world.publish({"zh": {"topK": 5}})
     hybrid_world.ingest(
         doc(key, "a", "电池保养", "笔记本电脑的电池续航：降低屏幕亮度。电池 电池"),
@@ -85,3 +86,62 @@ def test_a_search_hybrid_embeds_an_index_written_before_the_model(
     reopened = SqliteFtsBackend(path, embedder=OnnxEmbedder(embedding_model_dir))
     hits = reopened.search([SourceQuery("s@1", 5, 0.0)], QUERY, Viewer(tenant="t", subject="s"))[0].hits
     assert [h.doc_id for h in hits] == ["laptop", "artillery"]
+
+
+# --- the dense first stage (issue 15) --------------------------------------------------------------------
+NOTEBOOK = ("Laptop battery", "Lower the screen brightness to save power.")
+NOTEBOOK_ZH = ("笔记本电池", "续航短：调低屏幕亮度可以省电。")
+PARADE = ("Military parade", "The regiment marched past the stand at noon.")
+
+
+def test_a_search_dense_stage_finds_what_bm25_cannot(hybrid_world: World) -> None:
+    """No word (English) and no character bigram (Chinese) of the query is in the document: BM25 finds
+    nothing, the dense stage finds it, in each language with that language's model."""
+    (key,) = hybrid_world.publish({"kit": {"topK": 5}})
+    hybrid_world.ingest(
+        doc(key, "notebook", *NOTEBOOK), doc(key, "notebook-zh", *NOTEBOOK_ZH), doc(key, "parade", *PARADE)
+    )
+    backend = hybrid_world.c.backend
+    for query, expected in (
+        ("portable computer runs out of charge fast", "notebook"),
+        ("手提电脑没电太快", "notebook-zh"),
+    ):
+        hits = backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits
+        assert hits and hits[0].doc_id == expected, query
+        embedder, backend._embedder = backend._embedder, None
+        try:
+            assert backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits == []  # BM25 alone
+        finally:
+            backend._embedder = embedder
+    hints = hybrid_world.search("portable computer runs out of charge fast")["hints"]
+    assert hints[0]["title"] == "Laptop battery"
+
+
+def test_a_search_dense_stage_keeps_tenant_acl_and_status_filters(hybrid_world: World) -> None:
+    (key,) = hybrid_world.publish({"kit": {"topK": 5}})
+    hybrid_world.ingest(
+        doc(key, "other-tenant", *NOTEBOOK, tenant="globex"),
+        doc(key, "other-group", *NOTEBOOK, groups=["finance"]),
+        doc(key, "disabled", *NOTEBOOK),
+        doc(key, "parade", *PARADE),
+    )
+    hybrid_world.c.backend.set_document_status(key, "disabled", "disabled")
+    query = "portable computer runs out of charge fast"
+    hits = hybrid_world.c.backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits
+    assert [h.doc_id for h in hits] == ["parade"]  # the only document this viewer may see
+
+
+def test_a_search_dense_stage_follows_writes(hybrid_world: World) -> None:
+    """A document added, replaced or deleted after a search is seen by the next one (the dense scan's
+    cached vectors follow the index)."""
+    (key,) = hybrid_world.publish({"kit": {"topK": 5}})
+    query = "portable computer runs out of charge fast"
+    backend = hybrid_world.c.backend
+    hybrid_world.ingest(doc(key, "parade", *PARADE))
+    assert [h.doc_id for h in backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits] == ["parade"]
+    hybrid_world.ingest(doc(key, "notebook", *NOTEBOOK))
+    assert backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits[0].doc_id == "notebook"
+    hybrid_world.ingest(doc(key, "notebook", *PARADE))  # replaced: no longer about batteries
+    backend.delete_document(key, "parade")
+    hits = backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits
+    assert [h.doc_id for h in hits] == ["notebook"] and "regiment" in hits[0].passage

@@ -1,12 +1,14 @@
-"""The real embedding model of hybrid ranking (issue 6), as `kb models fetch` writes it: the plain-Python
-WordPiece gives the ids of the reference `tokenizers` implementation, and the vectors rank a relevant
-passage above an unrelated one that shares the query's words."""
+"""The real embedding models of hybrid ranking (issues 6 and 15), as `kb models fetch` writes them: the
+tokenizer gives the golden ids (produced by the reference `tokenizers` pipeline when the project still had
+its own WordPiece), each text goes to the model of its script, and the vectors rank a relevant passage above
+an unrelated one that shares the query's words — in English and in Chinese."""
 
 from __future__ import annotations
 
 import pytest
-from knowledge_core.adapters.embedding import OnnxEmbedder, cosines
-from knowledge_core.adapters.wordpiece import WordPieceTokenizer
+from pathlib import Path
+
+from knowledge_core.adapters.embedding import OnnxEmbedder, OnnxModel, cosines
 
 pytestmark = pytest.mark.integration
 
@@ -25,23 +27,50 @@ GOLDEN = {
 }  # fmt: skip
 
 
-def test_r_hybrid_wordpiece_matches_the_reference_tokenizer(embedding_model_dir: str) -> None:
-    tok = WordPieceTokenizer.from_file(f"{embedding_model_dir}/tokenizer.json")
+EN = "bge-small-en-v1.5-q"
+ZH = "bge-small-zh-v1.5-q"
+
+
+def test_r_hybrid_tokenizer_matches_the_reference_ids(embedding_model_dir: str) -> None:
+    model = OnnxModel(Path(embedding_model_dir) / EN)
     for text, ids in GOLDEN.items():
-        assert tok.encode(text, 512) == ids, text
+        assert model.token_ids(text) == ids, text
+    assert len(model.token_ids("word " * 2000)) == 512  # truncated to the model's limit, [SEP] kept
+    assert model.token_ids("word " * 2000)[-1] == 102
 
 
 def test_r_hybrid_model_vectors_rank_meaning_over_shared_words(embedding_model_dir: str) -> None:
     model = OnnxEmbedder(embedding_model_dir)
+    assert model.models == (EN, ZH)
     laptop, artillery = model.embed_passages(
         [
             "Laptop battery\n\nThe notebook's battery drains quickly; lower the screen brightness.",
             "Artillery battery\n\nThe battery of the regiment fired a salute at the ceremony.",
         ]
     )
-    assert len(laptop) == len(artillery) == 384
+    assert laptop and artillery and laptop.model == artillery.model == EN
+    assert len(laptop.data) == len(artillery.data) == 384
     query = model.embed_query("battery life of my notebook computer")
-    assert query is not None
+    assert query is not None and query.model == EN
     near, far = cosines(query, [laptop, artillery])
     assert near is not None and far is not None and near > far + 0.05
-    assert model.embed_query("电池 续航") is None  # an English model leaves CJK queries to BM25
+
+
+def test_r_hybrid_chinese_text_goes_to_the_chinese_model(embedding_model_dir: str) -> None:
+    model = OnnxEmbedder(embedding_model_dir)
+    laptop, artillery, english = model.embed_passages(
+        [
+            "笔记本电脑的电池续航很短：降低屏幕亮度可以省电。",
+            "炮兵连在典礼上鸣炮致敬，连长表扬了炮手。",
+            "Laptop battery",
+        ]
+    )
+    assert laptop and artillery and english
+    assert (laptop.model, artillery.model, english.model) == (ZH, ZH, EN)
+    assert len(laptop.data) == 512
+    query = model.embed_query("电池 续航")
+    assert query is not None and query.model == ZH
+    near, far, other = cosines(query, [laptop, artillery, english])
+    assert near is not None and far is not None and near > far + 0.05
+    assert other is None  # vectors of two models are never compared
+    assert OnnxEmbedder(Path(embedding_model_dir) / EN).embed_query("电池 续航") is None  # no model for CJK

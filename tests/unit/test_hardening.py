@@ -300,9 +300,10 @@ def test_S5_bounded_cache_evicts_least_recently_used_by_bytes():
     assert cache.get("huge") is None
 
 
-def test_S5_run_guard_and_wordpiece_caches_are_bounded(container):
-    from knowledge_core.adapters.wordpiece import WordPieceTokenizer
+def test_S5_run_guard_and_query_vector_caches_are_bounded(container, tmp_path):
+    from knowledge_core.adapters.embedding import OnnxEmbedder
     from knowledge_core.domain.models import Run
+    from knowledge_core.ports import Vector
     from knowledge_core.services.access import RUN_CACHE_BYTES, RunGuard
 
     class Runs:
@@ -315,12 +316,15 @@ def test_S5_run_guard_and_wordpiece_caches_are_bounded(container):
     for i in range(30_000):
         guard._get(f"{i:08d}-0000-4000-8000-000000000000")
     assert guard._cache.bytes <= RUN_CACHE_BYTES
-    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "[PAD]": 3, "a": 4, "##a": 5}
-    tokenizer = WordPieceTokenizer(vocab, lowercase=True, strip_accents=True)
-    for i in range(2000):
-        tokenizer.encode(f"{i}{'b' * 1990} {'a' * (i % 50 + 1)}", max_length=512)
-    cache = tokenizer._word_cache
-    assert 0 < cache.bytes <= cache.max_bytes and cache.bytes < 500_000
+    model = tmp_path / "m"
+    model.mkdir()
+    for name in ("model.onnx", "tokenizer.json"):
+        (model / name).write_bytes(b"x")
+    (model / "model.json").write_text('{"id": "m", "dimensions": 512}')
+    cache = OnnxEmbedder(model)._queries  # queries of up to 2,000 characters, 512-byte vectors
+    for i in range(20_000):
+        cache.put(f"{i}{'q' * 1990}", Vector("m", bytes(512)))
+    assert 0 < cache.bytes <= cache.max_bytes <= 4 * 1024 * 1024 and len(cache) < 2_000
 
 
 # --- S3: tenant isolation fails closed ---------------------------------------------------------------------

@@ -1,21 +1,25 @@
-"""Hybrid ranking (issue 6): the blend, the re-scoring of one source's candidates, the int8 cosine, the
-WordPiece tokenizer on a hand-made vocabulary, and the vector cache. No model file needed here;
-tests/integration/test_embedding_model.py runs the real model."""
+"""Hybrid ranking (issues 6 and 15): the fusions, the int8 cosine, the exact dense scan, model directories
+that cannot be used, and the vector cache. No model file needed here; tests/integration/
+test_embedding_model.py runs the real models."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from knowledge_core.adapters.embedding import CachedEmbedder, cosines, rescore
-from knowledge_core.adapters.wordpiece import WordPieceTokenizer
+from knowledge_core.adapters.embedding import CachedEmbedder, ModelError, OnnxEmbedder, VectorMatrix, cosines
 from knowledge_core.domain.hybrid import HybridRanking
-from knowledge_core.ports import Embedder, Hit, SourceQuery
+from knowledge_core.ports import Embedder, Hit, Vector
 
 
 def vec(*values: int) -> bytes:
     return bytes(v & 0xFF for v in values)
+
+
+def v(*values: int, model: str = "m") -> Vector:
+    return Vector(model, vec(*values))
 
 
 def hit(doc_id: str, score: float) -> Hit:
@@ -33,88 +37,134 @@ def test_r_hybrid_blend_by_hand() -> None:
 def test_r_hybrid_pool_is_at_least_top_k() -> None:
     assert HybridRanking(pool=30).depth(5) == 30
     assert HybridRanking(pool=3).depth(10) == 10
+    assert HybridRanking(dense=20).dense_depth(5) == 20
+    assert HybridRanking(dense=0).dense_depth(5) == 0  # no dense stage: BM25's candidates re-scored
 
 
 def test_r_hybrid_int8_cosine() -> None:
-    q = vec(127, 0, 0)
-    got = cosines(q, [vec(127, 0, 0), vec(0, 127, 0), vec(-127, 0, 0), None, vec(1, 2)])
+    q = v(127, 0, 0)
+    got = cosines(q, [v(127, 0, 0), v(0, 127, 0), v(-127, 0, 0), None, v(1, 2), v(127, 0, 0, model="other")])
     assert got[:3] == pytest.approx([1.0, 0.0, -1.0])
-    assert got[3:] == [None, None]  # missing, or a vector of another model size
+    assert got[3:] == [None, None, None]  # missing, another size, or another model: never compared
 
 
-def test_r_hybrid_rescore_orders_thresholds_and_cuts() -> None:
-    """minScore applies to the blended score (never lowered); ties keep BM25 order; at most topK."""
+def test_r_hybrid_fuse_orders_thresholds_and_cuts() -> None:
+    """minScore applies to the fused score (never lowered); ties keep BM25 order; at most topK."""
     hits = [hit("a", 10.0), hit("b", 8.0), hit("c", 6.0), hit("d", 1.0)]
-    q = vec(127, 0)
-    vectors = [vec(0, 127), vec(127, 0), vec(127, 0), vec(127, 0)]
     ranking = HybridRanking(weight=0.5)
     # blended: a 5.0, b 9.0, c 8.0, d 5.5
-    out = rescore(hits, q, vectors, ranking, SourceQuery("s@1", top_k=3, min_score=5.2))
+    out = ranking.fuse(hits, [0.0, 1.0, 1.0, 1.0], [], top_k=3, min_score=5.2)
     assert [(h.doc_id, h.score) for h in out] == [("b", 9.0), ("c", 8.0), ("d", 5.5)]
-    tie = rescore(hits[:2], q, [vec(0, 127), vec(0, 127)], ranking, SourceQuery("s@1", 5, 0.0))
+    tie = ranking.fuse(hits[:2], [0.0, 0.0], [], top_k=5, min_score=0.0)
     assert [h.doc_id for h in tie] == ["a", "b"]
-    assert rescore([], q, [], ranking, SourceQuery("s@1", 5, 0.0)) == []
+    assert ranking.fuse([], [], [], top_k=5, min_score=0.0) == []
 
 
-# --- WordPiece on a hand-made vocabulary --------------------------------------------------------------
-TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##aff", "##able", "cafe", "naive", ",", "!"]
-TOKENS += ["中", "文", "x"]
-VOCAB = {t: i for i, t in enumerate(TOKENS)}
+def test_r_hybrid_fuse_adds_what_only_the_dense_stage_found() -> None:
+    """A dense-only document counts BM25 0; a document in both keeps its BM25 passage and the better cosine;
+    the scale is BM25's best score (1.0 when BM25 found nothing)."""
+    ranking = HybridRanking(weight=0.5)
+    lexical = [hit("a", 10.0), hit("b", 4.0)]
+    dense_b = Hit("s@1", "b", "B", "rev", 0.9, "the dense passage of b")
+    dense = [(hit("z", 0.95), 0.95), (dense_b, 0.9)]
+    out = ranking.fuse(lexical, [0.1, 0.2], dense, top_k=5, min_score=0.0)
+    # a: 5 + 5·0.1 = 5.5; b: 2 + 5·0.9 = 6.5; z: 0 + 5·0.95 = 4.75
+    assert [(h.doc_id, round(h.score, 6)) for h in out] == [("b", 6.5), ("a", 5.5), ("z", 4.75)]
+    assert out[0].passage == "passage of b"
+    only_dense = ranking.fuse([], [], dense, top_k=5, min_score=0.46)
+    assert [(h.doc_id, round(h.score, 6)) for h in only_dense] == [("z", 0.475)]  # 0.5 · 0.95; b 0.45 cut
 
 
-def test_r_hybrid_wordpiece_pieces_punctuation_accents_cjk() -> None:
-    tok = WordPieceTokenizer(VOCAB, lowercase=True, strip_accents=True)
-    ids = tok.encode("Unaffable, CAFÉ naïve!中文 zz", 64)
-    names = {i: t for t, i in VOCAB.items()}
-    assert [names[i] for i in ids] == [
-        "[CLS]",
-        "un",
-        "##aff",
-        "##able",
-        ",",
-        "cafe",
-        "naive",
-        "!",
-        "中",
-        "文",
-        "[UNK]",  # no piece matches "zz": the whole word is unknown
-        "[SEP]",
-    ]
+def test_r_hybrid_rrf_on_the_bm25_scale() -> None:
+    """rrf: scale · (1/(k+rank_bm25) + 1/(k+rank_dense)) / (2/(k+1)): first in both scores the scale."""
+    ranking = HybridRanking(fusion="rrf", rrf_k=1)
+    lexical = [hit("a", 8.0), hit("b", 2.0)]
+    dense = [(hit("a", 0.9), 0.9), (hit("c", 0.8), 0.8)]
+    out = ranking.fuse(lexical, [0.9, 0.1], dense, top_k=5, min_score=0.0)
+    # a: 8·(1/2 + 1/2)/1 = 8; b: 8·(1/3) ≈ 2.667; c: 8·(1/3)
+    assert [(h.doc_id, round(h.score, 3)) for h in out] == [("a", 8.0), ("b", 2.667), ("c", 2.667)]
 
 
-def test_r_hybrid_wordpiece_truncates_with_the_separator_kept() -> None:
-    tok = WordPieceTokenizer(VOCAB, lowercase=True, strip_accents=True)
-    ids = tok.encode("x " * 50, 8)
-    assert len(ids) == 8 and ids[0] == VOCAB["[CLS]"] and ids[-1] == VOCAB["[SEP]"]
-    assert tok.encode("x" * 101, 8)[1] == VOCAB["[UNK]"]  # longer than max_word_chars
+def test_r_hybrid_exact_dense_scan() -> None:
+    matrix = VectorMatrix("m", [7, 8, 9], [vec(127, 0), vec(0, 127), vec(90, 90)])
+    assert [(i, round(c, 3)) for i, c in matrix.nearest(v(127, 0), 2)] == [(7, 1.0), (9, 0.709)]
+    assert matrix.nearest(v(127, 0, model="other"), 2) == []  # another model's query: nothing
+    assert len(matrix.nearest(v(0, 127), 10)) == 3
+    assert VectorMatrix("m", [], []).nearest(v(127, 0), 3) == []
 
 
-def test_r_hybrid_wordpiece_drops_controls_and_keeps_case_when_asked() -> None:
-    tok = WordPieceTokenizer({**VOCAB, "Cafe": 99}, lowercase=False, strip_accents=False)
-    assert tok.normalize("Ca\x00fe\u200b\t") == "Cafe "  # NUL and format characters go, a tab is a space
-    assert tok.encode("Cafe", 8)[1] == 99
+# --- model directories that cannot be used: one line naming the directory, never a crash later ---------
+def _model_dir(root: Path, name: str, manifest: dict | None, files: Sequence[str] = ("model.onnx",)) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    for f in files:
+        (d / f).write_bytes(b"not a model")
+    (d / "tokenizer.json").write_text("{}")
+    if manifest is not None:
+        (d / "model.json").write_text(json.dumps(manifest))
+    return d
+
+
+def test_r_hybrid_bad_model_directories_are_one_line_errors(tmp_path: Path) -> None:
+    good = {"id": "m1", "dimensions": 384}
+    with pytest.raises(ModelError, match="does not exist"):
+        OnnxEmbedder(tmp_path / "nowhere")
+    with pytest.raises(ModelError, match="no embedding model"):
+        OnnxEmbedder(tmp_path)
+    partial = _model_dir(tmp_path / "a", "m1", good, files=())
+    with pytest.raises(ModelError, match=r"incomplete \(no model.onnx\)"):
+        OnnxEmbedder(partial)
+    wrong = _model_dir(tmp_path / "b", "m1", {"id": "../m", "dimensions": "many"})
+    with pytest.raises(ModelError, match=r"model.json is invalid \(id, dimensions\)") as info:
+        OnnxEmbedder(wrong)
+    assert "\n" not in str(info.value)
+    _model_dir(tmp_path / "c", "x", good)
+    _model_dir(tmp_path / "c", "y", good)
+    with pytest.raises(ModelError, match="same model id"):
+        OnnxEmbedder(tmp_path / "c")
+    corrupt = OnnxEmbedder(_model_dir(tmp_path / "d", "m1", good))  # files present, contents not a model
+    with pytest.raises(ModelError, match="cannot be loaded"):
+        corrupt.check()
+
+
+def test_r_hybrid_a_failing_model_leaves_the_query_to_bm25(tmp_path: Path) -> None:
+    from knowledge_core.adapters.embedding import query_vector
+
+    corrupt = OnnxEmbedder(_model_dir(tmp_path, "m1", {"id": "m1", "dimensions": 384}))
+    assert query_vector(corrupt, "battery life") is None
+    assert query_vector(None, "battery life") is None
 
 
 # --- the vector cache -----------------------------------------------------------------------------------
 class CountingEmbedder(Embedder):
-    model_id = "toy"
+    models = ("toy",)
 
     def __init__(self) -> None:
         self.embedded: list[str] = []
 
-    def embed_query(self, text: str) -> bytes | None:
-        return vec(len(text))
+    def dimensions(self, model: str) -> int:
+        return 2
 
-    def embed_passages(self, texts: Sequence[str]) -> list[bytes]:
+    def embed_query(self, text: str) -> Vector | None:
+        return v(len(text), model="toy")
+
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector | None]:
         self.embedded += list(texts)
-        return [vec(len(t), 1) for t in texts]
+        return [v(len(t), 1, model="toy") if t != "中" else None for t in texts]
 
 
 def test_r_hybrid_cache_embeds_each_passage_text_once(tmp_path: Path) -> None:
     inner = CountingEmbedder()
     cached = CachedEmbedder(inner, tmp_path / "cache.sqlite3")
-    assert cached.embed_passages(["aa", "b"]) == [vec(2, 1), vec(1, 1)]
-    assert cached.embed_passages(["b", "ccc", "aa"]) == [vec(1, 1), vec(3, 1), vec(2, 1)]
-    assert inner.embedded == ["aa", "b", "ccc"]
+    toy = "toy"
+    assert cached.embed_passages(["aa", "b"]) == [v(2, 1, model=toy), v(1, 1, model=toy)]
+    assert cached.embed_passages(["b", "ccc", "aa", "中"]) == [
+        v(1, 1, model=toy),
+        v(3, 1, model=toy),
+        v(2, 1, model=toy),
+        None,  # no model covers it: remembered as such
+    ]
+    assert cached.embed_passages(["中"]) == [None]
+    assert inner.embedded == ["aa", "b", "ccc", "中"]
     again = CachedEmbedder(CountingEmbedder(), tmp_path / "cache.sqlite3")  # persists across processes
-    assert again.embed_passages(["ccc"]) == [vec(3, 1)]
+    assert again.embed_passages(["ccc"]) == [v(3, 1, model=toy)]

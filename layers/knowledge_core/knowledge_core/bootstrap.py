@@ -7,6 +7,7 @@ SQLite FTS5."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import replace
 from functools import cached_property
@@ -16,6 +17,8 @@ from .codec import RotatingTokenCodec, SecretSource, TokenCodec
 from .domain.hybrid import HybridRanking
 from .ports import BudgetLedger, Clock, Embedder, JobQueue, SearchBackend, StateStores, SystemClock
 from .settings import Settings
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .adapters.dynamodb import DynamoTable
@@ -47,6 +50,7 @@ class Container:
         self._ledger = ledger
         self._embedder = embedder
         self._job_queue = job_queue
+        self.embedding_error: str | None = None  # why a configured model directory is not used
 
     # --- adapters ---------------------------------------------------------------------------------
     @cached_property
@@ -100,19 +104,33 @@ class Container:
 
     @cached_property
     def embedder(self) -> Embedder | None:
-        """The hybrid ranking model, when a model directory is configured (its runtime loads lazily)."""
+        """The hybrid ranking models, when a model directory is configured (their runtime loads lazily).
+        A directory that cannot be used is logged once and leaves ranking to BM25 (`embedding_error` says
+        why: capabilities and kb serve's banner report it)."""
         if self._embedder is not None or not self.settings.embedding_model_dir:
             return self._embedder
-        from .adapters.embedding import CachedEmbedder, OnnxEmbedder
+        from .adapters.embedding import CachedEmbedder, ModelError, OnnxEmbedder
 
-        model = OnnxEmbedder(self.settings.embedding_model_dir)
+        try:
+            model = OnnxEmbedder(self.settings.embedding_model_dir)
+        except ModelError as exc:
+            self.embedding_error = str(exc)
+            logger.warning("hybrid ranking off, BM25 only: %s", exc)
+            return None
         return (
             CachedEmbedder(model, self.settings.embedding_cache) if self.settings.embedding_cache else model
         )
 
     @cached_property
     def hybrid(self) -> HybridRanking:
-        return HybridRanking(weight=self.settings.semantic_weight, pool=self.settings.semantic_pool)
+        s = self.settings
+        return HybridRanking(
+            weight=s.semantic_weight,
+            pool=s.semantic_pool,
+            dense=s.semantic_dense,
+            fusion=s.semantic_fusion,
+            rrf_k=s.semantic_rrf_k,
+        )
 
     @cached_property
     def backend(self) -> SearchBackend:

@@ -131,17 +131,35 @@ class SourceResult:
     ms: float = 0.0
 
 
+@dataclass(frozen=True)
+class Vector:
+    """One text's unit vector (int8, see adapters.embedding) and the model that made it: vectors of two
+    models are never compared."""
+
+    model: str
+    data: bytes
+
+
 class Embedder(ABC):
-    """Text to unit vectors (int8, see adapters.embedding) for the semantic half of hybrid ranking."""
+    """Text to unit vectors for the semantic half of hybrid ranking: each text by the model for its script."""
 
-    model_id: str
+    models: tuple[str, ...]  # the ids of the models it may answer with
+
+    @property
+    def model_id(self) -> str:
+        """The models as one name (banners, capabilities, eval tables)."""
+        return "+".join(self.models)
 
     @abstractmethod
-    def embed_query(self, text: str) -> bytes | None:
-        """The query's vector, or None when the model does not cover the query's script."""
+    def dimensions(self, model: str) -> int: ...
 
     @abstractmethod
-    def embed_passages(self, texts: Sequence[str]) -> list[bytes]: ...
+    def embed_query(self, text: str) -> Vector | None:
+        """The query's vector, or None when no model covers the query's script."""
+
+    @abstractmethod
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector | None]:
+        """Per text its vector, None where no model covers the text's script."""
 
 
 class SearchBackend(ABC):

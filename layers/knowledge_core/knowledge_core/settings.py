@@ -33,6 +33,9 @@ class Settings(BaseModel):
     embedding_cache: str | None = None  # a SQLite file remembering passage vectors (local use)
     semantic_weight: float = Field(HybridRanking.weight, ge=0, le=1)
     semantic_pool: int = Field(HybridRanking.pool, ge=1, le=100)
+    semantic_dense: int = Field(HybridRanking.dense, ge=0, le=200)  # vector candidates; 0: re-score only
+    semantic_fusion: Literal["blend", "rrf"] = HybridRanking.fusion
+    semantic_rrf_k: int = Field(HybridRanking.rrf_k, ge=1, le=1000)
     # Ingestion jobs: the worker's SQS queue (AWS); directories readable by the service (kb serve only).
     ingest_queue_url: str | None = None
     ingest_directories: bool = False
@@ -61,6 +64,9 @@ class Settings(BaseModel):
             "embedding_cache": env.get("KB_EMBEDDING_CACHE"),
             "semantic_weight": env.get("KB_SEMANTIC_WEIGHT"),
             "semantic_pool": env.get("KB_SEMANTIC_POOL"),
+            "semantic_dense": env.get("KB_SEMANTIC_DENSE"),
+            "semantic_fusion": env.get("KB_SEMANTIC_FUSION"),
+            "semantic_rrf_k": env.get("KB_SEMANTIC_RRF_K"),
             "ingest_queue_url": env.get("KB_INGEST_QUEUE_URL"),
             "ingest_directories": env.get("KB_INGEST_DIRECTORIES"),
             "ingest_lease_seconds": env.get("KB_INGEST_LEASE_SECONDS"),

@@ -1,105 +1,162 @@
-"""Sentence embeddings with ONNX Runtime: a BERT-style encoder read from a model directory.
+"""Sentence embeddings with ONNX Runtime: BERT-style encoders read from model directories, each text embedded
+by the model for its script.
 
-A model directory (written by `kb models fetch`) holds `model.onnx`, `tokenizer.json` and `model.json`:
+A model directory (written by `kb models fetch`) holds `model.onnx`, `tokenizer.json` (Hugging Face
+`tokenizers`) and `model.json`:
 
-    {"id": "bge-small-en-v1.5-q", "pooling": "cls", "query_prefix": "...", "max_tokens": 512,
-     "languages": ["en"]}
+    {"id": "bge-small-zh-v1.5-q", "pooling": "cls", "query_prefix": "...", "max_tokens": 512,
+     "languages": ["zh", "en"], "dimensions": 384, "onnx_sha256": "..."}
 
-Vectors are L2-normalised and stored as int8 (`round(127 * x)`, 384 bytes for a 384-dimension model):
-a quarter of float32, and the cosine of two stored vectors is their int8 dot product / 127².
-onnxruntime and numpy are imported when the first text is embedded, never at module import, so a function
-cold start pays for them only if it embeds.
+`OnnxEmbedder(path)` takes one model directory or a directory of them (the per-user cache `kb models fetch`
+fills). Text with CJK characters goes to the first model whose languages include "zh", other text to the
+first whose languages include "en" (else to any model that covers it); a text no model covers gets no
+vector, and its query ranks by BM25 alone. Every vector carries its model's id, and only vectors of the
+same model are ever compared.
+
+Vectors are L2-normalised and stored as int8 (`round(127 * x)`, 384 bytes for a 384-dimension model): a
+quarter of float32, and the cosine of two stored vectors is their int8 dot product / 127². onnxruntime,
+numpy and tokenizers are imported when the first text is embedded, never at module import, so a function
+cold start pays for them only if it embeds. A directory that is missing, partial or inconsistent raises
+`ModelError` (one line naming the directory and what to do) when the embedder is built; `check()` also
+loads each model and verifies its output dimension and file digest (kb serve runs it at start).
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
+import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..domain.analyzer import has_cjk
-from ..domain.hybrid import HybridRanking
-from ..ports import Embedder, Hit, SourceQuery
-from .wordpiece import WordPieceTokenizer
+from ..domain.cache import BoundedCache, approx_bytes
+from ..ports import Embedder, Vector
 
 _SCALE = 127.0
-_BATCH = 16
+_BATCH = 32
+_FILES = ("model.json", "model.onnx", "tokenizer.json")
+QUERY_CACHE_BYTES = 4 * 1024 * 1024
+logger = logging.getLogger(__name__)
 
 
-class OnnxEmbedder(Embedder):
-    def __init__(self, model_dir: str | Path, *, threads: int = 0) -> None:
-        self._dir = Path(model_dir)
-        manifest = json.loads((self._dir / "model.json").read_text(encoding="utf-8"))
-        self.model_id: str = manifest["id"]
-        self._pooling: str = manifest.get("pooling", "cls")
-        if self._pooling not in ("cls", "mean"):
-            raise ValueError(f"{self._dir}: pooling must be cls or mean")
-        self._query_prefix: str = manifest.get("query_prefix", "")
-        self._max_tokens = int(manifest.get("max_tokens", 512))
-        self._languages = frozenset(manifest.get("languages", ["en"]))
+class ModelError(ValueError):
+    """A model directory that cannot be used; the message is one line naming it and the remedy."""
+
+
+class ModelManifest(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    pooling: Literal["cls", "mean"] = "cls"
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    max_tokens: int = Field(default=512, ge=8, le=8192)
+    languages: tuple[str, ...] = ("en",)
+    dimensions: int = Field(ge=8, le=4096)
+    onnx_sha256: str | None = None
+
+
+def model_dirs(path: str | Path) -> list[Path]:
+    """`path` itself when it is a model directory, else its subdirectories that hold a `model.json`
+    (sorted by name): the directories an embedder is built from."""
+    root = Path(path)
+    if (root / "model.json").is_file():
+        return [root]
+    if not root.is_dir():
+        raise ModelError(f"embedding model directory {root} does not exist; run `kb models fetch`")
+    found = sorted(d for d in root.iterdir() if d.is_dir() and (d / "model.json").is_file())
+    if not found:
+        raise ModelError(f"no embedding model in {root} (no model.json); run `kb models fetch`")
+    return found
+
+
+class OnnxModel:
+    """One model directory: its manifest (validated at construction), its tokenizer and ONNX session
+    (loaded on first use)."""
+
+    def __init__(self, model_dir: Path, *, threads: int = 0) -> None:
+        self.dir = model_dir
+        missing = [f for f in _FILES if not (model_dir / f).is_file()]
+        if missing:
+            raise ModelError(
+                f"embedding model {model_dir} is incomplete (no {', '.join(missing)}); "
+                "run `kb models fetch` again"
+            )
+        try:
+            self.manifest = ModelManifest.model_validate_json((model_dir / "model.json").read_bytes())
+        except ValidationError as exc:
+            fields = ", ".join(".".join(str(p) for p in e["loc"]) or "model.json" for e in exc.errors())
+            raise ModelError(
+                f"embedding model {model_dir}: model.json is invalid ({fields}); run `kb models fetch` again"
+            ) from None
         self._threads = threads
-        self._tokenizer: WordPieceTokenizer | None = None
+        self._tokenizer: Any = None
         self._session: Any = None
         self._inputs: set[str] = set()
         self._lock = threading.Lock()
 
-    def _load(self) -> tuple[WordPieceTokenizer, Any]:
-        """Tokenizer and ONNX session, built on the first embedding (a function that never embeds, such
-        as read, never pays for them)."""
+    @property
+    def id(self) -> str:
+        return self.manifest.id
+
+    def covers(self, text: str) -> bool:
+        """False for text in a script the model was not trained on (an English model and CJK text)."""
+        return "zh" in self.manifest.languages or not has_cjk(text)
+
+    def _load(self) -> tuple[Any, Any]:
         if self._session is None:
             with self._lock:
                 if self._session is None:
                     import onnxruntime as ort
+                    from tokenizers import Tokenizer
 
-                    self._tokenizer = WordPieceTokenizer.from_file(self._dir / "tokenizer.json")
-
-                    options = ort.SessionOptions()
-                    if self._threads:
-                        options.intra_op_num_threads = self._threads
-                    session = ort.InferenceSession(
-                        str(self._dir / "model.onnx"), options, providers=["CPUExecutionProvider"]
-                    )
+                    try:
+                        tokenizer = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
+                        options = ort.SessionOptions()
+                        if self._threads:
+                            options.intra_op_num_threads = self._threads
+                        session = ort.InferenceSession(
+                            str(self.dir / "model.onnx"), options, providers=["CPUExecutionProvider"]
+                        )
+                    except Exception as exc:  # the libraries' own errors: corrupt or foreign files
+                        raise ModelError(
+                            f"embedding model {self.dir} cannot be loaded ({type(exc).__name__}); "
+                            "run `kb models fetch` again"
+                        ) from None
+                    tokenizer.enable_truncation(self.manifest.max_tokens)
+                    pad = tokenizer.token_to_id("[PAD]")
+                    tokenizer.enable_padding(pad_id=0 if pad is None else pad, pad_token="[PAD]")
                     self._inputs = {i.name for i in session.get_inputs()}
+                    self._tokenizer = tokenizer
                     self._session = session
-        assert self._tokenizer is not None
         return self._tokenizer, self._session
 
-    def supports(self, text: str) -> bool:
-        """False for text in a script the model was not trained on (an English model and CJK text)."""
-        return "zh" in self._languages or not has_cjk(text)
+    def token_ids(self, text: str) -> list[int]:
+        """The ids the model sees for `text` (truncated to its max_tokens, no padding)."""
+        tokenizer, _ = self._load()
+        return list(tokenizer.encode(text).ids)
 
-    def embed_query(self, text: str) -> bytes | None:
-        if not self.supports(text):
-            return None
-        return self._embed([self._query_prefix + text])[0]
-
-    def embed_passages(self, texts: Sequence[str]) -> list[bytes]:
-        return self._embed(list(texts))
-
-    def _embed(self, texts: list[str]) -> list[bytes]:
+    def embed(self, texts: list[str]) -> list[bytes]:
+        """int8 unit vectors, batches of similar lengths (little padding)."""
         import numpy as np
 
         tokenizer, session = self._load()
-        encoded = [tokenizer.encode(t, self._max_tokens) for t in texts]
         out: list[bytes] = [b""] * len(texts)
-        # Similar lengths share a batch, so little of each batch is padding.
-        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), _BATCH):
             idx = order[start : start + _BATCH]
-            width = max(len(encoded[i]) for i in idx)
-            ids = np.full((len(idx), width), tokenizer.pad_id, dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            for row, i in enumerate(idx):
-                ids[row, : len(encoded[i])] = encoded[i]
-                mask[row, : len(encoded[i])] = 1
+            encoded = tokenizer.encode_batch([texts[i] for i in idx])
+            ids = np.array([e.ids for e in encoded], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
             feed = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in self._inputs:
                 feed["token_type_ids"] = np.zeros_like(ids)
             hidden = session.run(None, feed)[0]
-            if self._pooling == "cls":
+            if self.manifest.pooling == "cls":
                 pooled = hidden[:, 0, :]
             else:
                 pooled = (hidden * mask[:, :, None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
@@ -110,84 +167,223 @@ class OnnxEmbedder(Embedder):
                 out[i] = packed[row].tobytes()
         return out
 
+    def check(self) -> None:
+        """Load the model and embed a probe: its output has the manifest's dimension, and model.onnx the
+        manifest's digest (when recorded). Raises ModelError."""
+        if self.manifest.onnx_sha256:
+            digest = hashlib.sha256()
+            with open(self.dir / "model.onnx", "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+            if digest.hexdigest() != self.manifest.onnx_sha256:
+                raise ModelError(
+                    f"embedding model {self.dir}: model.onnx is not the one model.json names "
+                    "(digest mismatch); run `kb models fetch` again"
+                )
+        try:
+            got = len(self.embed(["probe"])[0])
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise ModelError(
+                f"embedding model {self.dir} fails on a probe text ({type(exc).__name__}); "
+                "run `kb models fetch` again"
+            ) from None
+        if got != self.manifest.dimensions:
+            raise ModelError(
+                f"embedding model {self.dir} makes {got}-dimension vectors, model.json says "
+                f"{self.manifest.dimensions}; run `kb models fetch` again"
+            )
+
+
+def _cache_bytes(value: object) -> int:
+    """What a query-cache key (the query) or value (a Vector, mostly its bytes) holds."""
+    return len(value.data) + 100 if isinstance(value, Vector) else approx_bytes(value)
+
+
+class OnnxEmbedder(Embedder):
+    """One or more models (a model directory or a directory of them), each text embedded by the model for
+    its script. Query vectors are remembered (bounded by bytes): a repeated query embeds nothing."""
+
+    def __init__(self, path: str | Path | Sequence[str | Path], *, threads: int = 0) -> None:
+        paths = [path] if isinstance(path, str | Path) else list(path)
+        self._models = [OnnxModel(d, threads=threads) for p in paths for d in model_dirs(p)]
+        ids = [m.id for m in self._models]
+        if len(set(ids)) != len(ids):
+            raise ModelError(f"two embedding model directories name the same model id ({', '.join(ids)})")
+        self.models = tuple(ids)
+        self._by_id = {m.id: m for m in self._models}
+        self._queries: BoundedCache[str, Vector] = BoundedCache(QUERY_CACHE_BYTES, size=_cache_bytes)
+
+    def dimensions(self, model: str) -> int:
+        return self._by_id[model].manifest.dimensions
+
+    def model_for(self, text: str) -> OnnxModel | None:
+        """The model for `text`'s script: CJK text to a Chinese-capable model, other text to an English
+        one; else any model that covers it."""
+        want = "zh" if has_cjk(text) else "en"
+        for model in self._models:
+            if want in model.manifest.languages:
+                return model
+        return next((m for m in self._models if m.covers(text)), None)
+
+    def check(self) -> None:
+        for model in self._models:
+            model.check()
+
+    def embed_query(self, text: str) -> Vector | None:
+        cached = self._queries.get(text)
+        if cached is not None:
+            return cached
+        model = self.model_for(text)
+        if model is None:
+            return None
+        vector = Vector(model.id, model.embed([model.manifest.query_prefix + text])[0])
+        self._queries.put(text, vector)
+        return vector
+
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector | None]:
+        out: list[Vector | None] = [None] * len(texts)
+        groups: dict[str, list[int]] = {}
+        for i, text in enumerate(texts):
+            model = self.model_for(text)
+            if model is not None:
+                groups.setdefault(model.id, []).append(i)
+        for model_id, idx in groups.items():
+            model = self._by_id[model_id]
+            prefix = model.manifest.passage_prefix
+            for i, data in zip(idx, model.embed([prefix + texts[i] for i in idx]), strict=True):
+                out[i] = Vector(model_id, data)
+        return out
+
+
+def query_vector(embedder: Embedder | None, text: str) -> Vector | None:
+    """The query's vector, or None: no embedder, no model for its script, or a model that fails to load or
+    run (logged, without the text: the query then ranks by BM25 alone rather than failing)."""
+    if embedder is None:
+        return None
+    try:
+        return embedder.embed_query(text)
+    except Exception as exc:
+        logger.warning(
+            "embedding model failed, ranking by BM25 alone: %s",
+            exc if isinstance(exc, ModelError) else type(exc).__name__,
+        )
+        return None
+
 
 def passage_text(title: str, passage: str) -> str:
     """What a passage's vector embeds: its parent's title and its own text."""
     return f"{title}\n\n{passage}" if title else passage
 
 
-def document_vectors(embedder: Embedder, documents: Sequence[tuple[str, list[str]]]) -> list[list[bytes]]:
+def document_vectors(
+    embedder: Embedder, documents: Sequence[tuple[str, list[str]]]
+) -> list[list[Vector | None]]:
     """Per (title, passages) document, the vector of each passage, embedded in one batch."""
     flat = iter(embedder.embed_passages([passage_text(title, p) for title, ps in documents for p in ps]))
     return [[next(flat) for _ in ps] for _, ps in documents]
 
 
-def cosines(query: bytes, vectors: Sequence[bytes | None]) -> list[float | None]:
-    """The cosine of `query` and each stored vector (None where a vector is missing or of another size)."""
+def cosines(query: Vector, vectors: Sequence[Vector | None]) -> list[float | None]:
+    """The cosine of `query` and each stored vector (None where a vector is missing or of another model)."""
     import numpy as np
 
-    q = np.frombuffer(query, dtype=np.int8).astype(np.int32)
-    present = [i for i, v in enumerate(vectors) if v is not None and len(v) == len(query)]
+    q = np.frombuffer(query.data, dtype=np.int8).astype(np.int32)
+    present = [
+        i
+        for i, v in enumerate(vectors)
+        if v is not None and v.model == query.model and len(v.data) == len(query.data)
+    ]
     result: list[float | None] = [None] * len(vectors)
     if present:
-        matrix = np.frombuffer(b"".join(vectors[i] for i in present), dtype=np.int8)  # type: ignore[misc]
-        sims = matrix.reshape(len(present), len(query)).astype(np.int32) @ q / (_SCALE * _SCALE)
+        matrix = np.frombuffer(b"".join(vectors[i].data for i in present), dtype=np.int8)  # type: ignore[union-attr]
+        sims = matrix.reshape(len(present), len(query.data)).astype(np.int32) @ q / (_SCALE * _SCALE)
         for i, s in zip(present, sims.tolist(), strict=True):
             result[i] = float(s)
     return result
 
 
-def rescore(
-    hits: list[Hit], query: bytes, vectors: Sequence[bytes | None], hybrid: HybridRanking, q: SourceQuery
-) -> list[Hit]:
-    """One source's BM25 candidates (best first) with blended scores: those at or above the source's
-    `minScore`, best first (ties keep BM25 order), at most its `topK`."""
-    blended = hybrid.blend([h.score for h in hits], cosines(query, vectors))
-    ranked = sorted(range(len(hits)), key=lambda i: -blended[i])
-    return [replace(hits[i], score=blended[i]) for i in ranked if blended[i] >= q.min_score][: q.top_k]
+class VectorMatrix:
+    """The vectors of one model, one row per passage id, for the exact dense scan of the embedded backend
+    (int8 dot products with numpy: a few milliseconds per 100,000 passages of 384 dimensions)."""
+
+    def __init__(self, model: str, ids: list[int], vectors: list[bytes]) -> None:
+        import numpy as np
+
+        self.model = model
+        self.ids = np.array(ids, dtype=np.int64)
+        width = len(vectors[0]) if vectors else 0
+        self.matrix = np.frombuffer(b"".join(vectors), dtype=np.int8).reshape(len(vectors), width)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def nearest(self, query: Vector, k: int) -> list[tuple[int, float]]:
+        """The `k` passage ids most similar to `query` (same model only), best first, with their cosine."""
+        import numpy as np
+
+        if (
+            query.model != self.model
+            or not len(self.ids)
+            or k <= 0
+            or self.matrix.shape[1] != len(query.data)
+        ):
+            return []
+        q = np.frombuffer(query.data, dtype=np.int8).astype(np.int32)
+        sims = self.matrix.astype(np.int32) @ q  # int8 x int8 summed in int32: exact
+        k = min(k, len(sims))
+        top = np.argpartition(-sims, k - 1)[:k]
+        top = top[np.argsort(-sims[top], kind="stable")]
+        scale = _SCALE * _SCALE
+        return [(int(self.ids[i]), float(sims[i]) / scale) for i in top]
 
 
 class CachedEmbedder(Embedder):
-    """Passage vectors remembered in a SQLite file by (model, sha256 of the text): re-ingesting a document
-    whose passages did not change embeds nothing. Queries are not cached."""
+    """Passage vectors remembered in a SQLite file by (models, sha256 of the text): re-ingesting a document
+    whose passages did not change embeds nothing. Queries go to the inner embedder (which remembers them)."""
 
     def __init__(self, inner: Embedder, path: str | Path) -> None:
         import sqlite3
 
         self._inner = inner
-        self.model_id = inner.model_id
+        self.models = inner.models
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute(
-            "CREATE TABLE IF NOT EXISTS vectors "
-            "(model TEXT, digest BLOB, vector BLOB, PRIMARY KEY (model, digest))"
+            "CREATE TABLE IF NOT EXISTS passage_vectors "
+            "(models TEXT, digest BLOB, model TEXT, vector BLOB, PRIMARY KEY (models, digest))"
         )
         self._lock = threading.Lock()
 
-    def embed_query(self, text: str) -> bytes | None:
+    def dimensions(self, model: str) -> int:
+        return self._inner.dimensions(model)
+
+    def embed_query(self, text: str) -> Vector | None:
         return self._inner.embed_query(text)
 
-    def embed_passages(self, texts: Sequence[str]) -> list[bytes]:
-        import hashlib
-
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector | None]:
         digests = [hashlib.sha256(t.encode("utf-8")).digest() for t in texts]
+        known: dict[bytes, Vector | None] = {}
         with self._lock:
-            known: dict[bytes, bytes] = {}
             for i in range(0, len(digests), 500):
                 chunk = digests[i : i + 500]
                 marks = ",".join("?" * len(chunk))
-                known.update(
-                    self._db.execute(
-                        f"SELECT digest, vector FROM vectors WHERE model=? AND digest IN ({marks})",
-                        (self.model_id, *chunk),
-                    ).fetchall()
-                )
-        missing = [i for i, d in enumerate(digests) if d not in known]
+                for digest, model, data in self._db.execute(
+                    "SELECT digest, model, vector FROM passage_vectors "
+                    f"WHERE models=? AND digest IN ({marks})",
+                    (self.model_id, *chunk),
+                ):
+                    known[digest] = Vector(model, data) if model else None
+        missing = sorted({d: i for i, d in enumerate(digests) if d not in known}.values())
         if missing:
             fresh = self._inner.embed_passages([texts[i] for i in missing])
             with self._lock:
                 self._db.executemany(
-                    "INSERT OR REPLACE INTO vectors VALUES (?,?,?)",
-                    [(self.model_id, digests[i], v) for i, v in zip(missing, fresh, strict=True)],
+                    "INSERT OR REPLACE INTO passage_vectors VALUES (?,?,?,?)",
+                    [
+                        (self.model_id, digests[i], v.model if v else None, v.data if v else None)
+                        for i, v in zip(missing, fresh, strict=True)
+                    ],
                 )
             known.update((digests[i], v) for i, v in zip(missing, fresh, strict=True))
         return [known[d] for d in digests]

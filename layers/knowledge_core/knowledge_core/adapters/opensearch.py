@@ -35,8 +35,8 @@ from ..domain.errors import KnowledgeUnavailable, SourceFailure
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
-from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult
-from .embedding import document_vectors, rescore
+from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult, Vector
+from .embedding import cosines, document_vectors, query_vector
 
 TEMPLATE_VERSION = "v2"
 # One bulk request stays under the smallest Amazon OpenSearch Service HTTP payload limit (10 MiB).
@@ -308,7 +308,7 @@ class OpenSearchBackend(SearchBackend):
 
     # --- search -------------------------------------------------------------------------------------
     def search_body(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, vector: bytes | None = None
+        self, queries: list[SourceQuery], text: str, viewer: Viewer, vector: Vector | None = None
     ) -> list[dict]:
         """The `_msearch` body: per source a header and a collapsed, filtered, thresholded search. With a
         query vector, a deeper pool with the passage vectors and no threshold: `rescore` applies it."""
@@ -349,7 +349,7 @@ class OpenSearchBackend(SearchBackend):
         if not queries:
             return []
         started = time.perf_counter()
-        vector = self._embedder.embed_query(text) if self._embedder else None
+        vector = query_vector(self._embedder, text)
         try:  # the read path only reads: indices are made at deploy/admin time (`prepare`, ingestion)
             raw = self.msearch(
                 self.search_body(queries, text, viewer, vector), max(q.timeout_s for q in queries) + 1.0
@@ -366,9 +366,8 @@ class OpenSearchBackend(SearchBackend):
                 raw_hits = response["hits"]["hits"]
                 result.hits = [_hit(q.key, h) for h in raw_hits]
                 if vector is not None:
-                    result.hits = rescore(
-                        result.hits, vector, [self._vector(h) for h in raw_hits], self._hybrid, q
-                    )
+                    lexical_cosines = cosines(vector, [self._vector(h) for h in raw_hits])
+                    result.hits = self._hybrid.fuse(result.hits, lexical_cosines, [], q.top_k, q.min_score)
             results.append(result)
         for q in queries[len(results) :]:  # a short response never becomes "no results"
             results.append(
@@ -376,15 +375,15 @@ class OpenSearchBackend(SearchBackend):
             )
         return results
 
-    def _vector(self, raw: dict) -> bytes | None:
+    def _vector(self, raw: dict) -> Vector | None:
         src = raw["_source"]
         if (
             self._embedder is None
-            or src.get("vector_model") != self._embedder.model_id
+            or src.get("vector_model") not in self._embedder.models
             or not src.get("vector")
         ):
             return None
-        return base64.b64decode(src["vector"])
+        return Vector(src["vector_model"], base64.b64decode(src["vector"]))
 
     # --- documents ----------------------------------------------------------------------------------
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
@@ -472,10 +471,12 @@ class OpenSearchBackend(SearchBackend):
         """Parent id -> per passage the vector fields to index (empty dicts without an embedder)."""
         if self._embedder is None:
             return {parent: [{} for _ in ps] for parent, ps in passages.items()}
-        model = self._embedder.model_id
         vectors = document_vectors(self._embedder, [(docs[p].title, ps) for p, ps in passages.items()])
         return {
-            parent: [{"vector": base64.b64encode(v).decode("ascii"), "vector_model": model} for v in vs]
+            parent: [
+                {"vector": base64.b64encode(v.data).decode("ascii"), "vector_model": v.model} if v else {}
+                for v in vs
+            ]
             for parent, vs in zip(passages, vectors, strict=True)
         }
 

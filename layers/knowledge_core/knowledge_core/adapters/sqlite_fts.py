@@ -1,11 +1,17 @@
-"""Embedded search backend: SQLite FTS5 on a local file, BM25 over passages rolled up to parent documents;
-with an embedder, each passage also stores its vector and candidates are re-scored hybrid (domain.hybrid)."""
+"""Embedded search backend: SQLite FTS5 on a local file, BM25 over passages rolled up to parent documents.
+
+With an embedder, each passage also stores its vector (of the model for its script) and a search fuses two
+candidate lists per source (domain.hybrid): BM25's and an exact dense scan (int8 dot products, numpy) over
+the source's passages of the query vector's model. The scan's matrix is kept per process and source and
+reloaded when the source's version (bumped in the same transaction as every write of its passages)
+changes, so several processes on one file stay consistent."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,8 +21,8 @@ from ..domain.errors import SourceFailure
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
-from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult
-from .embedding import document_vectors, passage_text, rescore
+from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult, Vector
+from .embedding import VectorMatrix, cosines, document_vectors, passage_text, query_vector
 from .sqlite_db import SqliteDatabase, statements
 
 _SCHEMA = """
@@ -30,6 +36,7 @@ CREATE TABLE IF NOT EXISTS passage_rows (
   text TEXT NOT NULL, vector BLOB, vector_model TEXT, pages TEXT
 );
 CREATE INDEX IF NOT EXISTS passage_rows_doc ON passage_rows (source_key, doc_id);
+CREATE TABLE IF NOT EXISTS source_versions (source_key TEXT PRIMARY KEY, version INTEGER NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
   title_terms, body_terms, tokenize = 'unicode61 remove_diacritics 0'
 );
@@ -40,6 +47,11 @@ _WEIGHTS = "2.0, 1.0"
 ANALYZER_VERSION = 2
 CJK_UNIGRAMS = False
 _CANDIDATES_PER_DOC = 8
+_DENSE_SQL = (
+    "SELECT r.id, r.doc_id, r.text, d.title, d.revision, d.acl, d.structured_source, r.pages "
+    "FROM passage_rows r JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
+    "WHERE d.status = 'ready' AND r.id IN ({marks})"
+)
 _SEARCH_SQL = (
     f"SELECT r.doc_id, r.text, -bm25(passages, {_WEIGHTS}) AS score, d.title, d.revision, d.acl, "
     "d.structured_source, r.vector, r.vector_model, r.pages "
@@ -57,6 +69,41 @@ def _match_expression(query: str) -> str | None:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in tokens)
 
 
+def _hit(
+    key: str,
+    doc_id: str,
+    passage: str,
+    score: float,
+    title: str,
+    revision: str,
+    structured: str | None,
+    pages: str | None,
+) -> Hit:
+    return Hit(
+        key,
+        doc_id,
+        title,
+        revision,
+        score,
+        passage,
+        hit_source(json.loads(structured) if structured else None, json.loads(pages) if pages else None),
+    )
+
+
+def _bump(conn: sqlite3.Connection, source_key: str) -> None:
+    """A write of the source's passages: cached dense matrices of it are stale (every process re-reads)."""
+    conn.execute(
+        "INSERT INTO source_versions VALUES (?, 1) "
+        "ON CONFLICT(source_key) DO UPDATE SET version = version + 1",
+        (source_key,),
+    )
+
+
+def _uncovered(embedder: Embedder) -> str:
+    """The `vector_model` of a passage none of these models covers (no vector)."""
+    return "-" + embedder.model_id
+
+
 class SqliteFtsBackend(SearchBackend):
     live_hits = True  # one statement reads passages and their documents (status, ACL, revision)
 
@@ -66,6 +113,8 @@ class SqliteFtsBackend(SearchBackend):
         self._db = SqliteDatabase(path)  # its own schema: the tables below, analyzer version in user_version
         self._embedder = embedder
         self._hybrid = hybrid or HybridRanking()
+        self._matrices: dict[tuple[str, str], tuple[int, VectorMatrix]] = {}
+        self._matrix_lock = threading.Lock()
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
             columns = {row[1] for row in conn.execute("PRAGMA table_info(passage_rows)")}
@@ -84,30 +133,31 @@ class SqliteFtsBackend(SearchBackend):
     # --- search -----------------------------------------------------------------------------------
     def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
         match = _match_expression(text)
-        vector = self._embedder.embed_query(text) if self._embedder and match and queries else None
+        vector = query_vector(self._embedder, text) if queries else None
         return [self._search_one(q, match, viewer, vector) for q in queries]
 
     def _search_one(
-        self, q: SourceQuery, match: str | None, viewer: Viewer, vector: bytes | None
+        self, q: SourceQuery, match: str | None, viewer: Viewer, vector: Vector | None
     ) -> SourceResult:
         started = time.perf_counter()
         result = SourceResult(key=q.key)
-        if match is None:
+        if match is None and vector is None:
             return result
         conn = self._conn()
         deadline = started + q.timeout_s
         conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
         best: dict[str, Hit] = {}
-        vectors: list[bytes | None] = []
+        vectors: list[Vector | None] = []
         hidden: set[str] = set()
-        # Hybrid ranking re-scores a deeper BM25 pool; `minScore` then applies to the blended score.
+        # Hybrid ranking fuses a deeper BM25 pool with the dense one; `minScore` then applies to the fusion.
         want = self._hybrid.depth(q.top_k) if vector is not None else q.top_k
         floor = float("-inf") if vector is not None else q.min_score
         page = want * _CANDIDATES_PER_DOC + 16
+        dense: list[tuple[Hit, float]] = []
         try:
             # Passages the viewer may not see, or more passages of documents already kept, must not crowd
             # out visible documents: keep paging (best score first) until top_k documents or no more rows.
-            for offset in itertools.count(0, page):
+            for offset in itertools.count(0, page) if match is not None else ():
                 rows = conn.execute(_SEARCH_SQL, (match, q.key, page, offset)).fetchall()
                 for doc_id, passage, score, title, revision, acl, structured, vec, vec_model, pages in rows:
                     if score < floor:
@@ -117,25 +167,18 @@ class SqliteFtsBackend(SearchBackend):
                     if not DocumentAcl.model_validate_json(acl).visible_to(viewer):
                         hidden.add(doc_id)
                         continue
-                    best[doc_id] = Hit(
-                        q.key,
-                        doc_id,
-                        title,
-                        revision,
-                        float(score),
-                        passage,
-                        hit_source(
-                            json.loads(structured) if structured else None,
-                            json.loads(pages) if pages else None,
-                        ),
+                    best[doc_id] = _hit(
+                        q.key, doc_id, passage, float(score), title, revision, structured, pages
                     )
-                    vectors.append(vec if self._embedder and vec_model == self._embedder.model_id else None)
+                    vectors.append(Vector(vec_model, vec) if vec is not None and vec_model else None)
                     if len(best) == want:
                         break
                 else:
                     if len(rows) == page:
                         continue
                 break
+            if vector is not None and self._hybrid.dense_depth(q.top_k):
+                dense = self._dense(conn, q, vector, viewer)
         except sqlite3.OperationalError as exc:
             kind = "timeout" if "interrupt" in str(exc) else "unavailable"
             result.error = SourceFailure(kind)
@@ -144,9 +187,68 @@ class SqliteFtsBackend(SearchBackend):
             conn.set_progress_handler(None, 0)
         result.hits = list(best.values())
         if vector is not None:
-            result.hits = rescore(result.hits, vector, vectors, self._hybrid, q)
+            result.hits = self._hybrid.fuse(
+                result.hits, cosines(vector, vectors), dense, q.top_k, q.min_score
+            )
         result.ms = (time.perf_counter() - started) * 1000
         return result
+
+    def _matrix(self, conn: sqlite3.Connection, source_key: str, model: str) -> VectorMatrix:
+        """The source's passage vectors of `model`, cached until the source's version moves."""
+        row = conn.execute("SELECT version FROM source_versions WHERE source_key=?", (source_key,)).fetchone()
+        version = row[0] if row else 0
+        cached = self._matrices.get((source_key, model))
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        with self._db.snapshot() as snap:  # the rows and the version they belong to, read together
+            row = snap.execute(
+                "SELECT version FROM source_versions WHERE source_key=?", (source_key,)
+            ).fetchone()
+            version = row[0] if row else 0
+            rows = snap.execute(
+                "SELECT id, vector FROM passage_rows WHERE source_key=? AND vector_model=? ORDER BY id",
+                (source_key, model),
+            ).fetchall()
+        matrix = VectorMatrix(model, [r[0] for r in rows], [r[1] for r in rows])
+        with self._matrix_lock:
+            self._matrices[(source_key, model)] = (version, matrix)
+        return matrix
+
+    def _dense(
+        self, conn: sqlite3.Connection, q: SourceQuery, vector: Vector, viewer: Viewer
+    ) -> list[tuple[Hit, float]]:
+        """The dense stage: the documents (ready, visible to the viewer) of the source's passages nearest to
+        `vector`, best passage per document, best first, at most the hybrid ranking's dense depth."""
+        want = self._hybrid.dense_depth(q.top_k)
+        matrix = self._matrix(conn, q.key, vector.model)
+        k = want * _CANDIDATES_PER_DOC
+        while True:
+            nearest = matrix.nearest(vector, k)
+            marks = ",".join("?" * len(nearest))
+            rows = (
+                {r[0]: r for r in conn.execute(_DENSE_SQL.format(marks=marks), [i for i, _ in nearest])}
+                if nearest
+                else {}
+            )
+            out: dict[str, tuple[Hit, float]] = {}
+            hidden: set[str] = set()
+            for passage_id, cosine in nearest:
+                row = rows.get(passage_id)
+                if row is None or row[1] in out or row[1] in hidden:
+                    continue
+                _, doc_id, passage, title, revision, acl, structured, pages = row
+                if not DocumentAcl.model_validate_json(acl).visible_to(viewer):
+                    hidden.add(doc_id)
+                    continue
+                out[doc_id] = (
+                    _hit(q.key, doc_id, passage, cosine, title, revision, structured, pages),
+                    cosine,
+                )
+                if len(out) == want:
+                    return list(out.values())
+            if k >= len(matrix):
+                return list(out.values())
+            k *= 4  # hidden or unready documents, or many passages of a few: look deeper
 
     # --- documents ------------------------------------------------------------------------------
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
@@ -179,7 +281,7 @@ class SqliteFtsBackend(SearchBackend):
     def put_documents(self, documents: list[Document]) -> None:
         # Vectors are computed before the write transaction: embedding is the slow part of ingestion.
         passages = [split_passages(doc.body) for doc in documents]
-        vectors: Sequence[Sequence[bytes | None]] = [[None] * len(p) for p in passages]
+        vectors: Sequence[Sequence[Vector | None] | None] = [None] * len(passages)
         if self._embedder:
             pairs = [(d.title, ps) for d, ps in zip(documents, passages, strict=True)]
             vectors = document_vectors(self._embedder, pairs)
@@ -210,12 +312,16 @@ class SqliteFtsBackend(SearchBackend):
         doc_id: str,
         title: str,
         passages: list[str],
-        vectors: Sequence[bytes | None],
+        vectors: Sequence[Vector | None] | None,
         pages: list[list[int]],
     ) -> None:
+        """`vectors` None: not embedded yet (`_embed_missing` embeds them); a None in it: no configured
+        model covers that passage (marked so, and left alone until the models change)."""
         title_terms = " ".join(index_terms(title, CJK_UNIGRAMS))
-        model = self._embedder.model_id if self._embedder else None
-        for i, (passage, vector, on_pages) in enumerate(zip(passages, vectors, pages, strict=True)):
+        uncovered = _uncovered(self._embedder) if self._embedder and vectors is not None else None
+        _bump(conn, source_key)
+        embedded: Sequence[Vector | None] = [None] * len(passages) if vectors is None else vectors
+        for i, (passage, vector, on_pages) in enumerate(zip(passages, embedded, pages, strict=True)):
             row_id = conn.execute(
                 "INSERT INTO passage_rows "
                 "(source_key, doc_id, passage_no, text, vector, vector_model, pages) VALUES (?,?,?,?,?,?,?)",
@@ -224,8 +330,8 @@ class SqliteFtsBackend(SearchBackend):
                     doc_id,
                     i,
                     passage,
-                    vector,
-                    model if vector is not None else None,
+                    vector.data if vector else None,
+                    vector.model if vector else uncovered,
                     json.dumps(on_pages) if on_pages else None,
                 ),
             ).lastrowid
@@ -246,33 +352,44 @@ class SqliteFtsBackend(SearchBackend):
             pages = passage_pages(
                 body, passages, page_starts_of(json.loads(structured) if structured else None)
             )
-            self._index(conn, source_key, doc_id, title, passages, [None] * len(passages), pages)
+            self._index(conn, source_key, doc_id, title, passages, None, pages)
         conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
 
     def _embed_missing(self, batch: int = 256) -> None:
-        """Give every passage a vector of the configured model (new model, or a file from before it)."""
+        """Give every passage a vector of the configured models (new models, or a file from before them)."""
         if self._embedder is None:
             return
-        model = self._embedder.model_id
+        models = list(self._embedder.models)
+        uncovered = _uncovered(self._embedder)
+        marks = ",".join("?" * len(models))
         conn = self._conn()
+        last = 0
         while True:
             rows = conn.execute(
-                "SELECT r.id, d.title, r.text FROM passage_rows r JOIN documents d "
+                "SELECT r.id, d.title, r.text, r.source_key FROM passage_rows r JOIN documents d "
                 "ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
-                "WHERE r.vector_model IS NOT ? LIMIT ?",
-                (model, batch),
+                f"WHERE r.id > ? AND (r.vector_model IS NULL OR r.vector_model NOT IN ({marks}, ?)) "
+                "ORDER BY r.id LIMIT ?",
+                (last, *models, uncovered, batch),
             ).fetchall()
             if not rows:
                 return
-            vectors = self._embedder.embed_passages([passage_text(t, p) for _, t, p in rows])
+            last = rows[-1][0]
+            vectors = self._embedder.embed_passages([passage_text(t, p) for _, t, p, _ in rows])
             with self._db.transaction() as tx:
                 tx.executemany(
                     "UPDATE passage_rows SET vector=?, vector_model=? WHERE id=?",
-                    [(v, model, row[0]) for v, row in zip(vectors, rows, strict=True)],
+                    [
+                        (v.data if v else None, v.model if v else uncovered, row[0])
+                        for v, row in zip(vectors, rows, strict=True)
+                    ],
                 )
+                for source_key in {row[3] for row in rows}:
+                    _bump(tx, source_key)
 
     @staticmethod
     def _delete(conn: sqlite3.Connection, source_key: str, doc_id: str) -> int:
+        _bump(conn, source_key)
         conn.execute(
             "DELETE FROM passages WHERE rowid IN "
             "(SELECT id FROM passage_rows WHERE source_key=? AND doc_id=?)",

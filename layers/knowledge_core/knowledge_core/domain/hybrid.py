@@ -1,26 +1,42 @@
-"""Hybrid ranking: one source's BM25 candidates re-scored with the embedding cosine of their passage.
+"""Hybrid ranking: one source's BM25 candidates and its dense (vector) candidates fused into one list.
 
-    score = w · bm25 + (1 − w) · bm25_max · cosine
+Candidates are the union of BM25's top `pool` documents and the vector stage's top `dense` documents (the
+best passage of each, by cosine with the query's vector, of the same model). Each candidate has a BM25
+score (0 when BM25 did not return it) and a cosine (the better of its BM25 passage's and its dense
+passage's; 0 when it has no vector of the query's model). Two fusions, chosen on the tuning splits
+(bench/QUALITY.md):
 
-`bm25_max` is the best BM25 score among the candidates, so the semantic half is on the BM25 scale: the
-blend stays "the backend similarity" a source's `minScore` is written against, and a query the embedding
-model does not cover (no query vector) keeps its plain BM25 scores. A candidate without a vector of the
-current model counts cosine 0. Both backends re-score the same way; the weight and the candidate pool
-depth are settings (bench/QUALITY.md has the measurements behind the defaults).
+    blend:  score = w · bm25 + (1 − w) · scale · cosine
+    rrf:    score = scale · (1/(k + rank_bm25) + 1/(k + rank_dense)) / (2/(k + 1))
+
+`scale` is the best BM25 score among the candidates (1.0 when BM25 found nothing), so the fused score
+stays on the BM25 scale: `minScore` keeps its meaning, "the backend similarity" (a document first in both
+lists scores `scale` under rrf; under blend a perfect cosine adds (1 − w) · scale). When BM25 matches
+nothing the scores are the semantic half alone (cosine · (1 − w) for blend). A query no model covers (no
+query vector) keeps its plain BM25 scores. Both backends fuse with this one function.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from .fusion import Hit
 
 
 @dataclass(frozen=True)
 class HybridRanking:
-    weight: float = 0.1  # the BM25 share
-    pool: int = 50  # BM25 candidates per source re-scored (at least the source's topK)
+    weight: float = 0.1  # the BM25 share of the blend
+    pool: int = 50  # BM25 candidates per source (at least the source's topK)
+    dense: int = 50  # vector candidates per source (0: re-score BM25's candidates only)
+    fusion: Literal["blend", "rrf"] = "blend"
+    rrf_k: int = 60
 
     def depth(self, top_k: int) -> int:
         return max(top_k, self.pool)
+
+    def dense_depth(self, top_k: int) -> int:
+        return max(top_k, self.dense) if self.dense > 0 else 0
 
     def blend(self, lexical: list[float], cosines: list[float | None]) -> list[float]:
         if not lexical:
@@ -30,3 +46,56 @@ class HybridRanking:
             self.weight * b + (1.0 - self.weight) * top * (c or 0.0)
             for b, c in zip(lexical, cosines, strict=True)
         ]
+
+    def fuse(
+        self,
+        lexical: list[Hit],
+        lexical_cosines: list[float | None],
+        dense: list[tuple[Hit, float]],
+        top_k: int,
+        min_score: float,
+    ) -> list[Hit]:
+        """BM25 hits (best first, with their passage's cosine) and dense hits (best first, with cosine),
+        one per document each: the fused hits at or above `min_score`, best first (ties keep BM25 order,
+        then dense order), at most `top_k`. A document in both keeps its BM25 passage."""
+        order: dict[str, int] = {}
+        hits: list[Hit] = []
+        bm25: list[float] = []
+        cos: list[float] = []
+        for hit, c in zip(lexical, lexical_cosines, strict=True):
+            order[hit.doc_id] = len(hits)
+            hits.append(hit)
+            bm25.append(hit.score)
+            cos.append(c or 0.0)
+        dense_rank: dict[str, int] = {}
+        for rank, (hit, c) in enumerate(dense):
+            dense_rank.setdefault(hit.doc_id, rank)
+            i = order.get(hit.doc_id)
+            if i is None:
+                order[hit.doc_id] = len(hits)
+                hits.append(hit)
+                bm25.append(0.0)
+                cos.append(c)
+            else:
+                cos[i] = max(cos[i], c)
+        if not hits:
+            return []
+        scale = max(bm25) if lexical and max(bm25) > 0 else 1.0
+        if self.fusion == "rrf":
+            k = self.rrf_k
+            best = 2.0 / (k + 1)
+            scores = [
+                scale
+                * (
+                    (1.0 / (k + 1 + i) if i < len(lexical) else 0.0)
+                    + (1.0 / (k + 1 + dense_rank[h.doc_id]) if h.doc_id in dense_rank else 0.0)
+                )
+                / best
+                for i, h in enumerate(hits)
+            ]
+        else:
+            scores = [
+                self.weight * b + (1.0 - self.weight) * scale * c for b, c in zip(bm25, cos, strict=True)
+            ]
+        ranked = sorted(range(len(hits)), key=lambda i: -scores[i])
+        return [replace(hits[i], score=scores[i]) for i in ranked if scores[i] >= min_score][:top_k]
