@@ -5,9 +5,9 @@ an unrelated one that shares the query's words — in English and in Chinese."""
 
 from __future__ import annotations
 
-import pytest
 from pathlib import Path
 
+import pytest
 from knowledge_core.adapters.embedding import OnnxEmbedder, OnnxModel, cosines
 
 pytestmark = pytest.mark.integration
