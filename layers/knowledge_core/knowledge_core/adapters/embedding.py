@@ -305,8 +305,9 @@ def cosines(query: Vector, vectors: Sequence[Vector | None]) -> list[float | Non
 
 
 class VectorMatrix:
-    """The vectors of one model, one row per passage id, for the exact dense scan of the embedded backend
-    (int8 dot products with numpy: a few milliseconds per 100,000 passages of 384 dimensions)."""
+    """The vectors of one model, one row per passage id, for the exact dense scan of the embedded backend.
+    Held as float32 for BLAS: int8 products summed over up to 1,040 dimensions stay below 2^24, so the
+    float32 dot product is the exact int8 one (about a millisecond per 10,000 passages here)."""
 
     def __init__(self, model: str, ids: list[int], vectors: list[bytes]) -> None:
         import numpy as np
@@ -314,7 +315,8 @@ class VectorMatrix:
         self.model = model
         self.ids = np.array(ids, dtype=np.int64)
         width = len(vectors[0]) if vectors else 0
-        self.matrix = np.frombuffer(b"".join(vectors), dtype=np.int8).reshape(len(vectors), width)
+        packed = np.frombuffer(b"".join(vectors), dtype=np.int8).reshape(len(vectors), width)
+        self.matrix = packed.astype(np.float32)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -330,8 +332,8 @@ class VectorMatrix:
             or self.matrix.shape[1] != len(query.data)
         ):
             return []
-        q = np.frombuffer(query.data, dtype=np.int8).astype(np.int32)
-        sims = self.matrix.astype(np.int32) @ q  # int8 x int8 summed in int32: exact
+        q = np.frombuffer(query.data, dtype=np.int8).astype(np.float32)
+        sims = self.matrix @ q
         k = min(k, len(sims))
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.argsort(-sims[top], kind="stable")]
