@@ -12,12 +12,18 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 venv: $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[semantic]'
 
 dev: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 
+# Hybrid ranking by default: the models are fetched once into the per-user cache (Maven Central) when Java and
+# Maven are here; otherwise one line says so and kb serve ranks by BM25.
 serve: venv
+	@if [ -n "$$KB_EMBEDDING_MODEL_DIR" ]; then :; \
+	elif command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
+	  $(BIN)/kb models fetch >/dev/null || echo "make serve: kb models fetch failed (above); ranking by BM25"; \
+	else echo "make serve: no Java/Maven here, so no embedding models: ranking by BM25 (install both for hybrid)"; fi
 	$(BIN)/kb serve --state $(STATE) --port $(PORT)
 
 test: dev
