@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the optional Lambda layer of hybrid ranking: onnxruntime and numpy for python3.11 / x86_64
-# (manylinux wheels from PyPI) in python/, and the embedding model in kb-model/ (the directory the
-# template's KB_EMBEDDING_MODEL_DIR names, /opt/kb-model). Output: build/semantic-layer.zip. Publish it
-# (about 48 MB zipped, 117 MB unpacked: through S3 is safest) and pass its ARN as EmbeddingModelLayerArn.
+# Builds the optional Lambda layer of hybrid ranking: onnxruntime, numpy and tokenizers for python3.11 /
+# x86_64 (manylinux wheels from PyPI) in python/, and the default embedding models (English and Chinese) in
+# kb-model/<model>/ (the template's KB_EMBEDDING_MODEL_DIR is /opt/kb-model: every model in it is used).
+# Output: build/semantic-layer.zip; the script prints its sizes (README, "Retrieval quality", has them and
+# the Lambda limits). Publish it through S3 and pass its ARN as EmbeddingModelLayerArn.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -12,11 +13,15 @@ mkdir -p "$OUT/python"
 # Inference needs none of onnxruntime's other requirements (sympy, protobuf, ... serve its tools).
 $BIN/pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64 \
   --platform manylinux_2_26_x86_64 --python-version 3.11 --implementation cp --no-deps -d "$OUT/wheels" \
-  "onnxruntime>=1.16" "numpy>=1.26,<2" packaging flatbuffers coloredlogs humanfriendly
+  "onnxruntime>=1.16" "numpy>=1.26,<2" "tokenizers>=0.20" packaging flatbuffers coloredlogs humanfriendly
+# (tokenizers' own requirement, huggingface_hub, serves downloads from a hub: never made here, left out.)
 for w in "$OUT"/wheels/*.whl; do $BIN/python -m zipfile -e "$w" "$OUT/python"; done
 rm -rf "$OUT/wheels"
-MODEL=$($BIN/kb models fetch --dest "${KB_SERVICES_STATE:-.kb-state}/models")
-cp -r "$MODEL" "$OUT/kb-model"
+MODELS=$($BIN/kb models fetch)
+mkdir -p "$OUT/kb-model"
+for m in "$MODELS"/*/; do
+  if [ -f "$m/model.json" ]; then cp -r "$m" "$OUT/kb-model/"; fi
+done
 ROOT=$PWD
 (cd "$OUT" && "$ROOT/$BIN/python" -m zipfile -c ../semantic-layer.zip python kb-model)
 du -sh "$OUT" "$OUT.zip"
