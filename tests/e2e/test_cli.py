@@ -118,3 +118,36 @@ def test_kb_invoke_against_the_server(kb_server):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["statusCode"] == 200 and json.loads(result["body"])["enabled"] is True
+
+
+def test_kb_serve_refuses_an_unusable_model_directory_in_one_line(tmp_path):
+    """Issue 15, bad input: a model directory named on the command line that cannot be used stops kb serve
+    before it listens, with one line naming it — never a crash on the first query."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.json").write_text('{"id": "m", "dimensions": 384}')
+    for args, expected in (
+        (["--embedding-model", str(tmp_path / "nowhere")], "does not exist"),
+        (["--embedding-model", str(model)], "is incomplete (no model.onnx, tokenizer.json)"),
+    ):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kb_cli.main",
+                "serve",
+                "--state",
+                str(tmp_path / "state"),
+                "--port",
+                "0",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and expected in done.stderr and done.stdout == ""

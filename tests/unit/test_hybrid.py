@@ -168,3 +168,30 @@ def test_r_hybrid_cache_embeds_each_passage_text_once(tmp_path: Path) -> None:
     assert inner.embedded == ["aa", "b", "ccc", "中"]
     again = CachedEmbedder(CountingEmbedder(), tmp_path / "cache.sqlite3")  # persists across processes
     assert again.embed_passages(["ccc"]) == [v(3, 1, model=toy)]
+
+
+# --- which models kb serve and kb eval use (kb_cli.models.resolve) ---------------------------------------
+def test_r_hybrid_model_choice_for_kb_serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`none` is BM25; an explicit directory that cannot be used is a one-line error; the per-user cache
+    that cannot be used falls back to BM25 and says so; no cache at all is BM25, saying how to get models."""
+    from kb_cli import models
+
+    monkeypatch.delenv("KB_EMBEDDING_MODEL_DIR", raising=False)
+    monkeypatch.setenv("KB_MODELS_DIR", str(tmp_path / "cache"))
+    assert models.resolve("none") == (None, "BM25 (embedding model: none)")
+    path, line = models.resolve("auto")
+    assert path is None and "kb models fetch" in line
+    with pytest.raises(models.ModelError, match="does not exist"):
+        models.resolve(str(tmp_path / "nowhere"))
+    cache = tmp_path / "cache"
+    corrupt = _model_dir(
+        cache, models.DEFAULT_MODEL, {"id": models.DEFAULT_MODEL, "dimensions": 384, "format": 2}
+    )
+    assert models.fetched_default() == cache
+    path, line = models.resolve("auto")
+    assert path is None and line.startswith("BM25 (fallback: embedding model") and "\n" not in line
+    with pytest.raises(models.ModelError, match="cannot be loaded"):
+        models.resolve(str(corrupt))  # the same directory named explicitly: refuse to start
+    monkeypatch.setenv("KB_EMBEDDING_MODEL_DIR", str(corrupt))
+    with pytest.raises(models.ModelError):
+        models.resolve("auto")  # the environment names it: as explicit
