@@ -75,6 +75,14 @@ def test_r_hybrid_fuse_adds_what_only_the_dense_stage_found() -> None:
     assert [(h.doc_id, round(h.score, 6)) for h in only_dense] == [("z", 0.475)]  # 0.5 · 0.95; b 0.45 cut
 
 
+def test_r_hybrid_fuse_keeps_bm25_where_no_vector_of_the_model() -> None:
+    """A BM25 candidate with no vector of the query's model (another script's passage) keeps its BM25 score:
+    no semantic evidence is not negative evidence."""
+    ranking = HybridRanking(weight=0.1)
+    out = ranking.fuse([hit("zh", 10.0), hit("en", 5.0)], [None, 0.5], [], top_k=5, min_score=0.0)
+    assert [(h.doc_id, round(h.score, 6)) for h in out] == [("zh", 10.0), ("en", 5.0)]  # en: 0.5 + 9·0.5
+
+
 def test_r_hybrid_rrf_on_the_bm25_scale() -> None:
     """rrf: scale · (1/(k+rank_bm25) + 1/(k+rank_dense)) / (2/(k+1)): first in both scores the scale."""
     ranking = HybridRanking(fusion="rrf", rrf_k=1)

@@ -3,8 +3,9 @@
 Candidates are the union of BM25's top `pool` documents and the vector stage's top `dense` documents (the
 best passage of each, by cosine with the query's vector, of the same model). Each candidate has a BM25
 score (0 when BM25 did not return it) and a cosine (the better of its BM25 passage's and its dense
-passage's; 0 when it has no vector of the query's model). Two fusions, chosen on the tuning splits
-(bench/QUALITY.md):
+passage's). A BM25 candidate with no vector of the query's model (a Chinese passage and the English
+model) has no semantic evidence either way: it keeps its BM25 score (blend) or its BM25 rank alone (rrf).
+Two fusions, chosen on the tuning splits (bench/QUALITY.md):
 
     blend:  score = w · bm25 + (1 − w) · scale · cosine
     rrf:    score = scale · (1/(k + rank_bm25) + 1/(k + rank_dense)) / (2/(k + 1))
@@ -61,12 +62,12 @@ class HybridRanking:
         order: dict[str, int] = {}
         hits: list[Hit] = []
         bm25: list[float] = []
-        cos: list[float] = []
+        cos: list[float | None] = []
         for hit, c in zip(lexical, lexical_cosines, strict=True):
             order[hit.doc_id] = len(hits)
             hits.append(hit)
             bm25.append(hit.score)
-            cos.append(c or 0.0)
+            cos.append(c)
         dense_rank: dict[str, int] = {}
         for rank, (hit, c) in enumerate(dense):
             dense_rank.setdefault(hit.doc_id, rank)
@@ -77,7 +78,7 @@ class HybridRanking:
                 bm25.append(0.0)
                 cos.append(c)
             else:
-                cos[i] = max(cos[i], c)
+                cos[i] = c if cos[i] is None else max(c, cos[i])  # type: ignore[type-var]
         if not hits:
             return []
         scale = max(bm25) if lexical and max(bm25) > 0 else 1.0
@@ -95,7 +96,8 @@ class HybridRanking:
             ]
         else:
             scores = [
-                self.weight * b + (1.0 - self.weight) * scale * c for b, c in zip(bm25, cos, strict=True)
+                b if c is None else self.weight * b + (1.0 - self.weight) * scale * c
+                for b, c in zip(bm25, cos, strict=True)
             ]
         ranked = sorted(range(len(hits)), key=lambda i: -scores[i])
         return [replace(hits[i], score=scores[i]) for i in ranked if scores[i] >= min_score][:top_k]
