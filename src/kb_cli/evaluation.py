@@ -32,17 +32,16 @@ from knowledge_core.domain.hybrid import HybridRanking
 DEMO_QUERIES = Path(__file__).parent / "demo_corpus" / "queries.jsonl"
 
 
-def _scifact_zip() -> Path:
-    """KB_SCIFACT_ZIP, else shared/eval/scifact/scifact.zip beside the checkout (as CI lays it out)."""
-    import os
-
-    if os.environ.get("KB_SCIFACT_ZIP"):
-        return Path(os.environ["KB_SCIFACT_ZIP"])
-    beside = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "scifact" / "scifact.zip"
-    return beside if beside.exists() else Path("/work/shared/eval/scifact/scifact.zip")
+def _shared_eval(env: str, relative: str) -> Path:
+    """$`env`, else shared/eval/`relative` beside the checkout (as CI lays it out), else under /work."""
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    beside = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / relative
+    return beside if beside.exists() else Path("/work/shared/eval") / relative
 
 
-SCIFACT_ZIP = _scifact_zip()
+SCIFACT_ZIP = _shared_eval("KB_SCIFACT_ZIP", "scifact/scifact.zip")
+XQUAD_DIR = _shared_eval("KB_XQUAD_DIR", "xquad")
 SCIFACT_TEST = "claims_validation.csv"  # the BEIR test split; claims_train.csv is for tuning only
 SCIFACT_TRAIN = "claims_train.csv"
 PUBLISHED_BASELINES = {
@@ -171,18 +170,95 @@ def load_demo(lang: str | None = "zh") -> Collection:
     return Collection(f"demo-{lang or 'all'}", lang or "mixed", documents, queries)
 
 
-def load_collection(name: str, *, limit: int | None = None, scifact_zip: Path = SCIFACT_ZIP) -> Collection:
+@dataclass(frozen=True)
+class XquadTask:
+    """Which language files give the documents and which the questions of an XQuAD retrieval task."""
+
+    corpus: tuple[str, ...]
+    questions: tuple[str, ...]
+
+
+# Named query language first, then document language: xquad-en-zh asks English questions of Chinese paragraphs.
+XQUAD_TASKS = {
+    "xquad-zh-zh": XquadTask(("zh",), ("zh",)),
+    "xquad-en-en": XquadTask(("en",), ("en",)),
+    "xquad-en-zh": XquadTask(("zh",), ("en",)),
+    "xquad-zh-en": XquadTask(("en",), ("zh",)),
+    "xquad-mixed": XquadTask(("zh", "en"), ("zh", "en")),
+}
+TRAIN_SUFFIX = "-train"
+
+
+def xquad_articles(directory: Path, lang: str) -> list[dict[str, Any]]:
+    """The articles of xquad.<lang>.json (SQuAD v1.1: title, paragraphs of context and qas), in file order."""
+    data = json.loads((directory / f"xquad.{lang}.json").read_text(encoding="utf-8"))
+    return list(data["data"])
+
+
+def xquad_split(article_index: int) -> str:
+    """Fixed split by article: even positions in file order tune ("train"), odd ones are reported ("test")."""
+    return "train" if article_index % 2 == 0 else "test"
+
+
+def load_xquad(
+    task: str, split: str = "test", directory: Path = XQUAD_DIR, limit: int | None = None
+) -> Collection:
+    """An XQuAD retrieval task: one document per paragraph (titled with its article), each question's
+    relevant documents are its own paragraph in every corpus language. The language files are parallel, so
+    paragraph (article a, position p) is the same text in each; `split` keeps the articles of xquad_split."""
+    spec = XQUAD_TASKS[task]
+    files = {lang: xquad_articles(directory, lang) for lang in dict.fromkeys(spec.corpus + spec.questions)}
+    shapes = {lang: [len(a["paragraphs"]) for a in articles] for lang, articles in files.items()}
+    if len({tuple(shape) for shape in shapes.values()}) != 1:
+        raise ValueError(f"XQuAD files in {directory} are not parallel: {shapes}")
+
+    def doc_id(lang: str, a: int, p: int) -> str:
+        return f"{lang}-{a:02d}-{p}"
+
+    documents = [
+        EvalDocument(doc_id(lang, a, p), article["title"].replace("_", " "), paragraph["context"])
+        for lang in spec.corpus
+        for a, article in enumerate(files[lang])
+        if xquad_split(a) == split
+        for p, paragraph in enumerate(article["paragraphs"])
+    ]
+    queries = [
+        EvalQuery(f"{lang}-{qa['id']}", qa["question"], {doc_id(c, a, p): 1 for c in spec.corpus})
+        for lang in spec.questions
+        for a, article in enumerate(files[lang])
+        if xquad_split(a) == split
+        for p, paragraph in enumerate(article["paragraphs"])
+        for qa in paragraph["qas"]
+    ]
+    if limit:
+        queries = queries[:limit]
+    langs = set(spec.corpus + spec.questions)
+    name = task + (TRAIN_SUFFIX if split == "train" else "") + (f"-{limit}" if limit else "")
+    return Collection(name, langs.pop() if len(langs) == 1 else "mixed", documents, queries)
+
+
+COLLECTIONS = ["scifact", "scifact-train", "demo-zh", "demo-en", "demo-all"] + [
+    name + suffix for name in XQUAD_TASKS for suffix in ("", TRAIN_SUFFIX)
+]
+
+
+def load_collection(
+    name: str, *, limit: int | None = None, scifact_zip: Path = SCIFACT_ZIP, xquad_dir: Path = XQUAD_DIR
+) -> Collection:
     if name == "scifact":
         return load_scifact(scifact_zip, "test", limit)
     if name == "scifact-train":
         return load_scifact(scifact_zip, "train", limit)
+    task = name.removesuffix(TRAIN_SUFFIX)
+    if task in XQUAD_TASKS:
+        return load_xquad(task, "train" if name.endswith(TRAIN_SUFFIX) else "test", xquad_dir, limit)
     if name.startswith("demo"):
         lang = name.partition("-")[2] or "zh"
         collection = load_demo(None if lang == "all" else lang)
         if limit:
             collection.queries = collection.queries[:limit]
         return collection
-    raise ValueError(f"unknown collection {name!r} (scifact, scifact-train, demo-zh, demo-en, demo-all)")
+    raise ValueError(f"unknown collection {name!r} ({', '.join(COLLECTIONS)})")
 
 
 # --- an independent baseline ------------------------------------------------------------------------
@@ -201,6 +277,23 @@ def bigram_tokens(text: str) -> list[str]:
 def word_tokens(text: str) -> list[str]:
     """Plain lower-cased words: no stemming, no stop words."""
     return _WORD_RE.findall(text.lower())
+
+
+# Han (with extensions and compatibility ideographs), kana and Hangul: scripts written without spaces.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003ffff"
+_SCRIPT_RUN_RE = re.compile(f"[{_CJK}]+|[^{_CJK}]+")
+_CJK_RE = re.compile(f"[{_CJK}]")
+
+
+def script_tokens(text: str) -> list[str]:
+    """Each run of word characters by its own script: CJK pieces as character bigrams (bigram_tokens),
+    everything else as plain words (word_tokens), so one tokenizer serves English, Chinese and mixed
+    corpora; on text without CJK it is exactly word_tokens."""
+    out: list[str] = []
+    for run in _WORD_RE.findall(text.lower()):
+        for piece in _SCRIPT_RUN_RE.findall(run):
+            out.extend(bigram_tokens(piece) if _CJK_RE.match(piece) else [piece])
+    return out
 
 
 class Bm25Baseline:
@@ -245,9 +338,9 @@ class Bm25Baseline:
 
 
 def baseline_for(collection: Collection) -> tuple[str, Bm25Baseline]:
-    if collection.lang == "en":
-        return "BM25 words k1=0.9 b=0.4 (in-run)", Bm25Baseline(collection.documents, word_tokens)
-    return "BM25 char bigrams k1=0.9 b=0.4 (in-run)", Bm25Baseline(collection.documents, bigram_tokens)
+    """Every text tokenized by its own script (script_tokens), whatever the collection's language: the
+    demo corpus and the XQuAD cross-lingual and mixed tasks hold English and Chinese side by side."""
+    return "BM25 words + CJK bigrams k1=0.9 b=0.4 (in-run)", Bm25Baseline(collection.documents, script_tokens)
 
 
 # --- the harness --------------------------------------------------------------------------------------
