@@ -74,23 +74,32 @@ def recall_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int) -> floa
     return len(wanted & set(ranked[:k])) / len(wanted)
 
 
+def mrr_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int = 3) -> float:
+    """Reciprocal rank of the first relevant document within the top k; 0 when none is there."""
+    return next((1.0 / (i + 1) for i, doc in enumerate(ranked[:k]) if relevant.get(doc, 0) > 0), 0.0)
+
+
 @dataclass
 class Metrics:
-    ndcg_at_10: float
     recall_at_3: float
+    mrr_at_3: float
+    ndcg_at_10: float
     recall_at_100: float
     queries: int
 
     @classmethod
     def over(cls, rankings: list[list[str]], qrels: list[dict[str, int]]) -> Metrics:
         n = len(qrels)
-        if n == 0:
-            return cls(0.0, 0.0, 0.0, 0)
         pairs = list(zip(rankings, qrels, strict=True))
+
+        def mean(metric: Callable[[list[str], dict[str, int]], float]) -> float:
+            return sum(metric(r, q) for r, q in pairs) / n if n else 0.0
+
         return cls(
-            ndcg_at_10=sum(ndcg_at_k(r, q, 10) for r, q in pairs) / n,
-            recall_at_3=sum(recall_at_k(r, q, 3) for r, q in pairs) / n,
-            recall_at_100=sum(recall_at_k(r, q, 100) for r, q in pairs) / n,
+            recall_at_3=mean(lambda r, q: recall_at_k(r, q, 3)),
+            mrr_at_3=mean(lambda r, q: mrr_at_k(r, q, 3)),
+            ndcg_at_10=mean(lambda r, q: ndcg_at_k(r, q, 10)),
+            recall_at_100=mean(lambda r, q: recall_at_k(r, q, 100)),
             queries=n,
         )
 
@@ -178,7 +187,7 @@ class XquadTask:
     questions: tuple[str, ...]
 
 
-# Named query language first, then document language: xquad-en-zh asks English questions of Chinese paragraphs.
+# Query language first, then document language: xquad-en-zh asks English questions of Chinese paragraphs.
 XQUAD_TASKS = {
     "xquad-zh-zh": XquadTask(("zh",), ("zh",)),
     "xquad-en-en": XquadTask(("en",), ("en",)),
@@ -526,7 +535,9 @@ def evaluate(
             "qid": q.qid,
             "query": q.text,
             "relevant": sorted(q.relevant),
+            "mrr@3": round(mrr_at_k(r, q.relevant, 3), 4),
             "ndcg@10": round(ndcg_at_k(r, q.relevant, 10), 4),
+            "baseline_mrr@3": round(mrr_at_k(b, q.relevant, 3), 4),
             "baseline_ndcg@10": round(ndcg_at_k(b, q.relevant, 10), 4),
             "top": r[:10],
         }
@@ -566,19 +577,29 @@ def _percentile(values: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
+METRIC_COLUMNS = (
+    ("R@3", "recall_at_3"),
+    ("MRR@3", "mrr_at_3"),
+    ("nDCG@10", "ndcg_at_10"),
+    ("R@100", "recall_at_100"),
+)
+
+
 def format_table(results: list[EvalResult]) -> str:
+    """One row per result: the service's R@3, MRR@3, nDCG@10 and R@100, then the same-run baseline's."""
+    width = max([18, *(len(r.collection) for r in results)])
+    service = " ".join(f"{label:>7}" for label, _ in METRIC_COLUMNS)
+    base = " ".join(f"{'b ' + label:>9}" for label, _ in METRIC_COLUMNS)
     head = (
-        f"{'collection':<18} {'backend':<10} {'docs':>6} {'queries':>7} {'nDCG@10':>8} {'R@3':>7} "
-        f"{'R@100':>7}  {'base nDCG@10':>12} {'base R@3':>8} {'base R@100':>10} {'p50 ms':>7} "
-        f"{'wall s':>7}"
+        f"{'collection':<{width}} {'backend':<10} {'docs':>5} {'queries':>7} {service}  {base} "
+        f"{'p50 ms':>7} {'wall s':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in results:
-        m, b = r.metrics, r.baseline
+        ours = " ".join(f"{getattr(r.metrics, key):>7.4f}" for _, key in METRIC_COLUMNS)
+        theirs = " ".join(f"{getattr(r.baseline, key):>9.4f}" for _, key in METRIC_COLUMNS)
         lines.append(
-            f"{r.collection:<18} {r.backend:<10} {r.documents:>6} {r.queries:>7} "
-            f"{m.ndcg_at_10:>8.4f} {m.recall_at_3:>7.4f} {m.recall_at_100:>7.4f}  "
-            f"{b.ndcg_at_10:>12.4f} {b.recall_at_3:>8.4f} {b.recall_at_100:>10.4f} "
+            f"{r.collection:<{width}} {r.backend:<10} {r.documents:>5} {r.queries:>7} {ours}  {theirs} "
             f"{r.query_ms_p50:>7.2f} {r.wall_seconds:>7.1f}"
         )
     for r in results:
@@ -604,13 +625,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--collection",
         action="append",
         dest="collections",
-        help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, "
-        "demo-all; repeatable (default: scifact and demo-zh)",
+        help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, demo-all, "
+        f"{', '.join(XQUAD_TASKS)} (the reported half of the articles; <task>-train: the tuning half); "
+        "repeatable (default: scifact and demo-zh)",
     )
     parser.add_argument("--backend", choices=["sqlite", "opensearch"], default="sqlite")
     parser.add_argument("--opensearch-url", help="default: the loopback node of `kb services`")
     parser.add_argument("--limit", type=int, help="first N queries only")
     parser.add_argument("--scifact-zip", default=str(SCIFACT_ZIP))
+    parser.add_argument("--xquad-dir", default=str(XQUAD_DIR), help="holds xquad.zh.json and xquad.en.json")
     parser.add_argument("--depth", type=int, default=RANK_DEPTH, help="ranking depth per query (>= 100)")
     parser.add_argument(
         "--embedding-model",
@@ -659,7 +682,9 @@ def run(args: argparse.Namespace) -> int:
         opensearch_url = default_opensearch_url()
     results: list[EvalResult] = []
     for name in names:
-        collection = load_collection(name, limit=args.limit, scifact_zip=Path(args.scifact_zip))
+        collection = load_collection(
+            name, limit=args.limit, scifact_zip=Path(args.scifact_zip), xquad_dir=Path(args.xquad_dir)
+        )
         with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
             container = build_container(args.backend, Path(tmp), opensearch_url, semantic)
             try:
