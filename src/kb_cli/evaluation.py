@@ -9,6 +9,7 @@ import argparse
 import ast
 import csv
 import io
+import itertools
 import json
 import math
 import os
@@ -23,7 +24,7 @@ import uuid
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -372,6 +373,7 @@ class EvalResult:
     wall_seconds: float
     per_query: list[dict[str, Any]] = field(default_factory=list)
     ranking: str = "bm25"
+    hybrid: dict[str, Any] | None = None  # the HybridRanking knobs, when ranking is hybrid
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -379,12 +381,51 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class Semantic:
-    """Hybrid ranking for an evaluation: the model directory, blend weight and pool, vector cache."""
+    """Hybrid ranking for an evaluation: the model directory, the knobs of HybridRanking, the vector cache.
+    A knob left None keeps the service's default."""
 
     model_dir: str
     weight: float = HybridRanking.weight
     pool: int = HybridRanking.pool
     cache: str | None = None
+    fusion: str | None = None
+    dense: int | None = None
+    rrf_k: int | None = None
+
+    def knobs(self) -> dict[str, Any]:
+        """The knobs that were given, by their HybridRanking name."""
+        given = {
+            "weight": self.weight,
+            "pool": self.pool,
+            "fusion": self.fusion,
+            "dense": self.dense,
+            "rrf_k": self.rrf_k,
+        }
+        return {k: v for k, v in given.items() if v is not None}
+
+
+# HybridRanking knob -> the Settings field the container builds it from.
+KNOB_SETTINGS = {
+    "weight": "semantic_weight",
+    "pool": "semantic_pool",
+    "fusion": "semantic_fusion",
+    "dense": "semantic_dense",
+    "rrf_k": "semantic_rrf_k",
+}
+
+
+def semantic_settings(semantic: Semantic) -> dict[str, Any]:
+    """Settings values of `semantic`; a knob this checkout's Settings does not have is an error (Settings
+    would ignore it silently)."""
+    from knowledge_core.settings import Settings
+
+    values = {KNOB_SETTINGS[k]: v for k, v in semantic.knobs().items()}
+    missing = sorted(set(values) - set(Settings.model_fields))
+    if missing:
+        raise ValueError(
+            f"this service has no setting {', '.join(missing)}: leave those knobs at their default"
+        )
+    return {"embedding_model_dir": semantic.model_dir, "embedding_cache": semantic.cache, **values}
 
 
 def build_container(
@@ -392,8 +433,6 @@ def build_container(
 ) -> Any:
     """A fresh bootstrap Container: embedded SQLite state, the chosen search backend (hybrid when
     `semantic` is given)."""
-    import os
-
     from knowledge_core.bootstrap import Container
     from knowledge_core.ports import SystemClock
     from knowledge_core.settings import Settings
@@ -409,34 +448,24 @@ def build_container(
         search_backend=backend,
         sqlite_path=str(workdir / "eval.sqlite3"),
         opensearch_url=opensearch_url,
+        # Own indices per run: a shared node never mixes runs, and they are dropped afterwards.
+        opensearch_index_prefix=f"kb-eval-{uuid.uuid4().hex[:8]}",
         token_secret=secrets.token_urlsafe(32),
         table_name=f"kb-eval-{uuid.uuid4().hex[:12]}",
         registry_cache_seconds=60,
-        **(
-            {
-                "embedding_model_dir": semantic.model_dir,
-                "embedding_cache": semantic.cache,
-                "semantic_weight": semantic.weight,
-                "semantic_pool": semantic.pool,
-            }
-            if semantic
-            else {}
-        ),
+        **(semantic_settings(semantic) if semantic else {}),
     )
-    container = Container(settings, clock=SystemClock())
-    if backend == "opensearch":
-        from knowledge_core.adapters.opensearch import OpenSearchBackend
+    return Container(settings, clock=SystemClock())
 
-        # Own indices per run: a shared node never mixes runs, and they are dropped afterwards.
-        own = OpenSearchBackend(
-            str(opensearch_url),
-            region=settings.region,
-            index_prefix=f"kb-eval-{uuid.uuid4().hex[:8]}",
-            embedder=container.embedder,
-            hybrid=container.hybrid,
-        )
-        container = Container(settings, clock=container.clock, backend=own, embedder=container.embedder)
-    return container
+
+def with_ranking(container: Any, semantic: Semantic) -> Any:
+    """The same service over the same index, state and embedder as `container` (so nothing is ingested or
+    embedded again), ranking with `semantic`'s knobs: a tuning grid ingests a collection once."""
+    from knowledge_core.bootstrap import Container
+    from knowledge_core.settings import Settings
+
+    settings = Settings.model_validate({**container.settings.model_dump(), **semantic_settings(semantic)})
+    return Container(settings, clock=container.clock, state=container.state, embedder=container.embedder)
 
 
 def _publish(container: Any, collection: Collection) -> tuple[str, str, Any]:
@@ -473,17 +502,18 @@ def _publish(container: Any, collection: Collection) -> tuple[str, str, Any]:
     return source.key, route, principal
 
 
-def evaluate(
-    collection: Collection,
-    container: Any,
-    backend: str,
-    *,
-    depth: int = RANK_DEPTH,
-    progress: bool = True,
-    keep_per_query: bool = True,
-) -> EvalResult:
-    """Ingest `collection` through AdminService.put_documents, rank each query through
-    KnowledgeService.rank, and measure it beside the in-run baseline."""
+@dataclass(frozen=True)
+class Ingested:
+    """A collection published and ingested into a container's source: what ranking it needs."""
+
+    source_key: str
+    route: str
+    principal: Any
+    seconds: float
+
+
+def ingest(collection: Collection, container: Any, *, progress: bool = True) -> Ingested:
+    """Publish a fresh source and put every document through AdminService.put_documents."""
     from knowledge_core.domain.models import Document, DocumentAcl
     from tqdm import tqdm
 
@@ -511,22 +541,44 @@ def evaluate(
                 ]
             )
             bar.update(len(batch))
-    ingest_seconds = time.perf_counter() - started
+    return Ingested(source_key, route, principal, time.perf_counter() - started)
 
+
+def baseline_rankings(collection: Collection, depth: int = RANK_DEPTH) -> tuple[str, list[list[str]]]:
+    """The in-run baseline's name and its ranking of every query (independent of the service's knobs)."""
+    name, baseline = baseline_for(collection)
+    return name, [baseline.rank(q.text, depth) for q in collection.queries]
+
+
+def measure(
+    collection: Collection,
+    container: Any,
+    backend: str,
+    ingested: Ingested,
+    *,
+    depth: int = RANK_DEPTH,
+    progress: bool = True,
+    keep_per_query: bool = True,
+    baseline: tuple[str, list[list[str]]] | None = None,
+) -> EvalResult:
+    """Rank each query of an ingested collection through KnowledgeService.rank and measure it beside the
+    in-run baseline (computed here unless given)."""
+    from tqdm import tqdm
+
+    started = time.perf_counter()
     rankings: list[list[str]] = []
     latencies: list[float] = []
     for query in tqdm(
         collection.queries, unit="q", desc=f"query {collection.name}", disable=not progress, file=sys.stderr
     ):
         t0 = time.perf_counter()
-        ranked = container.knowledge.rank(principal, route, query.text, depth)
+        ranked = container.knowledge.rank(ingested.principal, ingested.route, query.text, depth)
         latencies.append((time.perf_counter() - t0) * 1000)
-        rankings.append([doc_id for key, doc_id, _ in ranked if key == source_key])
+        rankings.append([doc_id for key, doc_id, _ in ranked if key == ingested.source_key])
     query_seconds = sum(latencies) / 1000
     qrels = [q.relevant for q in collection.queries]
 
-    baseline_name, baseline = baseline_for(collection)
-    baseline_rankings = [baseline.rank(q.text, depth) for q in collection.queries]
+    baseline_name, baseline_ranked = baseline or baseline_rankings(collection, depth)
     published = next(
         (v for k, v in PUBLISHED_BASELINES.items() if collection.name.startswith(f"{k}-test")), None
     )
@@ -541,7 +593,7 @@ def evaluate(
             "baseline_ndcg@10": round(ndcg_at_k(b, q.relevant, 10), 4),
             "top": r[:10],
         }
-        for q, r, b in zip(collection.queries, rankings, baseline_rankings, strict=True)
+        for q, r, b in zip(collection.queries, rankings, baseline_ranked, strict=True)
     ]
     return EvalResult(
         collection=collection.name,
@@ -550,24 +602,54 @@ def evaluate(
         queries=len(collection.queries),
         metrics=Metrics.over(rankings, qrels),
         baseline_name=baseline_name,
-        baseline=Metrics.over(baseline_rankings, qrels),
+        baseline=Metrics.over(baseline_ranked, qrels),
         published_baseline=published,
-        ingest_seconds=round(ingest_seconds, 3),
+        ingest_seconds=round(ingested.seconds, 3),
         query_seconds=round(query_seconds, 3),
         query_ms_p50=round(statistics.median(latencies), 3) if latencies else 0.0,
         query_ms_p95=round(_percentile(latencies, 95), 3),
-        wall_seconds=round(time.perf_counter() - started, 3),
+        wall_seconds=round(ingested.seconds + time.perf_counter() - started, 3),
         per_query=per_query if keep_per_query else [],
         ranking=ranking_of(container),
+        hybrid=hybrid_of(container),
     )
 
 
+def evaluate(
+    collection: Collection,
+    container: Any,
+    backend: str,
+    *,
+    depth: int = RANK_DEPTH,
+    progress: bool = True,
+    keep_per_query: bool = True,
+) -> EvalResult:
+    """Ingest `collection` through AdminService.put_documents, rank each query through
+    KnowledgeService.rank, and measure it beside the in-run baseline."""
+    ingested = ingest(collection, container, progress=progress)
+    return measure(
+        collection,
+        container,
+        backend,
+        ingested,
+        depth=depth,
+        progress=progress,
+        keep_per_query=keep_per_query,
+    )
+
+
+def hybrid_of(container: Any) -> dict[str, Any] | None:
+    """The HybridRanking knobs the container ranks with; None for BM25 alone (no embedding model)."""
+    if getattr(container, "embedder", None) is None:
+        return None
+    return asdict(container.hybrid)
+
+
 def ranking_of(container: Any) -> str:
-    embedder = getattr(container, "embedder", None)
-    if embedder is None:
+    knobs = hybrid_of(container)
+    if knobs is None:
         return "bm25"
-    hybrid = container.hybrid
-    return f"hybrid {embedder.model_id} weight={hybrid.weight} pool={hybrid.pool}"
+    return f"hybrid {container.embedder.model_id} " + " ".join(f"{k}={v}" for k, v in knobs.items())
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -621,6 +703,7 @@ def default_opensearch_url() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`kb eval`: collections, where and how to run, and one setting of each hybrid knob."""
     parser.add_argument(
         "--collection",
         action="append",
@@ -629,6 +712,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{', '.join(XQUAD_TASKS)} (the reported half of the articles; <task>-train: the tuning half); "
         "repeatable (default: scifact and demo-zh)",
     )
+    add_run_arguments(parser)
+    parser.add_argument(
+        "--semantic-weight", type=float, default=HybridRanking.weight, help="BM25 share of the hybrid blend"
+    )
+    parser.add_argument(
+        "--semantic-pool", type=int, default=HybridRanking.pool, help="BM25 candidates re-scored per source"
+    )
+    parser.add_argument(
+        "--fusion", choices=FUSIONS, help="how BM25 and vector candidates combine (default: the service's)"
+    )
+    parser.add_argument("--dense-k", type=int, help="vector candidates per source (default: the service's)")
+    parser.add_argument("--rrf-k", type=int, help="rank constant of --fusion rrf (default: the service's)")
+
+
+FUSIONS = ["blend", "rrf"]
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where and how a run ingests and ranks: shared by `kb eval` and bench/tune_hybrid.py."""
     parser.add_argument("--backend", choices=["sqlite", "opensearch"], default="sqlite")
     parser.add_argument("--opensearch-url", help="default: the loopback node of `kb services`")
     parser.add_argument("--limit", type=int, help="first N queries only")
@@ -642,21 +744,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "`kb models fetch` put in the per-user cache if present; 'none': BM25 only",
     )
     parser.add_argument(
-        "--semantic-weight", type=float, default=HybridRanking.weight, help="BM25 share of the hybrid blend"
-    )
-    parser.add_argument(
-        "--semantic-pool", type=int, default=HybridRanking.pool, help="BM25 candidates re-scored per source"
-    )
-    parser.add_argument(
         "--embedding-cache",
         default=str(Path(".kb-state") / "embedding-cache.sqlite3"),
         help="passage vectors remembered across runs ('' for none)",
     )
-    parser.add_argument("--out", help="results JSON (default bench/results/quality-<backend>-<time>.json)")
+    parser.add_argument("--out", help="results JSON (default bench/results/<kind>-<backend>-<time>.json)")
     parser.add_argument("--no-progress", action="store_true")
 
 
-def semantic_from(args: argparse.Namespace) -> Semantic | None:
+def embedding_from(args: argparse.Namespace) -> Semantic | None:
+    """The embedding model and vector cache of `--embedding-model` / `--embedding-cache` (knobs at their
+    defaults); None for BM25 alone."""
     choice = args.embedding_model
     if choice == "none":
         return None
@@ -670,21 +768,54 @@ def semantic_from(args: argparse.Namespace) -> Semantic | None:
     cache = args.embedding_cache or None
     if cache:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
-    return Semantic(choice, weight=args.semantic_weight, pool=args.semantic_pool, cache=cache)
+    return Semantic(choice, cache=cache)
+
+
+def semantic_from(args: argparse.Namespace) -> Semantic | None:
+    model = embedding_from(args)
+    if model is None:
+        return None
+    return replace(
+        model,
+        weight=args.semantic_weight,
+        pool=args.semantic_pool,
+        fusion=args.fusion,
+        dense=args.dense_k,
+        rrf_k=args.rrf_k,
+    )
+
+
+def _opensearch_url(args: argparse.Namespace) -> str | None:
+    if args.backend == "opensearch" and not args.opensearch_url:
+        return default_opensearch_url()
+    return str(args.opensearch_url) if args.opensearch_url else None
+
+
+def _load(name: str, args: argparse.Namespace) -> Collection:
+    return load_collection(
+        name, limit=args.limit, scifact_zip=Path(args.scifact_zip), xquad_dir=Path(args.xquad_dir)
+    )
+
+
+def _write_results(results: list[EvalResult], args: argparse.Namespace, kind: str) -> None:
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("bench/results") / f"{kind}-{args.backend}-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([r.to_json() for r in results], ensure_ascii=False, indent=1), encoding="utf-8")
+    print(f"results: {out}")
 
 
 def run(args: argparse.Namespace) -> int:
     names = args.collections or ["scifact", "demo-zh"]
     semantic = semantic_from(args)
     print(f"ranking: {'hybrid, ' + semantic.model_dir if semantic else 'BM25'}", file=sys.stderr)
-    opensearch_url = args.opensearch_url
-    if args.backend == "opensearch" and not opensearch_url:
-        opensearch_url = default_opensearch_url()
+    opensearch_url = _opensearch_url(args)
     results: list[EvalResult] = []
     for name in names:
-        collection = load_collection(
-            name, limit=args.limit, scifact_zip=Path(args.scifact_zip), xquad_dir=Path(args.xquad_dir)
-        )
+        collection = _load(name, args)
         with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
             container = build_container(args.backend, Path(tmp), opensearch_url, semantic)
             try:
@@ -697,14 +828,7 @@ def run(args: argparse.Namespace) -> int:
                 if args.backend == "opensearch":
                     container.backend.drop_indices()
     print(format_table(results))
-    out = (
-        Path(args.out)
-        if args.out
-        else Path("bench/results") / (f"quality-{args.backend}-{time.strftime('%Y%m%dT%H%M%S')}.json")
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([r.to_json() for r in results], ensure_ascii=False, indent=1), encoding="utf-8")
-    print(f"results: {out}")
+    _write_results(results, args, "quality")
     return 0
 
 
@@ -712,3 +836,161 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kb eval", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+# --- tuning -------------------------------------------------------------------------------------------
+
+TUNING_COLLECTIONS = ["scifact-train", *(task + TRAIN_SUFFIX for task in XQUAD_TASKS)]
+
+
+def grid_points(
+    model: Semantic,
+    *,
+    fusions: Sequence[str | None],
+    weights: Sequence[float],
+    pools: Sequence[int],
+    dense: Sequence[int | None],
+    rrf_ks: Sequence[int | None],
+) -> list[Semantic]:
+    """Every combination of the knob values, in order, without repeats (rrf_k only matters for rrf)."""
+    points: list[Semantic] = []
+    for f, w, p, d, k in itertools.product(fusions, weights, pools, dense, rrf_ks):
+        point = replace(model, fusion=f, weight=w, pool=p, dense=d, rrf_k=None if f == "blend" else k)
+        if point not in points:
+            points.append(point)
+    return points
+
+
+def tune_collection(
+    collection: Collection,
+    points: Sequence[Semantic],
+    backend: str,
+    workdir: Path,
+    opensearch_url: str | None = None,
+    *,
+    depth: int = RANK_DEPTH,
+    progress: bool = True,
+) -> list[EvalResult]:
+    """One ingestion of `collection`, then its queries ranked at every grid point over that same index."""
+    baseline = baseline_rankings(collection, depth)
+    container = build_container(backend, workdir, opensearch_url, points[0])
+    try:
+        ingested = ingest(collection, container, progress=progress)
+        return [
+            measure(
+                collection,
+                container if i == 0 else with_ranking(container, point),
+                backend,
+                ingested,
+                depth=depth,
+                progress=progress,
+                keep_per_query=False,
+                baseline=baseline,
+            )
+            for i, point in enumerate(points)
+        ]
+    finally:
+        if backend == "opensearch":
+            container.backend.drop_indices()
+
+
+def format_grid(results: list[EvalResult]) -> str:
+    """Per collection: one row per grid point and the in-run baseline; then each point's mean over the
+    collections (unweighted), best nDCG@10 marked."""
+    knobs = list(dict.fromkeys(k for r in results for k in (r.hybrid or {})))
+    width = max([18, *(len(r.collection) for r in results)])
+    metric_head = " ".join(f"{label:>7}" for label, _ in METRIC_COLUMNS)
+    head = f"{'collection':<{width}} " + " ".join(f"{k:>7}" for k in knobs) + f"  {metric_head}"
+    lines = [head, "-" * len(head)]
+
+    def row(label: str, values: list[str], metrics: Metrics) -> str:
+        cells = " ".join(f"{v:>7}" for v in values)
+        return f"{label:<{width}} {cells}  " + " ".join(
+            f"{getattr(metrics, k):>7.4f}" for _, k in METRIC_COLUMNS
+        )
+
+    def knob_values(r: EvalResult) -> list[str]:
+        return [str((r.hybrid or {}).get(k, "-")) for k in knobs]
+
+    by_point: dict[tuple[str, ...], list[Metrics]] = {}
+    for name in dict.fromkeys(r.collection for r in results):
+        mine = [r for r in results if r.collection == name]
+        for r in mine:
+            lines.append(row(name, knob_values(r), r.metrics))
+            by_point.setdefault(tuple(knob_values(r)), []).append(r.metrics)
+        lines.append(row(name, ["baseline", *([""] * (len(knobs) - 1))], mine[0].baseline))
+    lines.append("")
+    means = {
+        point: Metrics(
+            **{k: statistics.fmean(getattr(m, k) for m in ms) for _, k in METRIC_COLUMNS},
+            queries=sum(m.queries for m in ms),
+        )
+        for point, ms in by_point.items()
+    }
+    best = max(means, key=lambda point: means[point].ndcg_at_10)
+    for point, mean in means.items():
+        lines.append(row("mean" + (" *" if point == best else ""), list(point), mean))
+    return "\n".join(lines)
+
+
+def tune(args: argparse.Namespace) -> int:
+    names = args.collections or TUNING_COLLECTIONS
+    reported = [n for n in names if n not in TUNING_COLLECTIONS]
+    if reported:
+        raise SystemExit(f"tuning runs only on {', '.join(TUNING_COLLECTIONS)}, not on {', '.join(reported)}")
+    model = embedding_from(args)
+    if model is None:
+        raise SystemExit("tuning needs an embedding model (--embedding-model, or `kb models fetch`)")
+    points = grid_points(
+        model,
+        fusions=args.fusion,
+        weights=args.semantic_weight,
+        pools=args.semantic_pool,
+        dense=args.dense_k,
+        rrf_ks=args.rrf_k,
+    )
+    print(f"hybrid grid: {len(points)} points x {len(names)} collections, {model.model_dir}", file=sys.stderr)
+    opensearch_url = _opensearch_url(args)
+    results: list[EvalResult] = []
+    for name in names:
+        with tempfile.TemporaryDirectory(prefix="kb-tune-") as tmp:
+            results += tune_collection(
+                _load(name, args),
+                points,
+                args.backend,
+                Path(tmp),
+                opensearch_url,
+                depth=args.depth,
+                progress=not args.no_progress,
+            )
+    print(format_grid(results))
+    _write_results(results, args, "tune")
+    return 0
+
+
+def _values(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    """A comma-separated list of `kind`; 'default' is the service's default (None)."""
+    return lambda text: [None if v == "default" else kind(v) for v in text.split(",")]
+
+
+def tune_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bench/tune_hybrid.py",
+        description="Hybrid ranking knobs over a grid, on the tuning collections only (one ingestion per "
+        "collection; vectors come from --embedding-cache). Lists are comma-separated; 'default' is the "
+        "service's default.",
+    )
+    parser.add_argument(
+        "--collection",
+        action="append",
+        dest="collections",
+        choices=TUNING_COLLECTIONS,
+        help="repeatable (default: all of them)",
+    )
+    add_run_arguments(parser)
+    parser.add_argument("--fusion", type=_values(str), default=FUSIONS)
+    parser.add_argument("--semantic-weight", type=_values(float), default=[0.05, 0.1, 0.2, 0.3])
+    parser.add_argument("--semantic-pool", type=_values(int), default=[HybridRanking.pool])
+    parser.add_argument("--dense-k", type=_values(int), default=[None])
+    parser.add_argument("--rrf-k", type=_values(int), default=[None])
+    return tune(parser.parse_args(argv))
