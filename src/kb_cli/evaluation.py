@@ -381,51 +381,28 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class Semantic:
-    """Hybrid ranking for an evaluation: the model directory, the knobs of HybridRanking, the vector cache.
-    A knob left None keeps the service's default."""
+    """Hybrid ranking for an evaluation: the model directory, the knobs of HybridRanking, the vector cache."""
 
     model_dir: str
     weight: float = HybridRanking.weight
     pool: int = HybridRanking.pool
     cache: str | None = None
-    fusion: str | None = None
-    dense: int | None = None
-    rrf_k: int | None = None
-
-    def knobs(self) -> dict[str, Any]:
-        """The knobs that were given, by their HybridRanking name."""
-        given = {
-            "weight": self.weight,
-            "pool": self.pool,
-            "fusion": self.fusion,
-            "dense": self.dense,
-            "rrf_k": self.rrf_k,
-        }
-        return {k: v for k, v in given.items() if v is not None}
-
-
-# HybridRanking knob -> the Settings field the container builds it from.
-KNOB_SETTINGS = {
-    "weight": "semantic_weight",
-    "pool": "semantic_pool",
-    "fusion": "semantic_fusion",
-    "dense": "semantic_dense",
-    "rrf_k": "semantic_rrf_k",
-}
+    fusion: str = HybridRanking.fusion
+    dense: int = HybridRanking.dense
+    rrf_k: int = HybridRanking.rrf_k
 
 
 def semantic_settings(semantic: Semantic) -> dict[str, Any]:
-    """Settings values of `semantic`; a knob this checkout's Settings does not have is an error (Settings
-    would ignore it silently)."""
-    from knowledge_core.settings import Settings
-
-    values = {KNOB_SETTINGS[k]: v for k, v in semantic.knobs().items()}
-    missing = sorted(set(values) - set(Settings.model_fields))
-    if missing:
-        raise ValueError(
-            f"this service has no setting {', '.join(missing)}: leave those knobs at their default"
-        )
-    return {"embedding_model_dir": semantic.model_dir, "embedding_cache": semantic.cache, **values}
+    """The container settings of `semantic` (Container.hybrid builds HybridRanking from them)."""
+    return {
+        "embedding_model_dir": semantic.model_dir,
+        "embedding_cache": semantic.cache,
+        "semantic_weight": semantic.weight,
+        "semantic_pool": semantic.pool,
+        "semantic_fusion": semantic.fusion,
+        "semantic_dense": semantic.dense,
+        "semantic_rrf_k": semantic.rrf_k,
+    }
 
 
 def build_container(
@@ -717,13 +694,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--semantic-weight", type=float, default=HybridRanking.weight, help="BM25 share of the hybrid blend"
     )
     parser.add_argument(
-        "--semantic-pool", type=int, default=HybridRanking.pool, help="BM25 candidates re-scored per source"
+        "--semantic-pool", type=int, default=HybridRanking.pool, help="BM25 candidates per source"
     )
     parser.add_argument(
-        "--fusion", choices=FUSIONS, help="how BM25 and vector candidates combine (default: the service's)"
+        "--fusion",
+        choices=FUSIONS,
+        default=HybridRanking.fusion,
+        help="how BM25 and vector candidates combine: blend (weighted, on the BM25 scale) or rrf",
     )
-    parser.add_argument("--dense-k", type=int, help="vector candidates per source (default: the service's)")
-    parser.add_argument("--rrf-k", type=int, help="rank constant of --fusion rrf (default: the service's)")
+    parser.add_argument(
+        "--dense-k",
+        type=int,
+        default=HybridRanking.dense,
+        help="vector candidates per source (0: re-score BM25's candidates only)",
+    )
+    parser.add_argument(
+        "--rrf-k", type=int, default=HybridRanking.rrf_k, help="rank constant of --fusion rrf"
+    )
 
 
 FUSIONS = ["blend", "rrf"]
@@ -846,16 +833,24 @@ TUNING_COLLECTIONS = ["scifact-train", *(task + TRAIN_SUFFIX for task in XQUAD_T
 def grid_points(
     model: Semantic,
     *,
-    fusions: Sequence[str | None],
+    fusions: Sequence[str],
     weights: Sequence[float],
     pools: Sequence[int],
-    dense: Sequence[int | None],
-    rrf_ks: Sequence[int | None],
+    dense: Sequence[int],
+    rrf_ks: Sequence[int],
 ) -> list[Semantic]:
-    """Every combination of the knob values, in order, without repeats (rrf_k only matters for rrf)."""
+    """Every combination of the knob values, in order, without repeats: the weight only matters for blend,
+    rrf_k only for rrf (the other keeps its default)."""
     points: list[Semantic] = []
     for f, w, p, d, k in itertools.product(fusions, weights, pools, dense, rrf_ks):
-        point = replace(model, fusion=f, weight=w, pool=p, dense=d, rrf_k=None if f == "blend" else k)
+        point = replace(
+            model,
+            fusion=f,
+            weight=w if f == "blend" else HybridRanking.weight,
+            pool=p,
+            dense=d,
+            rrf_k=k if f == "rrf" else HybridRanking.rrf_k,
+        )
         if point not in points:
             points.append(point)
     return points
@@ -969,16 +964,15 @@ def tune(args: argparse.Namespace) -> int:
 
 
 def _values(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
-    """A comma-separated list of `kind`; 'default' is the service's default (None)."""
-    return lambda text: [None if v == "default" else kind(v) for v in text.split(",")]
+    """A comma-separated list of `kind`."""
+    return lambda text: [kind(v) for v in text.split(",")]
 
 
 def tune_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="bench/tune_hybrid.py",
         description="Hybrid ranking knobs over a grid, on the tuning collections only (one ingestion per "
-        "collection; vectors come from --embedding-cache). Lists are comma-separated; 'default' is the "
-        "service's default.",
+        "collection; vectors come from --embedding-cache). Lists are comma-separated.",
     )
     parser.add_argument(
         "--collection",
@@ -988,9 +982,16 @@ def tune_main(argv: list[str] | None = None) -> int:
         help="repeatable (default: all of them)",
     )
     add_run_arguments(parser)
-    parser.add_argument("--fusion", type=_values(str), default=FUSIONS)
-    parser.add_argument("--semantic-weight", type=_values(float), default=[0.05, 0.1, 0.2, 0.3])
+    parser.add_argument("--fusion", type=_values(str), default=FUSIONS, help="default: blend,rrf")
+    parser.add_argument(
+        "--semantic-weight",
+        type=_values(float),
+        default=[0.05, 0.1, 0.2],
+        help="blend only; default 0.05,0.1,0.2",
+    )
     parser.add_argument("--semantic-pool", type=_values(int), default=[HybridRanking.pool])
-    parser.add_argument("--dense-k", type=_values(int), default=[None])
-    parser.add_argument("--rrf-k", type=_values(int), default=[None])
+    parser.add_argument(
+        "--dense-k", type=_values(int), default=[0, HybridRanking.dense], help="default: 0,50"
+    )
+    parser.add_argument("--rrf-k", type=_values(int), default=[HybridRanking.rrf_k], help="rrf only")
     return tune(parser.parse_args(argv))

@@ -4,12 +4,14 @@ re-ranked with other knobs (a toy embedder stands in for the model)."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from knowledge_core.bootstrap import Container
-from knowledge_core.ports import Embedder
+from knowledge_core.ports import Embedder, Vector
 
 from kb_cli.evaluation import (
     XQUAD_DIR,
@@ -24,7 +26,7 @@ from kb_cli.evaluation import (
     ingest,
     load_collection,
     measure,
-    semantic_settings,
+    semantic_from,
     tune_main,
     with_ranking,
 )
@@ -44,17 +46,20 @@ def test_an_xquad_task_through_the_service_with_bm25(tmp_path: Path) -> None:
 class ToyEmbedder(Embedder):
     """Vectors from the text's length; counts the passages it embeds."""
 
-    model_id = "toy"
+    models = ("toy",)
 
     def __init__(self) -> None:
         self.passages = 0
 
-    def embed_query(self, text: str) -> bytes | None:
-        return bytes([len(text) % 100, 20, 3])
+    def dimensions(self, model: str) -> int:
+        return 3
 
-    def embed_passages(self, texts: Sequence[str]) -> list[bytes]:
+    def embed_query(self, text: str) -> Vector | None:
+        return Vector("toy", bytes([len(text) % 100, 20, 3]))
+
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector | None]:
         self.passages += len(texts)
-        return [bytes([len(t) % 100, 10, 7]) for t in texts]
+        return [Vector("toy", bytes([len(t) % 100, 10, 7])) for t in texts]
 
 
 def test_one_ingestion_is_ranked_again_with_other_knobs(tmp_path: Path) -> None:
@@ -72,6 +77,7 @@ def test_one_ingestion_is_ranked_again_with_other_knobs(tmp_path: Path) -> None:
     assert embedder.passages == embedded  # nothing ingested or embedded again
     assert first.hybrid is not None and second.hybrid is not None
     assert (first.hybrid["weight"], second.hybrid["weight"], second.hybrid["pool"]) == (0.1, 0.9, 7)
+    assert second.hybrid["fusion"] == "blend" and second.hybrid["dense"] == 50
     assert second.ranking.startswith("hybrid toy ") and "weight=0.9" in second.ranking
     assert len(second.per_query[0]["top"]) == len(docs)  # the same six documents, found through the index
 
@@ -79,28 +85,37 @@ def test_one_ingestion_is_ranked_again_with_other_knobs(tmp_path: Path) -> None:
 def test_grid_points_are_the_product_without_repeats() -> None:
     model = Semantic("m", cache="c")
     points = grid_points(
-        model, fusions=["blend", "rrf"], weights=[0.1, 0.3], pools=[50], dense=[None], rrf_ks=[30, 60]
+        model, fusions=["blend", "rrf"], weights=[0.1, 0.3], pools=[50], dense=[0, 50], rrf_ks=[30, 60]
     )
-    # rrf_k only matters for rrf: blend gets one point per weight, rrf one per weight and rrf_k.
-    assert [(p.fusion, p.weight, p.rrf_k) for p in points] == [
-        ("blend", 0.1, None),
-        ("blend", 0.3, None),
-        ("rrf", 0.1, 30),
-        ("rrf", 0.1, 60),
-        ("rrf", 0.3, 30),
-        ("rrf", 0.3, 60),
+    # The weight only matters for blend and rrf_k only for rrf: 2 weights x 2 dense + 2 dense x 2 rrf_k.
+    assert [(p.fusion, p.weight, p.dense, p.rrf_k) for p in points] == [
+        ("blend", 0.1, 0, 60),
+        ("blend", 0.1, 50, 60),
+        ("blend", 0.3, 0, 60),
+        ("blend", 0.3, 50, 60),
+        ("rrf", 0.1, 0, 30),
+        ("rrf", 0.1, 0, 60),
+        ("rrf", 0.1, 50, 30),
+        ("rrf", 0.1, 50, 60),
     ]
-    assert all(p.model_dir == "m" and p.cache == "c" for p in points)
+    assert all(p.model_dir == "m" and p.cache == "c" and p.pool == 50 for p in points)
 
 
-def test_a_knob_the_service_lacks_is_refused_not_ignored() -> None:
-    from knowledge_core.settings import Settings
-
-    values = semantic_settings(Semantic("m", weight=0.2, pool=40))
-    assert values["semantic_weight"] == 0.2 and values["semantic_pool"] == 40
-    if "semantic_fusion" not in Settings.model_fields:
-        with pytest.raises(ValueError, match="semantic_fusion"):
-            semantic_settings(Semantic("m", fusion="rrf"))
+def test_every_knob_reaches_the_containers_hybrid_ranking(tmp_path: Path) -> None:
+    semantic = Semantic("no-model-needed", weight=0.3, pool=40, fusion="rrf", dense=7, rrf_k=30)
+    hybrid = build_container("sqlite", tmp_path, semantic=semantic).hybrid
+    assert (hybrid.weight, hybrid.pool, hybrid.fusion, hybrid.dense, hybrid.rrf_k) == (0.3, 40, "rrf", 7, 30)
+    assert semantic_from(
+        argparse.Namespace(
+            embedding_model=str(tmp_path),
+            embedding_cache="",
+            semantic_weight=0.3,
+            semantic_pool=40,
+            fusion="rrf",
+            dense_k=7,
+            rrf_k=30,
+        )
+    ) == replace(semantic, model_dir=str(tmp_path))
 
 
 def test_tuning_refuses_the_reported_collections() -> None:
