@@ -1,8 +1,12 @@
-"""Retrieval quality benchmark: nDCG@10, Recall@3 and Recall@100 of the search path on SciFact (English)
-and the demo corpus' hand-labelled queries (Chinese), beside a same-run BM25 baseline.
+"""Retrieval quality benchmark: R@3, MRR@3, nDCG@10 and R@100 of the search path on SciFact (English), the
+demo corpus' hand-labelled queries (Chinese) and XQuAD zh/en (monolingual, cross-lingual, mixed), beside a
+same-run BM25 baseline (bench/QUALITY.md).
 
     .venv/bin/python bench/quality.py                      # SciFact test + demo-zh on embedded SQLite
+    .venv/bin/python bench/quality.py --collection xquad-en-zh --collection xquad-mixed
     .venv/bin/python bench/quality.py --backend opensearch # on the loopback OpenSearch of `kb services`
+
+Tuning runs go through bench/tune_hybrid.py (the -train collections only).
 
 The harness lives in kb_cli.evaluation (shared with `kb eval`)."""
 

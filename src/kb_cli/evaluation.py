@@ -9,6 +9,7 @@ import argparse
 import ast
 import csv
 import io
+import itertools
 import json
 import math
 import os
@@ -23,7 +24,7 @@ import uuid
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +33,16 @@ from knowledge_core.domain.hybrid import HybridRanking
 DEMO_QUERIES = Path(__file__).parent / "demo_corpus" / "queries.jsonl"
 
 
-def _scifact_zip() -> Path:
-    """KB_SCIFACT_ZIP, else shared/eval/scifact/scifact.zip beside the checkout (as CI lays it out)."""
-    import os
-
-    if os.environ.get("KB_SCIFACT_ZIP"):
-        return Path(os.environ["KB_SCIFACT_ZIP"])
-    beside = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "scifact" / "scifact.zip"
-    return beside if beside.exists() else Path("/work/shared/eval/scifact/scifact.zip")
+def _shared_eval(env: str, relative: str) -> Path:
+    """$`env`, else shared/eval/`relative` beside the checkout (as CI lays it out), else under /work."""
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    beside = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / relative
+    return beside if beside.exists() else Path("/work/shared/eval") / relative
 
 
-SCIFACT_ZIP = _scifact_zip()
+SCIFACT_ZIP = _shared_eval("KB_SCIFACT_ZIP", "scifact/scifact.zip")
+XQUAD_DIR = _shared_eval("KB_XQUAD_DIR", "xquad")
 SCIFACT_TEST = "claims_validation.csv"  # the BEIR test split; claims_train.csv is for tuning only
 SCIFACT_TRAIN = "claims_train.csv"
 PUBLISHED_BASELINES = {
@@ -75,23 +75,32 @@ def recall_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int) -> floa
     return len(wanted & set(ranked[:k])) / len(wanted)
 
 
+def mrr_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int = 3) -> float:
+    """Reciprocal rank of the first relevant document within the top k; 0 when none is there."""
+    return next((1.0 / (i + 1) for i, doc in enumerate(ranked[:k]) if relevant.get(doc, 0) > 0), 0.0)
+
+
 @dataclass
 class Metrics:
-    ndcg_at_10: float
     recall_at_3: float
+    mrr_at_3: float
+    ndcg_at_10: float
     recall_at_100: float
     queries: int
 
     @classmethod
     def over(cls, rankings: list[list[str]], qrels: list[dict[str, int]]) -> Metrics:
         n = len(qrels)
-        if n == 0:
-            return cls(0.0, 0.0, 0.0, 0)
         pairs = list(zip(rankings, qrels, strict=True))
+
+        def mean(metric: Callable[[list[str], dict[str, int]], float]) -> float:
+            return sum(metric(r, q) for r, q in pairs) / n if n else 0.0
+
         return cls(
-            ndcg_at_10=sum(ndcg_at_k(r, q, 10) for r, q in pairs) / n,
-            recall_at_3=sum(recall_at_k(r, q, 3) for r, q in pairs) / n,
-            recall_at_100=sum(recall_at_k(r, q, 100) for r, q in pairs) / n,
+            recall_at_3=mean(lambda r, q: recall_at_k(r, q, 3)),
+            mrr_at_3=mean(lambda r, q: mrr_at_k(r, q, 3)),
+            ndcg_at_10=mean(lambda r, q: ndcg_at_k(r, q, 10)),
+            recall_at_100=mean(lambda r, q: recall_at_k(r, q, 100)),
             queries=n,
         )
 
@@ -171,18 +180,95 @@ def load_demo(lang: str | None = "zh") -> Collection:
     return Collection(f"demo-{lang or 'all'}", lang or "mixed", documents, queries)
 
 
-def load_collection(name: str, *, limit: int | None = None, scifact_zip: Path = SCIFACT_ZIP) -> Collection:
+@dataclass(frozen=True)
+class XquadTask:
+    """Which language files give the documents and which the questions of an XQuAD retrieval task."""
+
+    corpus: tuple[str, ...]
+    questions: tuple[str, ...]
+
+
+# Query language first, then document language: xquad-en-zh asks English questions of Chinese paragraphs.
+XQUAD_TASKS = {
+    "xquad-zh-zh": XquadTask(("zh",), ("zh",)),
+    "xquad-en-en": XquadTask(("en",), ("en",)),
+    "xquad-en-zh": XquadTask(("zh",), ("en",)),
+    "xquad-zh-en": XquadTask(("en",), ("zh",)),
+    "xquad-mixed": XquadTask(("zh", "en"), ("zh", "en")),
+}
+TRAIN_SUFFIX = "-train"
+
+
+def xquad_articles(directory: Path, lang: str) -> list[dict[str, Any]]:
+    """The articles of xquad.<lang>.json (SQuAD v1.1: title, paragraphs of context and qas), in file order."""
+    data = json.loads((directory / f"xquad.{lang}.json").read_text(encoding="utf-8"))
+    return list(data["data"])
+
+
+def xquad_split(article_index: int) -> str:
+    """Fixed split by article: even positions in file order tune ("train"), odd ones are reported ("test")."""
+    return "train" if article_index % 2 == 0 else "test"
+
+
+def load_xquad(
+    task: str, split: str = "test", directory: Path = XQUAD_DIR, limit: int | None = None
+) -> Collection:
+    """An XQuAD retrieval task: one document per paragraph (titled with its article), each question's
+    relevant documents are its own paragraph in every corpus language. The language files are parallel, so
+    paragraph (article a, position p) is the same text in each; `split` keeps the articles of xquad_split."""
+    spec = XQUAD_TASKS[task]
+    files = {lang: xquad_articles(directory, lang) for lang in dict.fromkeys(spec.corpus + spec.questions)}
+    shapes = {lang: [len(a["paragraphs"]) for a in articles] for lang, articles in files.items()}
+    if len({tuple(shape) for shape in shapes.values()}) != 1:
+        raise ValueError(f"XQuAD files in {directory} are not parallel: {shapes}")
+
+    def doc_id(lang: str, a: int, p: int) -> str:
+        return f"{lang}-{a:02d}-{p}"
+
+    documents = [
+        EvalDocument(doc_id(lang, a, p), article["title"].replace("_", " "), paragraph["context"])
+        for lang in spec.corpus
+        for a, article in enumerate(files[lang])
+        if xquad_split(a) == split
+        for p, paragraph in enumerate(article["paragraphs"])
+    ]
+    queries = [
+        EvalQuery(f"{lang}-{qa['id']}", qa["question"], {doc_id(c, a, p): 1 for c in spec.corpus})
+        for lang in spec.questions
+        for a, article in enumerate(files[lang])
+        if xquad_split(a) == split
+        for p, paragraph in enumerate(article["paragraphs"])
+        for qa in paragraph["qas"]
+    ]
+    if limit:
+        queries = queries[:limit]
+    langs = set(spec.corpus + spec.questions)
+    name = task + (TRAIN_SUFFIX if split == "train" else "") + (f"-{limit}" if limit else "")
+    return Collection(name, langs.pop() if len(langs) == 1 else "mixed", documents, queries)
+
+
+COLLECTIONS = ["scifact", "scifact-train", "demo-zh", "demo-en", "demo-all"] + [
+    name + suffix for name in XQUAD_TASKS for suffix in ("", TRAIN_SUFFIX)
+]
+
+
+def load_collection(
+    name: str, *, limit: int | None = None, scifact_zip: Path = SCIFACT_ZIP, xquad_dir: Path = XQUAD_DIR
+) -> Collection:
     if name == "scifact":
         return load_scifact(scifact_zip, "test", limit)
     if name == "scifact-train":
         return load_scifact(scifact_zip, "train", limit)
+    task = name.removesuffix(TRAIN_SUFFIX)
+    if task in XQUAD_TASKS:
+        return load_xquad(task, "train" if name.endswith(TRAIN_SUFFIX) else "test", xquad_dir, limit)
     if name.startswith("demo"):
         lang = name.partition("-")[2] or "zh"
         collection = load_demo(None if lang == "all" else lang)
         if limit:
             collection.queries = collection.queries[:limit]
         return collection
-    raise ValueError(f"unknown collection {name!r} (scifact, scifact-train, demo-zh, demo-en, demo-all)")
+    raise ValueError(f"unknown collection {name!r} ({', '.join(COLLECTIONS)})")
 
 
 # --- an independent baseline ------------------------------------------------------------------------
@@ -201,6 +287,23 @@ def bigram_tokens(text: str) -> list[str]:
 def word_tokens(text: str) -> list[str]:
     """Plain lower-cased words: no stemming, no stop words."""
     return _WORD_RE.findall(text.lower())
+
+
+# Han (with extensions and compatibility ideographs), kana and Hangul: scripts written without spaces.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003ffff"
+_SCRIPT_RUN_RE = re.compile(f"[{_CJK}]+|[^{_CJK}]+")
+_CJK_RE = re.compile(f"[{_CJK}]")
+
+
+def script_tokens(text: str) -> list[str]:
+    """Each run of word characters by its own script: CJK pieces as character bigrams (bigram_tokens),
+    everything else as plain words (word_tokens), so one tokenizer serves English, Chinese and mixed
+    corpora; on text without CJK it is exactly word_tokens."""
+    out: list[str] = []
+    for run in _WORD_RE.findall(text.lower()):
+        for piece in _SCRIPT_RUN_RE.findall(run):
+            out.extend(bigram_tokens(piece) if _CJK_RE.match(piece) else [piece])
+    return out
 
 
 class Bm25Baseline:
@@ -245,9 +348,9 @@ class Bm25Baseline:
 
 
 def baseline_for(collection: Collection) -> tuple[str, Bm25Baseline]:
-    if collection.lang == "en":
-        return "BM25 words k1=0.9 b=0.4 (in-run)", Bm25Baseline(collection.documents, word_tokens)
-    return "BM25 char bigrams k1=0.9 b=0.4 (in-run)", Bm25Baseline(collection.documents, bigram_tokens)
+    """Every text tokenized by its own script (script_tokens), whatever the collection's language: the
+    demo corpus and the XQuAD cross-lingual and mixed tasks hold English and Chinese side by side."""
+    return "BM25 words + CJK bigrams k1=0.9 b=0.4 (in-run)", Bm25Baseline(collection.documents, script_tokens)
 
 
 # --- the harness --------------------------------------------------------------------------------------
@@ -270,6 +373,7 @@ class EvalResult:
     wall_seconds: float
     per_query: list[dict[str, Any]] = field(default_factory=list)
     ranking: str = "bm25"
+    hybrid: dict[str, Any] | None = None  # the HybridRanking knobs, when ranking is hybrid
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -277,12 +381,28 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class Semantic:
-    """Hybrid ranking for an evaluation: the model directory, blend weight and pool, vector cache."""
+    """Hybrid ranking for an evaluation: the model directory, the knobs of HybridRanking, the vector cache."""
 
     model_dir: str
     weight: float = HybridRanking.weight
     pool: int = HybridRanking.pool
     cache: str | None = None
+    fusion: str = HybridRanking.fusion
+    dense: int = HybridRanking.dense
+    rrf_k: int = HybridRanking.rrf_k
+
+
+def semantic_settings(semantic: Semantic) -> dict[str, Any]:
+    """The container settings of `semantic` (Container.hybrid builds HybridRanking from them)."""
+    return {
+        "embedding_model_dir": semantic.model_dir,
+        "embedding_cache": semantic.cache,
+        "semantic_weight": semantic.weight,
+        "semantic_pool": semantic.pool,
+        "semantic_fusion": semantic.fusion,
+        "semantic_dense": semantic.dense,
+        "semantic_rrf_k": semantic.rrf_k,
+    }
 
 
 def build_container(
@@ -290,8 +410,6 @@ def build_container(
 ) -> Any:
     """A fresh bootstrap Container: embedded SQLite state, the chosen search backend (hybrid when
     `semantic` is given)."""
-    import os
-
     from knowledge_core.bootstrap import Container
     from knowledge_core.ports import SystemClock
     from knowledge_core.settings import Settings
@@ -307,34 +425,24 @@ def build_container(
         search_backend=backend,
         sqlite_path=str(workdir / "eval.sqlite3"),
         opensearch_url=opensearch_url,
+        # Own indices per run: a shared node never mixes runs, and they are dropped afterwards.
+        opensearch_index_prefix=f"kb-eval-{uuid.uuid4().hex[:8]}",
         token_secret=secrets.token_urlsafe(32),
         table_name=f"kb-eval-{uuid.uuid4().hex[:12]}",
         registry_cache_seconds=60,
-        **(
-            {
-                "embedding_model_dir": semantic.model_dir,
-                "embedding_cache": semantic.cache,
-                "semantic_weight": semantic.weight,
-                "semantic_pool": semantic.pool,
-            }
-            if semantic
-            else {}
-        ),
+        **(semantic_settings(semantic) if semantic else {}),
     )
-    container = Container(settings, clock=SystemClock())
-    if backend == "opensearch":
-        from knowledge_core.adapters.opensearch import OpenSearchBackend
+    return Container(settings, clock=SystemClock())
 
-        # Own indices per run: a shared node never mixes runs, and they are dropped afterwards.
-        own = OpenSearchBackend(
-            str(opensearch_url),
-            region=settings.region,
-            index_prefix=f"kb-eval-{uuid.uuid4().hex[:8]}",
-            embedder=container.embedder,
-            hybrid=container.hybrid,
-        )
-        container = Container(settings, clock=container.clock, backend=own, embedder=container.embedder)
-    return container
+
+def with_ranking(container: Any, semantic: Semantic) -> Any:
+    """The same service over the same index, state and embedder as `container` (so nothing is ingested or
+    embedded again), ranking with `semantic`'s knobs: a tuning grid ingests a collection once."""
+    from knowledge_core.bootstrap import Container
+    from knowledge_core.settings import Settings
+
+    settings = Settings.model_validate({**container.settings.model_dump(), **semantic_settings(semantic)})
+    return Container(settings, clock=container.clock, state=container.state, embedder=container.embedder)
 
 
 def _publish(container: Any, collection: Collection) -> tuple[str, str, Any]:
@@ -371,17 +479,18 @@ def _publish(container: Any, collection: Collection) -> tuple[str, str, Any]:
     return source.key, route, principal
 
 
-def evaluate(
-    collection: Collection,
-    container: Any,
-    backend: str,
-    *,
-    depth: int = RANK_DEPTH,
-    progress: bool = True,
-    keep_per_query: bool = True,
-) -> EvalResult:
-    """Ingest `collection` through AdminService.put_documents, rank each query through
-    KnowledgeService.rank, and measure it beside the in-run baseline."""
+@dataclass(frozen=True)
+class Ingested:
+    """A collection published and ingested into a container's source: what ranking it needs."""
+
+    source_key: str
+    route: str
+    principal: Any
+    seconds: float
+
+
+def ingest(collection: Collection, container: Any, *, progress: bool = True) -> Ingested:
+    """Publish a fresh source and put every document through AdminService.put_documents."""
     from knowledge_core.domain.models import Document, DocumentAcl
     from tqdm import tqdm
 
@@ -409,22 +518,44 @@ def evaluate(
                 ]
             )
             bar.update(len(batch))
-    ingest_seconds = time.perf_counter() - started
+    return Ingested(source_key, route, principal, time.perf_counter() - started)
 
+
+def baseline_rankings(collection: Collection, depth: int = RANK_DEPTH) -> tuple[str, list[list[str]]]:
+    """The in-run baseline's name and its ranking of every query (independent of the service's knobs)."""
+    name, baseline = baseline_for(collection)
+    return name, [baseline.rank(q.text, depth) for q in collection.queries]
+
+
+def measure(
+    collection: Collection,
+    container: Any,
+    backend: str,
+    ingested: Ingested,
+    *,
+    depth: int = RANK_DEPTH,
+    progress: bool = True,
+    keep_per_query: bool = True,
+    baseline: tuple[str, list[list[str]]] | None = None,
+) -> EvalResult:
+    """Rank each query of an ingested collection through KnowledgeService.rank and measure it beside the
+    in-run baseline (computed here unless given)."""
+    from tqdm import tqdm
+
+    started = time.perf_counter()
     rankings: list[list[str]] = []
     latencies: list[float] = []
     for query in tqdm(
         collection.queries, unit="q", desc=f"query {collection.name}", disable=not progress, file=sys.stderr
     ):
         t0 = time.perf_counter()
-        ranked = container.knowledge.rank(principal, route, query.text, depth)
+        ranked = container.knowledge.rank(ingested.principal, ingested.route, query.text, depth)
         latencies.append((time.perf_counter() - t0) * 1000)
-        rankings.append([doc_id for key, doc_id, _ in ranked if key == source_key])
+        rankings.append([doc_id for key, doc_id, _ in ranked if key == ingested.source_key])
     query_seconds = sum(latencies) / 1000
     qrels = [q.relevant for q in collection.queries]
 
-    baseline_name, baseline = baseline_for(collection)
-    baseline_rankings = [baseline.rank(q.text, depth) for q in collection.queries]
+    baseline_name, baseline_ranked = baseline or baseline_rankings(collection, depth)
     published = next(
         (v for k, v in PUBLISHED_BASELINES.items() if collection.name.startswith(f"{k}-test")), None
     )
@@ -433,11 +564,13 @@ def evaluate(
             "qid": q.qid,
             "query": q.text,
             "relevant": sorted(q.relevant),
+            "mrr@3": round(mrr_at_k(r, q.relevant, 3), 4),
             "ndcg@10": round(ndcg_at_k(r, q.relevant, 10), 4),
+            "baseline_mrr@3": round(mrr_at_k(b, q.relevant, 3), 4),
             "baseline_ndcg@10": round(ndcg_at_k(b, q.relevant, 10), 4),
             "top": r[:10],
         }
-        for q, r, b in zip(collection.queries, rankings, baseline_rankings, strict=True)
+        for q, r, b in zip(collection.queries, rankings, baseline_ranked, strict=True)
     ]
     return EvalResult(
         collection=collection.name,
@@ -446,24 +579,54 @@ def evaluate(
         queries=len(collection.queries),
         metrics=Metrics.over(rankings, qrels),
         baseline_name=baseline_name,
-        baseline=Metrics.over(baseline_rankings, qrels),
+        baseline=Metrics.over(baseline_ranked, qrels),
         published_baseline=published,
-        ingest_seconds=round(ingest_seconds, 3),
+        ingest_seconds=round(ingested.seconds, 3),
         query_seconds=round(query_seconds, 3),
         query_ms_p50=round(statistics.median(latencies), 3) if latencies else 0.0,
         query_ms_p95=round(_percentile(latencies, 95), 3),
-        wall_seconds=round(time.perf_counter() - started, 3),
+        wall_seconds=round(ingested.seconds + time.perf_counter() - started, 3),
         per_query=per_query if keep_per_query else [],
         ranking=ranking_of(container),
+        hybrid=hybrid_of(container),
     )
 
 
+def evaluate(
+    collection: Collection,
+    container: Any,
+    backend: str,
+    *,
+    depth: int = RANK_DEPTH,
+    progress: bool = True,
+    keep_per_query: bool = True,
+) -> EvalResult:
+    """Ingest `collection` through AdminService.put_documents, rank each query through
+    KnowledgeService.rank, and measure it beside the in-run baseline."""
+    ingested = ingest(collection, container, progress=progress)
+    return measure(
+        collection,
+        container,
+        backend,
+        ingested,
+        depth=depth,
+        progress=progress,
+        keep_per_query=keep_per_query,
+    )
+
+
+def hybrid_of(container: Any) -> dict[str, Any] | None:
+    """The HybridRanking knobs the container ranks with; None for BM25 alone (no embedding model)."""
+    if getattr(container, "embedder", None) is None:
+        return None
+    return asdict(container.hybrid)
+
+
 def ranking_of(container: Any) -> str:
-    embedder = getattr(container, "embedder", None)
-    if embedder is None:
+    knobs = hybrid_of(container)
+    if knobs is None:
         return "bm25"
-    hybrid = container.hybrid
-    return f"hybrid {embedder.model_id} weight={hybrid.weight} pool={hybrid.pool}"
+    return f"hybrid {container.embedder.model_id} " + " ".join(f"{k}={v}" for k, v in knobs.items())
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -473,19 +636,29 @@ def _percentile(values: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
+METRIC_COLUMNS = (
+    ("R@3", "recall_at_3"),
+    ("MRR@3", "mrr_at_3"),
+    ("nDCG@10", "ndcg_at_10"),
+    ("R@100", "recall_at_100"),
+)
+
+
 def format_table(results: list[EvalResult]) -> str:
+    """One row per result: the service's R@3, MRR@3, nDCG@10 and R@100, then the same-run baseline's."""
+    width = max([18, *(len(r.collection) for r in results)])
+    service = " ".join(f"{label:>7}" for label, _ in METRIC_COLUMNS)
+    base = " ".join(f"{'b ' + label:>9}" for label, _ in METRIC_COLUMNS)
     head = (
-        f"{'collection':<18} {'backend':<10} {'docs':>6} {'queries':>7} {'nDCG@10':>8} {'R@3':>7} "
-        f"{'R@100':>7}  {'base nDCG@10':>12} {'base R@3':>8} {'base R@100':>10} {'p50 ms':>7} "
-        f"{'wall s':>7}"
+        f"{'collection':<{width}} {'backend':<10} {'docs':>5} {'queries':>7} {service}  {base} "
+        f"{'p50 ms':>7} {'wall s':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in results:
-        m, b = r.metrics, r.baseline
+        ours = " ".join(f"{getattr(r.metrics, key):>7.4f}" for _, key in METRIC_COLUMNS)
+        theirs = " ".join(f"{getattr(r.baseline, key):>9.4f}" for _, key in METRIC_COLUMNS)
         lines.append(
-            f"{r.collection:<18} {r.backend:<10} {r.documents:>6} {r.queries:>7} "
-            f"{m.ndcg_at_10:>8.4f} {m.recall_at_3:>7.4f} {m.recall_at_100:>7.4f}  "
-            f"{b.ndcg_at_10:>12.4f} {b.recall_at_3:>8.4f} {b.recall_at_100:>10.4f} "
+            f"{r.collection:<{width}} {r.backend:<10} {r.documents:>5} {r.queries:>7} {ours}  {theirs} "
             f"{r.query_ms_p50:>7.2f} {r.wall_seconds:>7.1f}"
         )
     for r in results:
@@ -507,17 +680,49 @@ def default_opensearch_url() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`kb eval`: collections, where and how to run, and one setting of each hybrid knob."""
     parser.add_argument(
         "--collection",
         action="append",
         dest="collections",
-        help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, "
-        "demo-all; repeatable (default: scifact and demo-zh)",
+        help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, demo-all, "
+        f"{', '.join(XQUAD_TASKS)} (the reported half of the articles; <task>-train: the tuning half); "
+        "repeatable (default: scifact and demo-zh)",
     )
+    add_run_arguments(parser)
+    parser.add_argument(
+        "--semantic-weight", type=float, default=HybridRanking.weight, help="BM25 share of the hybrid blend"
+    )
+    parser.add_argument(
+        "--semantic-pool", type=int, default=HybridRanking.pool, help="BM25 candidates per source"
+    )
+    parser.add_argument(
+        "--fusion",
+        choices=FUSIONS,
+        default=HybridRanking.fusion,
+        help="how BM25 and vector candidates combine: blend (weighted, on the BM25 scale) or rrf",
+    )
+    parser.add_argument(
+        "--dense-k",
+        type=int,
+        default=HybridRanking.dense,
+        help="vector candidates per source (0: re-score BM25's candidates only)",
+    )
+    parser.add_argument(
+        "--rrf-k", type=int, default=HybridRanking.rrf_k, help="rank constant of --fusion rrf"
+    )
+
+
+FUSIONS = ["blend", "rrf"]
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where and how a run ingests and ranks: shared by `kb eval` and bench/tune_hybrid.py."""
     parser.add_argument("--backend", choices=["sqlite", "opensearch"], default="sqlite")
     parser.add_argument("--opensearch-url", help="default: the loopback node of `kb services`")
     parser.add_argument("--limit", type=int, help="first N queries only")
     parser.add_argument("--scifact-zip", default=str(SCIFACT_ZIP))
+    parser.add_argument("--xquad-dir", default=str(XQUAD_DIR), help="holds xquad.zh.json and xquad.en.json")
     parser.add_argument("--depth", type=int, default=RANK_DEPTH, help="ranking depth per query (>= 100)")
     parser.add_argument(
         "--embedding-model",
@@ -526,21 +731,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "`kb models fetch` put in the per-user cache if present; 'none': BM25 only",
     )
     parser.add_argument(
-        "--semantic-weight", type=float, default=HybridRanking.weight, help="BM25 share of the hybrid blend"
-    )
-    parser.add_argument(
-        "--semantic-pool", type=int, default=HybridRanking.pool, help="BM25 candidates re-scored per source"
-    )
-    parser.add_argument(
         "--embedding-cache",
         default=str(Path(".kb-state") / "embedding-cache.sqlite3"),
         help="passage vectors remembered across runs ('' for none)",
     )
-    parser.add_argument("--out", help="results JSON (default bench/results/quality-<backend>-<time>.json)")
+    parser.add_argument("--out", help="results JSON (default bench/results/<kind>-<backend>-<time>.json)")
     parser.add_argument("--no-progress", action="store_true")
 
 
-def semantic_from(args: argparse.Namespace) -> Semantic | None:
+def embedding_from(args: argparse.Namespace) -> Semantic | None:
+    """The embedding model and vector cache of `--embedding-model` / `--embedding-cache` (knobs at their
+    defaults); None for BM25 alone."""
     choice = args.embedding_model
     if choice == "none":
         return None
@@ -554,19 +755,54 @@ def semantic_from(args: argparse.Namespace) -> Semantic | None:
     cache = args.embedding_cache or None
     if cache:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
-    return Semantic(choice, weight=args.semantic_weight, pool=args.semantic_pool, cache=cache)
+    return Semantic(choice, cache=cache)
+
+
+def semantic_from(args: argparse.Namespace) -> Semantic | None:
+    model = embedding_from(args)
+    if model is None:
+        return None
+    return replace(
+        model,
+        weight=args.semantic_weight,
+        pool=args.semantic_pool,
+        fusion=args.fusion,
+        dense=args.dense_k,
+        rrf_k=args.rrf_k,
+    )
+
+
+def _opensearch_url(args: argparse.Namespace) -> str | None:
+    if args.backend == "opensearch" and not args.opensearch_url:
+        return default_opensearch_url()
+    return str(args.opensearch_url) if args.opensearch_url else None
+
+
+def _load(name: str, args: argparse.Namespace) -> Collection:
+    return load_collection(
+        name, limit=args.limit, scifact_zip=Path(args.scifact_zip), xquad_dir=Path(args.xquad_dir)
+    )
+
+
+def _write_results(results: list[EvalResult], args: argparse.Namespace, kind: str) -> None:
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("bench/results") / f"{kind}-{args.backend}-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([r.to_json() for r in results], ensure_ascii=False, indent=1), encoding="utf-8")
+    print(f"results: {out}")
 
 
 def run(args: argparse.Namespace) -> int:
     names = args.collections or ["scifact", "demo-zh"]
     semantic = semantic_from(args)
     print(f"ranking: {'hybrid, ' + semantic.model_dir if semantic else 'BM25'}", file=sys.stderr)
-    opensearch_url = args.opensearch_url
-    if args.backend == "opensearch" and not opensearch_url:
-        opensearch_url = default_opensearch_url()
+    opensearch_url = _opensearch_url(args)
     results: list[EvalResult] = []
     for name in names:
-        collection = load_collection(name, limit=args.limit, scifact_zip=Path(args.scifact_zip))
+        collection = _load(name, args)
         with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
             container = build_container(args.backend, Path(tmp), opensearch_url, semantic)
             try:
@@ -579,14 +815,7 @@ def run(args: argparse.Namespace) -> int:
                 if args.backend == "opensearch":
                     container.backend.drop_indices()
     print(format_table(results))
-    out = (
-        Path(args.out)
-        if args.out
-        else Path("bench/results") / (f"quality-{args.backend}-{time.strftime('%Y%m%dT%H%M%S')}.json")
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([r.to_json() for r in results], ensure_ascii=False, indent=1), encoding="utf-8")
-    print(f"results: {out}")
+    _write_results(results, args, "quality")
     return 0
 
 
@@ -594,3 +823,175 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kb eval", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+# --- tuning -------------------------------------------------------------------------------------------
+
+TUNING_COLLECTIONS = ["scifact-train", *(task + TRAIN_SUFFIX for task in XQUAD_TASKS)]
+
+
+def grid_points(
+    model: Semantic,
+    *,
+    fusions: Sequence[str],
+    weights: Sequence[float],
+    pools: Sequence[int],
+    dense: Sequence[int],
+    rrf_ks: Sequence[int],
+) -> list[Semantic]:
+    """Every combination of the knob values, in order, without repeats: the weight only matters for blend,
+    rrf_k only for rrf (the other keeps its default)."""
+    points: list[Semantic] = []
+    for f, w, p, d, k in itertools.product(fusions, weights, pools, dense, rrf_ks):
+        point = replace(
+            model,
+            fusion=f,
+            weight=w if f == "blend" else HybridRanking.weight,
+            pool=p,
+            dense=d,
+            rrf_k=k if f == "rrf" else HybridRanking.rrf_k,
+        )
+        if point not in points:
+            points.append(point)
+    return points
+
+
+def tune_collection(
+    collection: Collection,
+    points: Sequence[Semantic],
+    backend: str,
+    workdir: Path,
+    opensearch_url: str | None = None,
+    *,
+    depth: int = RANK_DEPTH,
+    progress: bool = True,
+) -> list[EvalResult]:
+    """One ingestion of `collection`, then its queries ranked at every grid point over that same index."""
+    baseline = baseline_rankings(collection, depth)
+    container = build_container(backend, workdir, opensearch_url, points[0])
+    try:
+        ingested = ingest(collection, container, progress=progress)
+        return [
+            measure(
+                collection,
+                container if i == 0 else with_ranking(container, point),
+                backend,
+                ingested,
+                depth=depth,
+                progress=progress,
+                keep_per_query=False,
+                baseline=baseline,
+            )
+            for i, point in enumerate(points)
+        ]
+    finally:
+        if backend == "opensearch":
+            container.backend.drop_indices()
+
+
+def format_grid(results: list[EvalResult]) -> str:
+    """Per collection: one row per grid point and the in-run baseline; then each point's mean over the
+    collections (unweighted), best nDCG@10 marked."""
+    knobs = list(dict.fromkeys(k for r in results for k in (r.hybrid or {})))
+    width = max([18, *(len(r.collection) for r in results)])
+    metric_head = " ".join(f"{label:>7}" for label, _ in METRIC_COLUMNS)
+    head = f"{'collection':<{width}} " + " ".join(f"{k:>7}" for k in knobs) + f"  {metric_head}"
+    lines = [head, "-" * len(head)]
+
+    def row(label: str, values: list[str], metrics: Metrics) -> str:
+        cells = " ".join(f"{v:>7}" for v in values)
+        return f"{label:<{width}} {cells}  " + " ".join(
+            f"{getattr(metrics, k):>7.4f}" for _, k in METRIC_COLUMNS
+        )
+
+    def knob_values(r: EvalResult) -> list[str]:
+        return [str((r.hybrid or {}).get(k, "-")) for k in knobs]
+
+    by_point: dict[tuple[str, ...], list[Metrics]] = {}
+    for name in dict.fromkeys(r.collection for r in results):
+        mine = [r for r in results if r.collection == name]
+        for r in mine:
+            lines.append(row(name, knob_values(r), r.metrics))
+            by_point.setdefault(tuple(knob_values(r)), []).append(r.metrics)
+        lines.append(row(name, ["baseline", *([""] * (len(knobs) - 1))], mine[0].baseline))
+    lines.append("")
+    means = {
+        point: Metrics(
+            **{k: statistics.fmean(getattr(m, k) for m in ms) for _, k in METRIC_COLUMNS},
+            queries=sum(m.queries for m in ms),
+        )
+        for point, ms in by_point.items()
+    }
+    best = max(means, key=lambda point: means[point].ndcg_at_10)
+    for point, mean in means.items():
+        lines.append(row("mean" + (" *" if point == best else ""), list(point), mean))
+    return "\n".join(lines)
+
+
+def tune(args: argparse.Namespace) -> int:
+    names = args.collections or TUNING_COLLECTIONS
+    reported = [n for n in names if n not in TUNING_COLLECTIONS]
+    if reported:
+        raise SystemExit(f"tuning runs only on {', '.join(TUNING_COLLECTIONS)}, not on {', '.join(reported)}")
+    model = embedding_from(args)
+    if model is None:
+        raise SystemExit("tuning needs an embedding model (--embedding-model, or `kb models fetch`)")
+    points = grid_points(
+        model,
+        fusions=args.fusion,
+        weights=args.semantic_weight,
+        pools=args.semantic_pool,
+        dense=args.dense_k,
+        rrf_ks=args.rrf_k,
+    )
+    print(f"hybrid grid: {len(points)} points x {len(names)} collections, {model.model_dir}", file=sys.stderr)
+    opensearch_url = _opensearch_url(args)
+    results: list[EvalResult] = []
+    for name in names:
+        with tempfile.TemporaryDirectory(prefix="kb-tune-") as tmp:
+            results += tune_collection(
+                _load(name, args),
+                points,
+                args.backend,
+                Path(tmp),
+                opensearch_url,
+                depth=args.depth,
+                progress=not args.no_progress,
+            )
+    print(format_grid(results))
+    _write_results(results, args, "tune")
+    return 0
+
+
+def _values(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    """A comma-separated list of `kind`."""
+    return lambda text: [kind(v) for v in text.split(",")]
+
+
+def tune_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bench/tune_hybrid.py",
+        description="Hybrid ranking knobs over a grid, on the tuning collections only (one ingestion per "
+        "collection; vectors come from --embedding-cache). Lists are comma-separated.",
+    )
+    parser.add_argument(
+        "--collection",
+        action="append",
+        dest="collections",
+        choices=TUNING_COLLECTIONS,
+        help="repeatable (default: all of them)",
+    )
+    add_run_arguments(parser)
+    parser.add_argument("--fusion", type=_values(str), default=FUSIONS, help="default: blend,rrf")
+    parser.add_argument(
+        "--semantic-weight",
+        type=_values(float),
+        default=[0.05, 0.1, 0.2],
+        help="blend only; default 0.05,0.1,0.2",
+    )
+    parser.add_argument("--semantic-pool", type=_values(int), default=[HybridRanking.pool])
+    parser.add_argument(
+        "--dense-k", type=_values(int), default=[0, HybridRanking.dense], help="default: 0,50"
+    )
+    parser.add_argument("--rrf-k", type=_values(int), default=[HybridRanking.rrf_k], help="rrf only")
+    return tune(parser.parse_args(argv))

@@ -712,7 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "eval",
-        help="retrieval quality (nDCG@10, Recall@3/100) of the search path on a test "
+        help="retrieval quality (R@3, MRR@3, nDCG@10, R@100) of the search path on a test "
         "collection, beside a same-run BM25 baseline",
     )
     from .evaluation import add_arguments as add_eval_arguments
