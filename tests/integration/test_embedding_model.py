@@ -42,13 +42,13 @@ def test_r_hybrid_tokenizer_matches_the_reference_ids(embedding_model_dir: str) 
 def test_r_hybrid_model_vectors_rank_meaning_over_shared_words(embedding_model_dir: str) -> None:
     model = OnnxEmbedder(embedding_model_dir)
     assert model.models == (EN, ZH)
-    laptop, artillery = model.embed_passages(
+    (laptop, laptop_zh), (artillery, _) = model.embed_passages(
         [
             "Laptop battery\n\nThe notebook's battery drains quickly; lower the screen brightness.",
             "Artillery battery\n\nThe battery of the regiment fired a salute at the ceremony.",
         ]
     )
-    assert laptop and artillery and laptop.model == artillery.model == EN
+    assert laptop.model == artillery.model == EN and laptop_zh.model == ZH  # English text: both models
     assert len(laptop.data) == len(artillery.data) == 384
     query = model.embed_query("battery life of my notebook computer")
     assert query is not None and query.model == EN
@@ -58,19 +58,19 @@ def test_r_hybrid_model_vectors_rank_meaning_over_shared_words(embedding_model_d
 
 def test_r_hybrid_chinese_text_goes_to_the_chinese_model(embedding_model_dir: str) -> None:
     model = OnnxEmbedder(embedding_model_dir)
-    laptop, artillery, english = model.embed_passages(
+    (laptop,), (artillery,), (english, english_zh) = model.embed_passages(
         [
             "笔记本电脑的电池续航很短：降低屏幕亮度可以省电。",
             "炮兵连在典礼上鸣炮致敬，连长表扬了炮手。",
             "Laptop battery",
         ]
     )
-    assert laptop and artillery and english
-    assert (laptop.model, artillery.model, english.model) == (ZH, ZH, EN)
+    assert (laptop.model, artillery.model, english.model, english_zh.model) == (ZH, ZH, EN, ZH)
     assert len(laptop.data) == 512
     query = model.embed_query("电池 续航")
     assert query is not None and query.model == ZH
-    near, far, other = cosines(query, [laptop, artillery, english])
+    near, far, other, across = cosines(query, [laptop, artillery, english, english_zh])
     assert near is not None and far is not None and near > far + 0.05
     assert other is None  # vectors of two models are never compared
+    assert across is not None and across > far  # the Chinese model meets the English passage
     assert OnnxEmbedder(Path(embedding_model_dir) / EN).embed_query("电池 续航") is None  # no model for CJK

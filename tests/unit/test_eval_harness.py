@@ -57,9 +57,9 @@ class ToyEmbedder(Embedder):
     def embed_query(self, text: str) -> Vector | None:
         return Vector("toy", bytes([len(text) % 100, 20, 3]))
 
-    def embed_passages(self, texts: Sequence[str]) -> list[Vector | None]:
+    def embed_passages(self, texts: Sequence[str], models: Sequence[str] | None = None) -> list[list[Vector]]:
         self.passages += len(texts)
-        return [Vector("toy", bytes([len(t) % 100, 10, 7])) for t in texts]
+        return [[Vector("toy", bytes([len(t) % 100, 10, 7]))] for t in texts]
 
 
 def test_one_ingestion_is_ranked_again_with_other_knobs(tmp_path: Path) -> None:

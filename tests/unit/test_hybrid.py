@@ -156,26 +156,26 @@ class CountingEmbedder(Embedder):
     def embed_query(self, text: str) -> Vector | None:
         return v(len(text), model="toy")
 
-    def embed_passages(self, texts: Sequence[str]) -> list[Vector | None]:
+    def embed_passages(self, texts: Sequence[str], models: Sequence[str] | None = None) -> list[list[Vector]]:
         self.embedded += list(texts)
-        return [v(len(t), 1, model="toy") if t != "中" else None for t in texts]
+        return [[v(len(t), 1, model="toy")] if t != "中" else [] for t in texts]
 
 
 def test_r_hybrid_cache_embeds_each_passage_text_once(tmp_path: Path) -> None:
     inner = CountingEmbedder()
     cached = CachedEmbedder(inner, tmp_path / "cache.sqlite3")
     toy = "toy"
-    assert cached.embed_passages(["aa", "b"]) == [v(2, 1, model=toy), v(1, 1, model=toy)]
+    assert cached.embed_passages(["aa", "b"]) == [[v(2, 1, model=toy)], [v(1, 1, model=toy)]]
     assert cached.embed_passages(["b", "ccc", "aa", "中"]) == [
-        v(1, 1, model=toy),
-        v(3, 1, model=toy),
-        v(2, 1, model=toy),
-        None,  # no model covers it: remembered as such
+        [v(1, 1, model=toy)],
+        [v(3, 1, model=toy)],
+        [v(2, 1, model=toy)],
+        [],  # the model does not cover it: remembered as such
     ]
-    assert cached.embed_passages(["中"]) == [None]
+    assert cached.embed_passages(["中"]) == [[]]
     assert inner.embedded == ["aa", "b", "ccc", "中"]
     again = CachedEmbedder(CountingEmbedder(), tmp_path / "cache.sqlite3")  # persists across processes
-    assert again.embed_passages(["ccc"]) == [v(3, 1, model=toy)]
+    assert again.embed_passages(["ccc"]) == [[v(3, 1, model=toy)]]
 
 
 # --- which models kb serve and kb eval use (kb_cli.models.resolve) ---------------------------------------

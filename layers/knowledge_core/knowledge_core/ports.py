@@ -141,7 +141,8 @@ class Vector:
 
 
 class Embedder(ABC):
-    """Text to unit vectors for the semantic half of hybrid ranking: each text by the model for its script."""
+    """Text to unit vectors for the semantic half of hybrid ranking: a query by the model for its script,
+    a passage by every model that covers it (so a Chinese query finds English passages too)."""
 
     models: tuple[str, ...]  # the ids of the models it may answer with
 
@@ -158,8 +159,8 @@ class Embedder(ABC):
         """The query's vector, or None when no model covers the query's script."""
 
     @abstractmethod
-    def embed_passages(self, texts: Sequence[str]) -> list[Vector | None]:
-        """Per text its vector, None where no model covers the text's script."""
+    def embed_passages(self, texts: Sequence[str], models: Sequence[str] | None = None) -> list[list[Vector]]:
+        """Per text its vectors: one of each of `models` (default: every model) that covers the text."""
 
 
 class SearchBackend(ABC):

@@ -242,18 +242,14 @@ class OnnxEmbedder(Embedder):
         self._queries.put(text, vector)
         return vector
 
-    def embed_passages(self, texts: Sequence[str]) -> list[Vector | None]:
-        out: list[Vector | None] = [None] * len(texts)
-        groups: dict[str, list[int]] = {}
-        for i, text in enumerate(texts):
-            model = self.model_for(text)
-            if model is not None:
-                groups.setdefault(model.id, []).append(i)
-        for model_id, idx in groups.items():
+    def embed_passages(self, texts: Sequence[str], models: Sequence[str] | None = None) -> list[list[Vector]]:
+        out: list[list[Vector]] = [[] for _ in texts]
+        for model_id in models if models is not None else self.models:
             model = self._by_id[model_id]
+            idx = [i for i, text in enumerate(texts) if model.covers(text)]
             prefix = model.manifest.passage_prefix
             for i, data in zip(idx, model.embed([prefix + texts[i] for i in idx]), strict=True):
-                out[i] = Vector(model_id, data)
+                out[i].append(Vector(model_id, data))
         return out
 
 
@@ -279,8 +275,8 @@ def passage_text(title: str, passage: str) -> str:
 
 def document_vectors(
     embedder: Embedder, documents: Sequence[tuple[str, list[str]]]
-) -> list[list[Vector | None]]:
-    """Per (title, passages) document, the vector of each passage, embedded in one batch."""
+) -> list[list[list[Vector]]]:
+    """Per (title, passages) document, the vectors of each passage, embedded in one batch."""
     flat = iter(embedder.embed_passages([passage_text(title, p) for title, ps in documents for p in ps]))
     return [[next(flat) for _ in ps] for _, ps in documents]
 
@@ -342,8 +338,9 @@ class VectorMatrix:
 
 
 class CachedEmbedder(Embedder):
-    """Passage vectors remembered in a SQLite file by (models, sha256 of the text): re-ingesting a document
-    whose passages did not change embeds nothing. Queries go to the inner embedder (which remembers them)."""
+    """Passage vectors remembered in a SQLite file by (model, sha256 of the text), a text the model does not
+    cover too: re-ingesting a document whose passages did not change embeds nothing. Queries go to the inner
+    embedder (which remembers them)."""
 
     def __init__(self, inner: Embedder, path: str | Path) -> None:
         import sqlite3
@@ -352,8 +349,8 @@ class CachedEmbedder(Embedder):
         self.models = inner.models
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute(
-            "CREATE TABLE IF NOT EXISTS passage_vectors "
-            "(models TEXT, digest BLOB, model TEXT, vector BLOB, PRIMARY KEY (models, digest))"
+            "CREATE TABLE IF NOT EXISTS model_vectors (model TEXT, digest BLOB, vector BLOB, "
+            "PRIMARY KEY (model, digest))"
         )
         self._lock = threading.Lock()
 
@@ -363,29 +360,33 @@ class CachedEmbedder(Embedder):
     def embed_query(self, text: str) -> Vector | None:
         return self._inner.embed_query(text)
 
-    def embed_passages(self, texts: Sequence[str]) -> list[Vector | None]:
+    def embed_passages(self, texts: Sequence[str], models: Sequence[str] | None = None) -> list[list[Vector]]:
         digests = [hashlib.sha256(t.encode("utf-8")).digest() for t in texts]
-        known: dict[bytes, Vector | None] = {}
-        with self._lock:
-            for i in range(0, len(digests), 500):
-                chunk = digests[i : i + 500]
-                marks = ",".join("?" * len(chunk))
-                for digest, model, data in self._db.execute(
-                    "SELECT digest, model, vector FROM passage_vectors "
-                    f"WHERE models=? AND digest IN ({marks})",
-                    (self.model_id, *chunk),
-                ):
-                    known[digest] = Vector(model, data) if model else None
-        missing = sorted({d: i for i, d in enumerate(digests) if d not in known}.values())
-        if missing:
-            fresh = self._inner.embed_passages([texts[i] for i in missing])
+        out: list[list[Vector]] = [[] for _ in texts]
+        for model in models if models is not None else self.models:
+            known: dict[bytes, bytes | None] = {}
             with self._lock:
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO passage_vectors VALUES (?,?,?,?)",
-                    [
-                        (self.model_id, digests[i], v.model if v else None, v.data if v else None)
-                        for i, v in zip(missing, fresh, strict=True)
-                    ],
-                )
-            known.update((digests[i], v) for i, v in zip(missing, fresh, strict=True))
-        return [known[d] for d in digests]
+                for i in range(0, len(digests), 500):
+                    chunk = digests[i : i + 500]
+                    marks = ",".join("?" * len(chunk))
+                    known.update(
+                        self._db.execute(
+                            f"SELECT digest, vector FROM model_vectors WHERE model=? AND digest IN ({marks})",
+                            (model, *chunk),
+                        ).fetchall()
+                    )
+            missing = sorted({d: i for i, d in enumerate(digests) if d not in known}.values())
+            if missing:
+                fresh = self._inner.embed_passages([texts[i] for i in missing], [model])
+                rows = [
+                    (model, digests[i], vs[0].data if vs else None)
+                    for i, vs in zip(missing, fresh, strict=True)
+                ]
+                with self._lock:
+                    self._db.executemany("INSERT OR REPLACE INTO model_vectors VALUES (?,?,?)", rows)
+                known.update((digest, data) for _, digest, data in rows)
+            for i, digest in enumerate(digests):
+                data = known[digest]
+                if data is not None:
+                    out[i].append(Vector(model, data))
+        return out

@@ -474,7 +474,9 @@ class OpenSearchBackend(SearchBackend):
         vectors = document_vectors(self._embedder, [(docs[p].title, ps) for p, ps in passages.items()])
         return {
             parent: [
-                {"vector": base64.b64encode(v.data).decode("ascii"), "vector_model": v.model} if v else {}
+                {"vector": base64.b64encode(v[0].data).decode("ascii"), "vector_model": v[0].model}
+                if v
+                else {}
                 for v in vs
             ]
             for parent, vs in zip(passages, vectors, strict=True)

@@ -1,8 +1,9 @@
 """Embedded search backend: SQLite FTS5 on a local file, BM25 over passages rolled up to parent documents.
 
-With an embedder, each passage also stores its vector (of the model for its script) and a search fuses two
-candidate lists per source (domain.hybrid): BM25's and an exact dense scan (int8 dot products, numpy) over
-the source's passages of the query vector's model. The scan's matrix is kept per process and source and
+With an embedder, each passage also stores a vector of every model that covers it (`passage_vectors`; a
+row without a vector marks a model that does not cover the passage) and a search fuses two candidate lists
+per source (domain.hybrid): BM25's and an exact dense scan (int8 dot products, numpy) over the source's
+passage vectors of the query vector's model. The scan's matrix is kept per process and source and
 reloaded when the source's version (bumped in the same transaction as every write of its passages)
 changes, so several processes on one file stay consistent."""
 
@@ -33,9 +34,12 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 CREATE TABLE IF NOT EXISTS passage_rows (
   id INTEGER PRIMARY KEY, source_key TEXT NOT NULL, doc_id TEXT NOT NULL, passage_no INTEGER NOT NULL,
-  text TEXT NOT NULL, vector BLOB, vector_model TEXT, pages TEXT
+  text TEXT NOT NULL, pages TEXT
 );
 CREATE INDEX IF NOT EXISTS passage_rows_doc ON passage_rows (source_key, doc_id);
+CREATE TABLE IF NOT EXISTS passage_vectors (
+  passage_id INTEGER NOT NULL, model TEXT NOT NULL, vector BLOB, PRIMARY KEY (passage_id, model)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS source_versions (source_key TEXT PRIMARY KEY, version INTEGER NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
   title_terms, body_terms, tokenize = 'unicode61 remove_diacritics 0'
@@ -54,9 +58,10 @@ _DENSE_SQL = (
 )
 _SEARCH_SQL = (
     f"SELECT r.doc_id, r.text, -bm25(passages, {_WEIGHTS}) AS score, d.title, d.revision, d.acl, "
-    "d.structured_source, r.vector, r.vector_model, r.pages "
+    "d.structured_source, v.vector, r.pages "
     "FROM passages JOIN passage_rows r ON r.id = passages.rowid "
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
+    "LEFT JOIN passage_vectors v ON v.passage_id = r.id AND v.model = ? "
     "WHERE passages MATCH ? AND r.source_key = ? AND d.status = 'ready' "
     f"ORDER BY bm25(passages, {_WEIGHTS}) LIMIT ? OFFSET ?"
 )
@@ -99,11 +104,6 @@ def _bump(conn: sqlite3.Connection, source_key: str) -> None:
     )
 
 
-def _uncovered(embedder: Embedder) -> str:
-    """The `vector_model` of a passage none of these models covers (no vector)."""
-    return "-" + embedder.model_id
-
-
 class SqliteFtsBackend(SearchBackend):
     live_hits = True  # one statement reads passages and their documents (status, ACL, revision)
 
@@ -118,9 +118,8 @@ class SqliteFtsBackend(SearchBackend):
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
             columns = {row[1] for row in conn.execute("PRAGMA table_info(passage_rows)")}
-            if "vector" not in columns:  # a file written before hybrid ranking
-                conn.execute("ALTER TABLE passage_rows ADD COLUMN vector BLOB")
-                conn.execute("ALTER TABLE passage_rows ADD COLUMN vector_model TEXT")
+            # (A file from before per-model vectors keeps its unused vector columns; `_embed_missing` fills
+            # passage_vectors.)
             if "pages" not in columns:  # a file written before page-aware passages (PDF)
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN pages TEXT")
             if conn.execute("PRAGMA user_version").fetchone()[0] != ANALYZER_VERSION:
@@ -158,8 +157,9 @@ class SqliteFtsBackend(SearchBackend):
             # Passages the viewer may not see, or more passages of documents already kept, must not crowd
             # out visible documents: keep paging (best score first) until top_k documents or no more rows.
             for offset in itertools.count(0, page) if match is not None else ():
-                rows = conn.execute(_SEARCH_SQL, (match, q.key, page, offset)).fetchall()
-                for doc_id, passage, score, title, revision, acl, structured, vec, vec_model, pages in rows:
+                model = vector.model if vector else ""
+                rows = conn.execute(_SEARCH_SQL, (model, match, q.key, page, offset)).fetchall()
+                for doc_id, passage, score, title, revision, acl, structured, vec, pages in rows:
                     if score < floor:
                         break
                     if doc_id in best or doc_id in hidden:
@@ -170,7 +170,7 @@ class SqliteFtsBackend(SearchBackend):
                     best[doc_id] = _hit(
                         q.key, doc_id, passage, float(score), title, revision, structured, pages
                     )
-                    vectors.append(Vector(vec_model, vec) if vec is not None and vec_model else None)
+                    vectors.append(Vector(model, vec) if vec is not None else None)
                     if len(best) == want:
                         break
                 else:
@@ -206,8 +206,10 @@ class SqliteFtsBackend(SearchBackend):
             ).fetchone()
             version = row[0] if row else 0
             rows = snap.execute(
-                "SELECT id, vector FROM passage_rows WHERE source_key=? AND vector_model=? ORDER BY id",
-                (source_key, model),
+                "SELECT r.id, v.vector FROM passage_rows r JOIN passage_vectors v "
+                "ON v.passage_id = r.id AND v.model = ? WHERE r.source_key = ? AND v.vector IS NOT NULL "
+                "ORDER BY r.id",
+                (model, source_key),
             ).fetchall()
         matrix = VectorMatrix(model, [r[0] for r in rows], [r[1] for r in rows])
         with self._matrix_lock:
@@ -281,7 +283,7 @@ class SqliteFtsBackend(SearchBackend):
     def put_documents(self, documents: list[Document]) -> None:
         # Vectors are computed before the write transaction: embedding is the slow part of ingestion.
         passages = [split_passages(doc.body) for doc in documents]
-        vectors: Sequence[Sequence[Vector | None] | None] = [None] * len(passages)
+        vectors: Sequence[Sequence[list[Vector]] | None] = [None] * len(passages)
         if self._embedder:
             pairs = [(d.title, ps) for d, ps in zip(documents, passages, strict=True)]
             vectors = document_vectors(self._embedder, pairs)
@@ -312,38 +314,34 @@ class SqliteFtsBackend(SearchBackend):
         doc_id: str,
         title: str,
         passages: list[str],
-        vectors: Sequence[Vector | None] | None,
+        vectors: Sequence[list[Vector]] | None,
         pages: list[list[int]],
     ) -> None:
-        """`vectors` None: not embedded yet (`_embed_missing` embeds them); a None in it: no configured
-        model covers that passage (marked so, and left alone until the models change)."""
+        """`vectors` None: not embedded yet (`_embed_missing` embeds them); otherwise per passage its vectors,
+        and a model with none there gets a row without a vector (it does not cover the passage)."""
         title_terms = " ".join(index_terms(title, CJK_UNIGRAMS))
-        uncovered = _uncovered(self._embedder) if self._embedder and vectors is not None else None
+        models = self._embedder.models if self._embedder and vectors is not None else ()
         _bump(conn, source_key)
-        embedded: Sequence[Vector | None] = [None] * len(passages) if vectors is None else vectors
-        for i, (passage, vector, on_pages) in enumerate(zip(passages, embedded, pages, strict=True)):
+        for i, (passage, on_pages) in enumerate(zip(passages, pages, strict=True)):
             row_id = conn.execute(
-                "INSERT INTO passage_rows "
-                "(source_key, doc_id, passage_no, text, vector, vector_model, pages) VALUES (?,?,?,?,?,?,?)",
-                (
-                    source_key,
-                    doc_id,
-                    i,
-                    passage,
-                    vector.data if vector else None,
-                    vector.model if vector else uncovered,
-                    json.dumps(on_pages) if on_pages else None,
-                ),
+                "INSERT INTO passage_rows (source_key, doc_id, passage_no, text, pages) VALUES (?,?,?,?,?)",
+                (source_key, doc_id, i, passage, json.dumps(on_pages) if on_pages else None),
             ).lastrowid
             conn.execute(
                 "INSERT INTO passages (rowid, title_terms, body_terms) VALUES (?,?,?)",
                 (row_id, title_terms, " ".join(index_terms(passage, CJK_UNIGRAMS))),
             )
+            if models and vectors is not None:
+                have = {v.model: v.data for v in vectors[i]}
+                conn.executemany(
+                    "INSERT INTO passage_vectors VALUES (?,?,?)", [(row_id, m, have.get(m)) for m in models]
+                )
 
     def _reindex(self, conn: sqlite3.Connection) -> None:
         """Re-split and re-analyze every stored document (the analyzer or the splitter changed), inside the
         caller's transaction."""
         conn.execute("DELETE FROM passages")
+        conn.execute("DELETE FROM passage_vectors")
         conn.execute("DELETE FROM passage_rows")
         for source_key, doc_id, title, body, structured in conn.execute(
             "SELECT source_key, doc_id, title, body, structured_source FROM documents"
@@ -356,42 +354,46 @@ class SqliteFtsBackend(SearchBackend):
         conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
 
     def _embed_missing(self, batch: int = 256) -> None:
-        """Give every passage a vector of the configured models (new models, or a file from before them)."""
+        """Give every passage a vector of each configured model that covers it (new models, or a file from
+        before them)."""
         if self._embedder is None:
             return
-        models = list(self._embedder.models)
-        uncovered = _uncovered(self._embedder)
-        marks = ",".join("?" * len(models))
         conn = self._conn()
-        last = 0
-        while True:
-            rows = conn.execute(
-                "SELECT r.id, d.title, r.text, r.source_key FROM passage_rows r JOIN documents d "
-                "ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
-                f"WHERE r.id > ? AND (r.vector_model IS NULL OR r.vector_model NOT IN ({marks}, ?)) "
-                "ORDER BY r.id LIMIT ?",
-                (last, *models, uncovered, batch),
-            ).fetchall()
-            if not rows:
-                return
-            last = rows[-1][0]
-            vectors = self._embedder.embed_passages([passage_text(t, p) for _, t, p, _ in rows])
-            with self._db.transaction() as tx:
-                tx.executemany(
-                    "UPDATE passage_rows SET vector=?, vector_model=? WHERE id=?",
-                    [
-                        (v.data if v else None, v.model if v else uncovered, row[0])
-                        for v, row in zip(vectors, rows, strict=True)
-                    ],
-                )
-                for source_key in {row[3] for row in rows}:
-                    _bump(tx, source_key)
+        for model in self._embedder.models:
+            last = 0
+            while True:
+                rows = conn.execute(
+                    "SELECT r.id, d.title, r.text, r.source_key FROM passage_rows r JOIN documents d "
+                    "ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
+                    "LEFT JOIN passage_vectors v ON v.passage_id = r.id AND v.model = ? "
+                    "WHERE r.id > ? AND v.passage_id IS NULL ORDER BY r.id LIMIT ?",
+                    (model, last, batch),
+                ).fetchall()
+                if not rows:
+                    break
+                last = rows[-1][0]
+                vectors = self._embedder.embed_passages([passage_text(t, p) for _, t, p, _ in rows], [model])
+                with self._db.transaction() as tx:
+                    tx.executemany(
+                        "INSERT OR REPLACE INTO passage_vectors VALUES (?,?,?)",
+                        [
+                            (row[0], model, vs[0].data if vs else None)
+                            for vs, row in zip(vectors, rows, strict=True)
+                        ],
+                    )
+                    for source_key in {row[3] for row in rows}:
+                        _bump(tx, source_key)
 
     @staticmethod
     def _delete(conn: sqlite3.Connection, source_key: str, doc_id: str) -> int:
         _bump(conn, source_key)
         conn.execute(
             "DELETE FROM passages WHERE rowid IN "
+            "(SELECT id FROM passage_rows WHERE source_key=? AND doc_id=?)",
+            (source_key, doc_id),
+        )
+        conn.execute(
+            "DELETE FROM passage_vectors WHERE passage_id IN "
             "(SELECT id FROM passage_rows WHERE source_key=? AND doc_id=?)",
             (source_key, doc_id),
         )
