@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -111,6 +112,9 @@ class OnnxModel:
         if self._session is None:
             with self._lock:
                 if self._session is None:
+                    # tokenizers' own thread pool would spin beside ONNX Runtime's threads on the same cores
+                    # (measured: batch embedding 0.70x of raw ONNX Runtime with it, 0.92x without).
+                    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
                     import onnxruntime as ort
                     from tokenizers import Tokenizer
 
