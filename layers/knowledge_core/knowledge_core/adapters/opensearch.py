@@ -447,7 +447,12 @@ class OpenSearchBackend(SearchBackend):
 
     # --- search -------------------------------------------------------------------------------------
     def search_body(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, vector: Vector | None = None
+        self,
+        queries: list[SourceQuery],
+        text: str,
+        viewer: Viewer,
+        vector: Vector | None = None,
+        dense: bool | None = None,
     ) -> list[dict]:
         """The `_msearch` body: per source a header and a collapsed, filtered, thresholded BM25 search. With
         a query vector, a deeper pool with the passage vectors and no threshold (`fuse` applies it), and,
@@ -455,7 +460,7 @@ class OpenSearchBackend(SearchBackend):
         body: list[dict] = []
         matched = text_query(text)
         visible = acl_filter(viewer)
-        dense = self._dense_on(vector)
+        dense = self._dense_on(vector) if dense is None else dense and vector is not None
         for q in queries:
             filters = [{"term": {"source_key": q.key}}, {"term": {"status": "ready"}}, visible]
             common = {
@@ -518,7 +523,8 @@ class OpenSearchBackend(SearchBackend):
         dense = self._dense_on(vector)
         try:  # the read path only reads: indices are made at deploy/admin time (`prepare`, ingestion)
             raw = self.msearch(
-                self.search_body(queries, text, viewer, vector), max(q.timeout_s for q in queries) + 1.0
+                self.search_body(queries, text, viewer, vector, dense),
+                max(q.timeout_s for q in queries) + 1.0,
             )
         except transport_errors() as exc:  # transport failures of the one round trip fail every source
             failure = _failure(exc)
