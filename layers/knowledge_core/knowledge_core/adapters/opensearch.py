@@ -7,9 +7,10 @@ Indices (names start with `index_prefix`, default `kb`):
   `title` and `text` analysed like the embedded backend's `index_terms` (custom `kb_text` analyzer: CJK
   bigrams, English stop words, Snowball English stems), both copied into `content` (title + passage as
   one BM25 field, like the embedded backend's FTS5 row).
-  With an embedder, each passage row also carries its vector (`vector`, int8 as base64 `binary`, not
-  indexed), `vector_model`, and the same vector in the k-NN field of its model (`knn_<model id>`, a
-  Lucene-engine HNSW `knn_vector` of bytes, inner product; `index.knn` is set at creation, v3).
+  With an embedder, each passage row also carries its vectors, one per model that covers its text
+  (`vectors`: model id -> int8 as base64, not indexed; rows from before v3 have one, `vector` and
+  `vector_model`), and each in the k-NN field of its model (`knn_<model id>`, a Lucene-engine HNSW
+  `knn_vector` of bytes, inner product; `index.knn` is set at creation, v3).
 * `<prefix>-documents-v2`, alias `<prefix>-documents`: the parent documents (title, body stored but not
   indexed, revision, status, ACL, structured source, passage count).
 Both come from composable index templates named after the concrete index. `prepare` (deploy/admin time)
