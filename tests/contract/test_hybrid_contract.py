@@ -145,3 +145,19 @@ def test_a_search_dense_stage_follows_writes(hybrid_world: World) -> None:
     backend.delete_document(key, "parade")
     hits = backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits
     assert [h.doc_id for h in hits] == ["notebook"] and "regiment" in hits[0].passage
+
+
+def test_a_search_dense_stage_never_mixes_models(hybrid_world: World) -> None:
+    """A-SEARCH: the dense stage compares the query's vector with passages of the same model only. Chinese
+    text has vectors of the Chinese model alone (the English model does not cover it), so an English query
+    (English model) sharing no word with a source of Chinese passages finds nothing there, while a Chinese
+    query (Chinese model) finds it."""
+    zh_key, en_key = hybrid_world.publish({"zh": {"topK": 5}, "en": {"topK": 5}})
+    hybrid_world.ingest(doc(zh_key, "notebook-zh", *NOTEBOOK_ZH), doc(en_key, "notebook", *NOTEBOOK))
+    backend = hybrid_world.c.backend
+    english, chinese = "portable computer runs out of charge fast", "手提电脑没电太快"
+    assert backend.search([SourceQuery(zh_key, 5, 0.0)], english, VIEWER)[0].hits == []
+    zh_hits = backend.search([SourceQuery(zh_key, 5, 0.0)], chinese, VIEWER)[0].hits
+    assert [h.doc_id for h in zh_hits] == ["notebook-zh"]
+    en_hits = backend.search([SourceQuery(en_key, 5, 0.0)], english, VIEWER)[0].hits
+    assert [h.doc_id for h in en_hits] == ["notebook"]

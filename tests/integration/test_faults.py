@@ -29,7 +29,7 @@ from knowledge_core import bootstrap
 from knowledge_core.adapters.opensearch import OpenSearchBackend
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.models import Document, Viewer
-from knowledge_core.ports import SourceQuery
+from knowledge_core.ports import SourceQuery, Vector
 from knowledge_core.settings import Settings
 
 from kb_cli import demo
@@ -184,9 +184,14 @@ class SabotagedBackend(OpenSearchBackend):
         self.failing = failing
 
     def search_body(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, vector: bytes | None = None
+        self,
+        queries: list[SourceQuery],
+        text: str,
+        viewer: Viewer,
+        vector: Vector | None = None,
+        dense: bool | None = None,
     ) -> list[dict]:
-        body = super().search_body(queries, text, viewer, vector)
+        body = super().search_body(queries, text, viewer, vector, dense)  # no embedder: one search a source
         for i, q in enumerate(queries):
             how = self.failing.get(q.key)
             if how == "missing_index":

@@ -93,6 +93,34 @@ def test_opensearch_health_and_cjk_analyzer(endpoints: dict[str, str]) -> None:
         _os(f"{url}/{index}", "DELETE")
 
 
+def test_opensearch_knn_plugin_lucene_byte_vectors_with_filter(endpoints: dict[str, str]) -> None:
+    """The k-NN plugin (loaded from the classpath, no native libraries): a Lucene-engine byte
+    knn_vector field indexes and answers a filtered `knn` query, ranked by inner product."""
+    url = endpoints["OPENSEARCH_URL"]
+    index = f"kb-test-{uuid.uuid4().hex[:8]}"
+    field = {"type": "knn_vector", "dimension": 3, "data_type": "byte",
+             "method": {"name": "hnsw", "engine": "lucene", "space_type": "innerproduct"}}  # fmt: skip
+    try:
+        _os(f"{url}/{index}", "PUT", {
+            "settings": {"index.knn": True, "number_of_shards": 1, "number_of_replicas": 0},
+            "mappings": {"properties": {"v": field, "tag": {"type": "keyword"}}},
+        })  # fmt: skip
+        docs = {
+            "a": ([127, 0, 0], "x"),
+            "b": ([127, 0, 0], "y"),
+            "c": ([90, 90, 0], "x"),
+            "d": ([0, 0, 127], "x"),
+        }
+        for doc_id, (vector, tag) in docs.items():
+            _os(f"{url}/{index}/_doc/{doc_id}", "PUT", {"v": vector, "tag": tag})
+        _os(f"{url}/{index}/_refresh", "POST")
+        query = {"knn": {"v": {"vector": [127, 0, 0], "k": 3, "filter": {"term": {"tag": "x"}}}}}
+        hits = _os(f"{url}/{index}/_search", "POST", {"size": 3, "query": query})["hits"]["hits"]
+        assert [h["_id"] for h in hits] == ["a", "c", "d"]  # "b" is filtered out
+    finally:
+        _os(f"{url}/{index}", "DELETE")
+
+
 def test_dynamodb_table_and_transaction_cancellation(ddb: Any) -> None:
     table = f"kb-test-{uuid.uuid4().hex[:8]}"
     ddb.create_table(

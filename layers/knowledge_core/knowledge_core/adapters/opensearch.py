@@ -2,18 +2,29 @@
 source searched in one `_msearch` round trip, hits collapsed to parent documents.
 
 Indices (names start with `index_prefix`, default `kb`):
-* `<prefix>-passages-v2`, alias `<prefix>-passages`: one row per passage (the same `split_passages` as
+* `<prefix>-passages-v3`, alias `<prefix>-passages`: one row per passage (the same `split_passages` as
   the embedded backend) with the parent's title, revision, status and ACL copied in for filtering;
   `title` and `text` analysed like the embedded backend's `index_terms` (custom `kb_text` analyzer: CJK
   bigrams, English stop words, Snowball English stems), both copied into `content` (title + passage as
   one BM25 field, like the embedded backend's FTS5 row).
-  With an embedder, each passage row also carries its vector (`vector`, int8 as base64 `binary`, not
-  indexed) and `vector_model`; the BM25 candidates are then re-scored hybrid in the service process
-  (domain.hybrid), with no k-NN plugin needed.
+  With an embedder, each passage row also carries its vectors, one per model that covers its text
+  (`vectors`: model id -> int8 as base64, not indexed; rows from before v3 have one, `vector` and
+  `vector_model`), and each in the k-NN field of its model (`knn_<model id>`, a Lucene-engine HNSW
+  `knn_vector` of bytes, inner product; `index.knn` is set at creation, v3).
 * `<prefix>-documents-v2`, alias `<prefix>-documents`: the parent documents (title, body stored but not
   indexed, revision, status, ACL, structured source, passage count).
-Both come from composable index templates named after the concrete index, so a `-v2` can be created
-from a new template and the alias moved in one `_aliases` call. Everything goes through the aliases.
+Both come from composable index templates named after the concrete index. `prepare` (deploy/admin time)
+puts the templates, creates missing indices with their alias and moves an alias off an older version:
+it copies the older index's rows into the new one, swaps the alias in one `_aliases` call and copies once
+more what was written meanwhile (pause ingestion during an upgrade: a delete in that window may leave a
+passage behind; the old index is left for the operator to delete). Everything else goes through aliases.
+
+Search (domain.hybrid): per source a BM25 search (with the passage vectors in `_source`) and, when the
+query has a vector, a filtered k-NN search on that model's field (same source, status and ACL filters),
+both collapsed to parent documents, all in the one `_msearch`. Cosines are computed in process from the
+stored int8 vectors, never across models, and `HybridRanking.fuse` ranks. A node without the k-NN plugin
+(plain OpenSearch; Amazon OpenSearch Service has it) gets indices without k-NN fields, and a k-NN search
+the node rejects leaves the BM25 candidates alone re-scored (logged once).
 
 SigV4 (`es`, or `aoss` for OpenSearch Serverless) when the endpoint is on AWS; no auth on loopback.
 opensearch-py (and boto3 for credentials) are imported where first needed, never at module import.
@@ -25,9 +36,12 @@ import base64
 import contextlib
 import functools
 import hashlib
+import logging
+import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -38,11 +52,18 @@ from ..domain.passages import hit_source, page_starts_of, passage_pages, split_p
 from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult, Vector
 from .embedding import cosines, document_vectors, query_vector
 
-TEMPLATE_VERSION = "v2"
+logger = logging.getLogger(__name__)
+
+PASSAGES_VERSION = "v3"  # v3: `index.knn` (a final setting) and a k-NN field per embedding model
+DOCUMENTS_VERSION = "v2"
+# Passages the k-NN search is asked for per wanted document (a document has several passages).
+KNN_PASSAGES_PER_DOC = 4
+# After the node rejects a k-NN search, searches skip it this long before trying again.
+DENSE_RETRY_S = 300.0
 # One bulk request stays under the smallest Amazon OpenSearch Service HTTP payload limit (10 MiB).
 BULK_MAX_BYTES = 8 * 1024 * 1024
 _HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "text", "structured_source"]
-_VECTOR_FIELDS = ["vector", "vector_model"]
+_VECTOR_FIELDS = ["vectors", "vector", "vector_model"]
 _DOC_FIELDS = ["source_key", "doc_id", "title", "body", "revision", "status", "acl", "structured_source"]
 
 
@@ -93,14 +114,13 @@ PASSAGE_MAPPINGS: dict[str, Any] = {
         "acl_subjects": {"type": "keyword"},
         "acl_groups": {"type": "keyword"},
         "structured_source": {"type": "object", "enabled": False},
-        **{
-            "vector": {"type": "binary"},  # int8 unit vector, base64; stored, not searched
+        "vectors": {"type": "object", "enabled": False},  # model id -> int8 unit vector, base64
+        **{  # one vector of one model: rows written before v3 (read, and copied by an upgrade)
+            "vector": {"type": "binary"},
             "vector_model": {"type": "keyword", "index": False, "doc_values": False},
         },
     },
 }
-# Added to an existing `-v2` passages index by `ensure_indices` (an additive mapping change).
-VECTOR_MAPPINGS = {"properties": {k: PASSAGE_MAPPINGS["properties"][k] for k in _VECTOR_FIELDS}}
 DOCUMENT_MAPPINGS: dict[str, Any] = {
     "dynamic": "strict",
     "properties": {
@@ -125,6 +145,40 @@ def doc_key(source_key: str, doc_id: str) -> str:
 
 def _passage_id(parent: str, number: int) -> str:
     return f"{parent}-{number}"
+
+
+def knn_field(model: str) -> str:
+    """The passages index's k-NN field of one embedding model."""
+    return "knn_" + re.sub(r"[^0-9A-Za-z]", "_", model)
+
+
+def knn_mapping(dimensions: int) -> dict:
+    """Lucene HNSW over int8 vectors (the only engine without native libraries); inner product ranks
+    like the in-process cosine (int8 dot / 127²)."""
+    return {
+        "type": "knn_vector",
+        "dimension": dimensions,
+        "data_type": "byte",
+        "method": {"name": "hnsw", "engine": "lucene", "space_type": "innerproduct"},
+    }
+
+
+def knn_value(vector: Vector) -> dict:
+    """A vector as its model's k-NN field (signed bytes)."""
+    return {knn_field(vector.model): [b - 256 if b > 127 else b for b in vector.data]}
+
+
+def knn_values(vectors: Iterable[Vector], fields: Collection[str]) -> dict:
+    """The k-NN fields of `vectors` whose field is among `fields` (the ones the index maps)."""
+    return {
+        k: v for vector in vectors if knn_field(vector.model) in fields for k, v in knn_value(vector).items()
+    }
+
+
+def _no_knn(exc: Exception) -> bool:
+    """The cluster refused a k-NN setting or field: it has no k-NN plugin (or the index predates it)."""
+    text = str(getattr(exc, "info", "")) + str(getattr(exc, "error", ""))
+    return "knn" in text.lower()
 
 
 def aws_service(url: str) -> str | None:
@@ -213,9 +267,12 @@ class OpenSearchBackend(SearchBackend):
         self._client_obj = client
         self._client_lock = threading.Lock()
         self._ready = False
+        self._knn_fields: frozenset[str] = frozenset()  # mapped in the passages index (`ensure_indices`)
+        self._dense_off_until = 0.0  # the node rejected a k-NN search: BM25 candidates only until then
+        self._dense_warned = False
         self.index_prefix = index_prefix
-        self.passages_index = f"{index_prefix}-passages-{TEMPLATE_VERSION}"
-        self.documents_index = f"{index_prefix}-documents-{TEMPLATE_VERSION}"
+        self.passages_index = f"{index_prefix}-passages-{PASSAGES_VERSION}"
+        self.documents_index = f"{index_prefix}-documents-{DOCUMENTS_VERSION}"
         self.passages_alias = f"{index_prefix}-passages"
         self.documents_alias = f"{index_prefix}-documents"
 
@@ -250,23 +307,36 @@ class OpenSearchBackend(SearchBackend):
             kwargs["http_auth"] = Urllib3AWSV4SignerAuth(boto3.Session().get_credentials(), region, service)
         return OpenSearch(hosts=[self._url], **kwargs)
 
-    def index_templates(self) -> dict[str, dict]:
-        """Template name -> body of the versioned composable index templates."""
+    def knn_properties(self) -> dict[str, dict]:
+        """The k-NN field of each of the embedder's models."""
+        embedder = self._embedder
+        if embedder is None:
+            return {}
+        return {knn_field(m): knn_mapping(embedder.dimensions(m)) for m in embedder.models}
 
-        def template(index: str, alias: str, settings: dict, mappings: dict) -> dict:
+    def index_templates(self, knn: bool = True) -> dict[str, dict]:
+        """Template name -> body of the versioned composable index templates (`knn`: with `index.knn`
+        and the models' k-NN fields, for a node with the k-NN plugin)."""
+
+        def template(index: str, version: str, settings: dict, mappings: dict) -> dict:
             return {
                 "index_patterns": [f"{index}*"],
                 "priority": 100,
-                "template": {"settings": settings, "mappings": mappings, "aliases": {alias: {}}},
-                "_meta": {"owner": "agent-knowledge", "version": TEMPLATE_VERSION},
+                "template": {"settings": settings, "mappings": mappings},
+                "_meta": {"owner": "agent-knowledge", "version": version},
             }
 
+        passage_settings, passage_mappings = _PASSAGE_SETTINGS, PASSAGE_MAPPINGS
+        if knn:
+            passage_settings = {**_PASSAGE_SETTINGS, "knn": True}
+            properties = {**PASSAGE_MAPPINGS["properties"], **self.knn_properties()}
+            passage_mappings = {**PASSAGE_MAPPINGS, "properties": properties}
         return {
             self.passages_index: template(
-                self.passages_index, self.passages_alias, _PASSAGE_SETTINGS, PASSAGE_MAPPINGS
+                self.passages_index, PASSAGES_VERSION, passage_settings, passage_mappings
             ),
             self.documents_index: template(
-                self.documents_index, self.documents_alias, _INDEX_SETTINGS, DOCUMENT_MAPPINGS
+                self.documents_index, DOCUMENTS_VERSION, _INDEX_SETTINGS, DOCUMENT_MAPPINGS
             ),
         }
 
@@ -274,27 +344,97 @@ class OpenSearchBackend(SearchBackend):
         self.ensure_indices()
 
     def ensure_indices(self, timeout_s: float | None = None) -> None:
-        """Create the templates and indices if the aliases are missing (idempotent, once per process).
-        Deploy/admin time only (`prepare`, ingestion): the read path never writes schema (S2)."""
+        """Put the templates, create missing indices, move an alias off an older version, add the k-NN
+        fields of new models (idempotent, once per process). Deploy/admin time only (`prepare`,
+        ingestion): the read path never writes schema (S2)."""
         if self._ready:
             return
-        from opensearchpy.exceptions import RequestError
+        from opensearchpy.exceptions import NotFoundError, RequestError
 
         client, timeout = self.client, timeout_s or self._timeout_s
-        aliases = [self.passages_alias, self.documents_alias]
-        if not all(client.indices.exists_alias(name=a, request_timeout=timeout) for a in aliases):
-            for name, body in self.index_templates().items():
+        knn = True
+        for name, body in self.index_templates(knn=True).items():
+            try:
                 client.indices.put_index_template(name=name, body=body, request_timeout=timeout)
-                try:
-                    client.indices.create(index=name, request_timeout=max(timeout, 30.0))
-                except RequestError as exc:
-                    if exc.error != "resource_already_exists_exception":
-                        raise
-        else:  # indices made before passages carried vectors get the fields (a no-op when present)
-            client.indices.put_mapping(
-                index=self.passages_alias, body=VECTOR_MAPPINGS, request_timeout=timeout
-            )
+            except RequestError as exc:  # no k-NN plugin: `index.knn` is an unknown setting
+                if not (name == self.passages_index and _no_knn(exc)):
+                    raise
+                self._dense_unavailable(exc.error)
+                knn, body = False, self.index_templates(knn=False)[name]
+                client.indices.put_index_template(name=name, body=body, request_timeout=timeout)
+        for index, alias in (
+            (self.passages_index, self.passages_alias),
+            (self.documents_index, self.documents_alias),
+        ):
+            try:
+                current = sorted(client.indices.get_alias(name=alias, request_timeout=timeout))
+            except NotFoundError:
+                current = []
+            if index not in current:
+                self._create_index(index, alias if not current else None, timeout)
+            if current and index not in current:
+                self._move_alias(current, index, alias)
+        self._knn_fields = frozenset()
+        if knn and self._embedder is not None:
+            try:  # a model added since the index was made gets its field (a no-op when present)
+                client.indices.put_mapping(
+                    index=self.passages_alias,
+                    body={"properties": self.knn_properties()},
+                    request_timeout=timeout,
+                )
+                self._knn_fields = frozenset(self.knn_properties())
+            except RequestError as exc:
+                if not _no_knn(exc):
+                    raise
+                self._dense_unavailable(exc.error)
         self._ready = True
+
+    def _create_index(self, index: str, alias: str | None, timeout: float) -> None:
+        from opensearchpy.exceptions import RequestError
+
+        body: dict[str, Any] = {"aliases": {alias: {}}} if alias else {}
+        try:
+            self.client.indices.create(index=index, body=body, request_timeout=max(timeout, 30.0))
+        except RequestError as exc:
+            if exc.error != "resource_already_exists_exception":
+                raise
+
+    def _move_alias(self, old: list[str], new: str, alias: str) -> None:
+        """Upgrade: copy the older indices' rows into `new`, move the alias in one call, then copy what was
+        written to the older indices meanwhile (rows already in `new` are kept)."""
+        self._copy_rows(old, new)
+        actions = [{"remove": {"index": o, "alias": alias}} for o in old] + [
+            {"add": {"index": new, "alias": alias}}
+        ]
+        self.client.indices.update_aliases(
+            body={"actions": actions}, request_timeout=max(self._timeout_s, 30.0)
+        )
+        self._copy_rows(old, new)
+
+    def _copy_rows(self, old: list[str], new: str) -> None:
+        mapped = self.knn_properties() if new == self.passages_index else {}
+        sort = [
+            {"source_key": "asc"},
+            {"doc_id": "asc"},
+            {"passage_no": {"order": "asc", "unmapped_type": "integer"}},
+        ]
+        after: list | None = None
+        while True:
+            body: dict[str, Any] = {"size": 500, "sort": sort, "query": {"match_all": {}}}
+            if after is not None:
+                body["search_after"] = after
+            hits = self.client.search(
+                index=",".join(old), body=body, request_timeout=max(self._timeout_s, 30.0)
+            )["hits"]["hits"]
+            lines: list[dict] = []
+            for h in hits:
+                row = h["_source"]
+                row = {**row, **knn_values(_stored_vectors(row).values(), mapped)}
+                lines += [{"create": {"_index": new, "_id": h["_id"]}}, row]
+            self._bulk([lines], tolerate=(409,))  # 409: written to the new index since
+            if len(hits) < 500:
+                return
+            after = hits[-1]["sort"]
 
     def drop_indices(self) -> None:
         """Delete this prefix's indices and templates (tests, benchmarks)."""
@@ -308,37 +448,68 @@ class OpenSearchBackend(SearchBackend):
 
     # --- search -------------------------------------------------------------------------------------
     def search_body(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, vector: Vector | None = None
+        self,
+        queries: list[SourceQuery],
+        text: str,
+        viewer: Viewer,
+        vector: Vector | None = None,
+        dense: bool | None = None,
     ) -> list[dict]:
-        """The `_msearch` body: per source a header and a collapsed, filtered, thresholded search. With a
-        query vector, a deeper pool with the passage vectors and no threshold: `rescore` applies it."""
+        """The `_msearch` body: per source a header and a collapsed, filtered, thresholded BM25 search. With
+        a query vector, a deeper pool with the passage vectors and no threshold (`fuse` applies it), and,
+        unless the dense stage is off, a second entry: the k-NN search on the vector's model field."""
         body: list[dict] = []
         matched = text_query(text)
         visible = acl_filter(viewer)
+        dense = self._dense_on(vector) if dense is None else dense and vector is not None
         for q in queries:
-            body.append({"index": self.passages_alias})
+            filters = [{"term": {"source_key": q.key}}, {"term": {"status": "ready"}}, visible]
+            common = {
+                "timeout": f"{max(1, int(q.timeout_s * 1000))}ms",
+                "track_total_hits": False,
+                "collapse": {"field": "doc_key"},
+                "_source": _HIT_FIELDS if vector is None else _HIT_FIELDS + _VECTOR_FIELDS,
+            }
             threshold = {"min_score": q.min_score} if vector is None else {}
+            body.append({"index": self.passages_alias})
             body.append(
                 {
                     "size": q.top_k if vector is None else self._hybrid.depth(q.top_k),
-                    "timeout": f"{max(1, int(q.timeout_s * 1000))}ms",
-                    "track_total_hits": False,
                     **threshold,
-                    "query": {
-                        "bool": {
-                            "must": [matched],
-                            "filter": [
-                                {"term": {"source_key": q.key}},
-                                {"term": {"status": "ready"}},
-                                visible,
-                            ],
-                        }
-                    },
-                    "collapse": {"field": "doc_key"},
-                    "_source": _HIT_FIELDS if vector is None else _HIT_FIELDS + _VECTOR_FIELDS,
+                    "query": {"bool": {"must": [matched], "filter": filters}},
+                    **common,
                 }
             )
+            if dense:
+                assert vector is not None
+                want = self._hybrid.dense_depth(q.top_k)
+                k = min(want * KNN_PASSAGES_PER_DOC, 10_000)
+                knn = {"vector": knn_value(vector)[knn_field(vector.model)], "k": k}
+                body.append({"index": self.passages_alias})
+                body.append(
+                    {
+                        "size": want,
+                        "query": {
+                            "knn": {knn_field(vector.model): {**knn, "filter": {"bool": {"filter": filters}}}}
+                        },
+                        **common,
+                    }
+                )
         return body
+
+    def _dense_on(self, vector: Vector | None) -> bool:
+        return vector is not None and self._hybrid.dense > 0 and time.monotonic() >= self._dense_off_until
+
+    def _dense_unavailable(self, reason: str) -> None:
+        """No k-NN here (plugin, `index.knn` or the model's field): BM25 candidates only for a while."""
+        self._dense_off_until = time.monotonic() + DENSE_RETRY_S
+        if not self._dense_warned:
+            self._dense_warned = True
+            logger.warning(
+                "OpenSearch k-NN unavailable (%s): hybrid ranking re-scores BM25 candidates only, "
+                "no dense first stage",
+                reason,
+            )
 
     def msearch(self, body: list[dict], timeout_s: float) -> dict:
         """The raw `_msearch` call (the benchmark times it against `search`)."""
@@ -350,40 +521,61 @@ class OpenSearchBackend(SearchBackend):
             return []
         started = time.perf_counter()
         vector = query_vector(self._embedder, text)
+        dense = self._dense_on(vector)
         try:  # the read path only reads: indices are made at deploy/admin time (`prepare`, ingestion)
             raw = self.msearch(
-                self.search_body(queries, text, viewer, vector), max(q.timeout_s for q in queries) + 1.0
+                self.search_body(queries, text, viewer, vector, dense),
+                max(q.timeout_s for q in queries) + 1.0,
             )
         except transport_errors() as exc:  # transport failures of the one round trip fail every source
             failure = _failure(exc)
             return [SourceResult(q.key, error=failure) for q in queries]
         elapsed = (time.perf_counter() - started) * 1000
+        responses = raw.get("responses", [])
+        per_source = 2 if dense else 1
         results: list[SourceResult] = []
-        for q, response in zip(queries, raw.get("responses", []), strict=False):
+        for i, q in enumerate(queries):
+            entries = responses[i * per_source : (i + 1) * per_source]
+            if len(entries) < per_source:  # a short response never becomes "no results"
+                results.append(
+                    SourceResult(q.key, error=SourceFailure("unavailable", "missing msearch response"))
+                )
+                continue
+            response = entries[0]
             result = SourceResult(q.key, ms=response.get("took", elapsed))
-            result.error = _sub_failure(response)
+            result.error = _sub_failure(response) or (self._dense_failure(entries[1]) if dense else None)
             if result.error is None:
                 raw_hits = response["hits"]["hits"]
                 result.hits = [_hit(q.key, h) for h in raw_hits]
                 if vector is not None:
-                    lexical_cosines = cosines(vector, [self._vector(h) for h in raw_hits])
-                    result.hits = self._hybrid.fuse(result.hits, lexical_cosines, [], q.top_k, q.min_score)
+                    lexical_cosines = _cosines(vector, raw_hits)
+                    nearest = self._dense_hits(q.key, vector, entries[1]) if dense else []
+                    result.hits = self._hybrid.fuse(
+                        result.hits, lexical_cosines, nearest, q.top_k, q.min_score
+                    )
             results.append(result)
-        for q in queries[len(results) :]:  # a short response never becomes "no results"
-            results.append(
-                SourceResult(q.key, error=SourceFailure("unavailable", "missing msearch response"))
-            )
         return results
 
-    def _vector(self, raw: dict) -> Vector | None:
-        src = raw["_source"]
-        if (
-            self._embedder is None
-            or src.get("vector_model") not in self._embedder.models
-            or not src.get("vector")
-        ):
+    def _dense_failure(self, response: dict) -> SourceFailure | None:
+        """A k-NN sub-search's failure; one the node rejects (400: no plugin, no k-NN field of the model)
+        is not a failure of the source but turns the dense stage off for a while."""
+        if response.get("status") == 400:
+            self._dense_unavailable(str(response.get("error", {}).get("type", "rejected")))
             return None
-        return Vector(src["vector_model"], base64.b64decode(src["vector"]))
+        return _sub_failure(response)
+
+    @staticmethod
+    def _dense_hits(source_key: str, vector: Vector, response: dict) -> list[tuple[Hit, float]]:
+        """The k-NN sub-search's documents, best first, with the cosine of their passage (same model only)."""
+        if "hits" not in response:  # rejected: see `_dense_failure`
+            return []
+        raw_hits = response["hits"]["hits"]
+        found = [
+            (replace(_hit(source_key, h), score=c), c)
+            for h, c in zip(raw_hits, _cosines(vector, raw_hits), strict=True)
+            if c is not None
+        ]
+        return sorted(found, key=lambda pair: -pair[1])
 
     # --- documents ----------------------------------------------------------------------------------
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
@@ -473,14 +665,16 @@ class OpenSearchBackend(SearchBackend):
             return {parent: [{} for _ in ps] for parent, ps in passages.items()}
         vectors = document_vectors(self._embedder, [(docs[p].title, ps) for p, ps in passages.items()])
         return {
-            parent: [
-                {"vector": base64.b64encode(v[0].data).decode("ascii"), "vector_model": v[0].model}
-                if v
-                else {}
-                for v in vs
-            ]
-            for parent, vs in zip(passages, vectors, strict=True)
+            parent: [self._vector_fields(v) for v in vs] for parent, vs in zip(passages, vectors, strict=True)
         }
+
+    def _vector_fields(self, vectors: Sequence[Vector]) -> dict:
+        """A passage's vectors as stored (`vectors`: model id -> base64 int8) and as the k-NN field of
+        each model the index maps."""
+        if not vectors:
+            return {}
+        stored = {v.model: base64.b64encode(v.data).decode("ascii") for v in vectors}
+        return {"vectors": stored, **knn_values(vectors, self._knn_fields)}
 
     def _document_actions(
         self, parent: str, doc: Document, old_count: int, passages: list[str], vectors: list[dict]
@@ -529,9 +723,10 @@ class OpenSearchBackend(SearchBackend):
         ]
         return lines
 
-    def _bulk(self, groups: list[list[dict]]) -> None:
+    def _bulk(self, groups: list[list[dict]], tolerate: tuple[int, ...] = ()) -> None:
         """Send action groups in requests of at most BULK_MAX_BYTES (a larger group goes alone), each
-        with `refresh=wait_for`, so everything is searchable when this returns."""
+        with `refresh=wait_for`, so everything is searchable when this returns. Item errors of a status in
+        `tolerate` (and 404: already gone) are not failures."""
         serializer = self.client.transport.serializer
         batch: list[str] = []
         size = 0
@@ -539,7 +734,7 @@ class OpenSearchBackend(SearchBackend):
         def flush() -> None:
             nonlocal size
             if batch:
-                self._bulk_request("\n".join(batch) + "\n")
+                self._bulk_request("\n".join(batch) + "\n", tolerate)
                 batch.clear()
                 size = 0
 
@@ -552,7 +747,7 @@ class OpenSearchBackend(SearchBackend):
             size += group_size
         flush()
 
-    def _bulk_request(self, body: str) -> None:
+    def _bulk_request(self, body: str, tolerate: tuple[int, ...] = ()) -> None:
         resp = self.client.bulk(
             body=body,
             index=self.passages_alias,
@@ -564,8 +759,8 @@ class OpenSearchBackend(SearchBackend):
                 item[op].get("status", 0)
                 for item in resp["items"]
                 for op in item
-                if "error" in item[op] and item[op].get("status") != 404
-            ]  # already gone
+                if "error" in item[op] and item[op].get("status") not in (404, *tolerate)
+            ]  # 404: already gone
             if statuses:
                 if all(s == 429 for s in statuses):
                     raise KnowledgeUnavailable("search backend is throttling writes; retry")
@@ -677,6 +872,19 @@ def transport_errors() -> tuple[type[Exception], ...]:
     from urllib3.exceptions import HTTPError
 
     return (OpenSearchException, HTTPError, OSError)
+
+
+def _stored_vectors(src: dict) -> dict[str, Vector]:
+    """A passage row's stored vectors by model (`vectors`; before v3: `vector_model`, `vector`)."""
+    found = {m: Vector(m, base64.b64decode(data)) for m, data in (src.get("vectors") or {}).items()}
+    if src.get("vector") and src.get("vector_model"):
+        found.setdefault(src["vector_model"], Vector(src["vector_model"], base64.b64decode(src["vector"])))
+    return found
+
+
+def _cosines(query: Vector, raw_hits: list[dict]) -> list[float | None]:
+    """The cosine of the query and each hit's passage vector of the query's model (None: none stored)."""
+    return cosines(query, [_stored_vectors(h["_source"]).get(query.model) for h in raw_hits])
 
 
 def _hit(source_key: str, raw: dict) -> Hit:
