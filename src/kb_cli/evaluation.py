@@ -742,16 +742,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 def embedding_from(args: argparse.Namespace) -> Semantic | None:
     """The embedding model and vector cache of `--embedding-model` / `--embedding-cache` (knobs at their
     defaults); None for BM25 alone."""
-    choice = args.embedding_model
-    if choice == "none":
-        return None
-    if choice == "auto":
-        from .models import fetched_default
+    from .models import ModelError, resolve
 
-        fetched = fetched_default()
-        choice = os.environ.get("KB_EMBEDDING_MODEL_DIR") or (str(fetched) if fetched else "")
-        if not choice:
-            return None
+    try:  # as kb serve: an unusable directory named explicitly stops here; a broken cache falls back
+        choice, ranking = resolve(args.embedding_model)
+    except ModelError as exc:
+        raise SystemExit(f"kb eval: {exc}") from None
+    if choice is None:
+        print(f"ranking: {ranking}", file=sys.stderr)
+        return None
     cache = args.embedding_cache or None
     if cache:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)

@@ -101,7 +101,12 @@ def test_grid_points_are_the_product_without_repeats() -> None:
     assert all(p.model_dir == "m" and p.cache == "c" and p.pool == 50 for p in points)
 
 
-def test_every_knob_reaches_the_containers_hybrid_ranking(tmp_path: Path) -> None:
+def test_every_knob_reaches_the_containers_hybrid_ranking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kb_cli import models
+
+    monkeypatch.setattr(models, "resolve", lambda choice: (choice, "hybrid"))  # no model files needed here
     semantic = Semantic("no-model-needed", weight=0.3, pool=40, fusion="rrf", dense=7, rrf_k=30)
     hybrid = build_container("sqlite", tmp_path, semantic=semantic).hybrid
     assert (hybrid.weight, hybrid.pool, hybrid.fusion, hybrid.dense, hybrid.rrf_k) == (0.3, 40, "rrf", 7, 30)
