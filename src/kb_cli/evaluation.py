@@ -713,7 +713,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-FUSIONS = ["blend", "rrf"]
+FUSIONS = ["blend", "blend-norm", "rrf"]
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -845,7 +845,7 @@ def grid_points(
         point = replace(
             model,
             fusion=f,
-            weight=w if f == "blend" else HybridRanking.weight,
+            weight=w if f != "rrf" else HybridRanking.weight,
             pool=p,
             dense=d,
             rrf_k=k if f == "rrf" else HybridRanking.rrf_k,

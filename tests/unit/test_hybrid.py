@@ -203,3 +203,16 @@ def test_r_hybrid_model_choice_for_kb_serve(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("KB_EMBEDDING_MODEL_DIR", str(corrupt))
     with pytest.raises(models.ModelError):
         models.resolve("auto")  # the environment names it: as explicit
+
+
+def test_r_hybrid_blend_norm_scales_cosines_per_script() -> None:
+    """blend-norm: cosines min-max scaled within each passage script, so a Chinese query's lower cosines with
+    English passages compete with its cosines with Chinese passages on equal terms."""
+    ranking = HybridRanking(weight=0.5, fusion="blend-norm")
+    zh = [Hit("s@1", d, d, "rev", s, "中文段落") for d, s in (("zh-a", 4.0), ("zh-b", 4.0))]
+    en = [Hit("s@1", d, d, "rev", s, "an English passage") for d, s in (("en-a", 4.0), ("en-b", 4.0))]
+    out = ranking.fuse([*zh, *en], [0.8, 0.7, 0.5, 0.4], [], top_k=5, min_score=0.0)
+    # per script: zh-a 1, zh-b 0; en-a 1, en-b 0 → 2 + 2·1 = 4 for the best of each script, 2 for the others
+    assert {h.doc_id: h.score for h in out} == {"zh-a": 4.0, "en-a": 4.0, "zh-b": 2.0, "en-b": 2.0}
+    plain = HybridRanking(weight=0.5).fuse([*zh, *en], [0.8, 0.7, 0.5, 0.4], [], top_k=5, min_score=0.0)
+    assert [h.doc_id for h in plain] == ["zh-a", "zh-b", "en-a", "en-b"]

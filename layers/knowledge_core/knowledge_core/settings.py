@@ -34,7 +34,7 @@ class Settings(BaseModel):
     semantic_weight: float = Field(HybridRanking.weight, ge=0, le=1)
     semantic_pool: int = Field(HybridRanking.pool, ge=1, le=100)
     semantic_dense: int = Field(HybridRanking.dense, ge=0, le=200)  # vector candidates; 0: re-score only
-    semantic_fusion: Literal["blend", "rrf"] = HybridRanking.fusion
+    semantic_fusion: Literal["blend", "blend-norm", "rrf"] = HybridRanking.fusion
     semantic_rrf_k: int = Field(HybridRanking.rrf_k, ge=1, le=1000)
     # Ingestion jobs: the worker's SQS queue (AWS); directories readable by the service (kb serve only).
     ingest_queue_url: str | None = None

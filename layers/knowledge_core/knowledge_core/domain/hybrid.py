@@ -7,8 +7,11 @@ passage's). A BM25 candidate with no vector of the query's model (a Chinese pass
 model) has no semantic evidence either way: it keeps its BM25 score (blend) or its BM25 rank alone (rrf).
 Two fusions, chosen on the tuning splits (bench/QUALITY.md):
 
-    blend:  score = w · bm25 + (1 − w) · scale · cosine
-    rrf:    score = scale · (1/(k + rank_bm25) + 1/(k + rank_dense)) / (2/(k + 1))
+    blend:       score = w · bm25 + (1 − w) · scale · cosine
+    blend-norm:  the same with each cosine min-max scaled to [0, 1] among the candidates whose passage is
+                 of the same script (a Chinese query's cosines with English passages run lower than with
+                 Chinese ones under the same model; scaling per script takes that offset out)
+    rrf:         score = scale · (1/(k + rank_bm25) + 1/(k + rank_dense)) / (2/(k + 1))
 
 `scale` is the best BM25 score among the candidates (1.0 when BM25 found nothing), so the fused score
 stays on the BM25 scale: `minScore` keeps its meaning, "the backend similarity" (a document first in both
@@ -22,7 +25,22 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from .analyzer import has_cjk
 from .fusion import Hit
+
+
+def _normalized(cos: list[float | None], group: list[bool]) -> list[float | None]:
+    """Cosines min-max scaled to [0, 1] within each group (1.0 where a group's cosines are all equal)."""
+    out: list[float | None] = list(cos)
+    for g in (False, True):
+        values = [c for c, k in zip(cos, group, strict=True) if k == g and c is not None]
+        if not values:
+            continue
+        lo, hi = min(values), max(values)
+        for i, (c, k) in enumerate(zip(cos, group, strict=True)):
+            if k == g and c is not None:
+                out[i] = (c - lo) / (hi - lo) if hi > lo else 1.0
+    return out
 
 
 @dataclass(frozen=True)
@@ -30,7 +48,7 @@ class HybridRanking:
     weight: float = 0.1  # the BM25 share of the blend
     pool: int = 50  # BM25 candidates per source (at least the source's topK)
     dense: int = 50  # vector candidates per source (0: re-score BM25's candidates only)
-    fusion: Literal["blend", "rrf"] = "blend"
+    fusion: Literal["blend", "blend-norm", "rrf"] = "blend"
     rrf_k: int = 60
 
     def depth(self, top_k: int) -> int:
@@ -63,11 +81,13 @@ class HybridRanking:
         hits: list[Hit] = []
         bm25: list[float] = []
         cos: list[float | None] = []
+        cjk: list[bool] = []  # the script of the passage each cosine comes from
         for hit, c in zip(lexical, lexical_cosines, strict=True):
             order[hit.doc_id] = len(hits)
             hits.append(hit)
             bm25.append(hit.score)
             cos.append(c)
+            cjk.append(has_cjk(hit.passage))
         dense_rank: dict[str, int] = {}
         for rank, (hit, c) in enumerate(dense):
             dense_rank.setdefault(hit.doc_id, rank)
@@ -77,8 +97,10 @@ class HybridRanking:
                 hits.append(hit)
                 bm25.append(0.0)
                 cos.append(c)
-            else:
-                cos[i] = c if cos[i] is None else max(c, cos[i])  # type: ignore[type-var]
+                cjk.append(has_cjk(hit.passage))
+            elif cos[i] is None or c > cos[i]:  # type: ignore[operator]
+                cos[i] = c
+                cjk[i] = has_cjk(hit.passage)
         if not hits:
             return []
         scale = max(bm25) if lexical and max(bm25) > 0 else 1.0
@@ -95,6 +117,8 @@ class HybridRanking:
                 for i, h in enumerate(hits)
             ]
         else:
+            if self.fusion == "blend-norm":
+                cos = _normalized(cos, cjk)
             scores = [
                 b if c is None else self.weight * b + (1.0 - self.weight) * scale * c
                 for b, c in zip(bm25, cos, strict=True)
