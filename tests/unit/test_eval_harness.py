@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from knowledge_core.bootstrap import Container
+from knowledge_core.domain.hybrid import HybridRanking
 from knowledge_core.ports import Embedder, Vector
 
 from kb_cli.evaluation import (
@@ -76,8 +77,13 @@ def test_one_ingestion_is_ranked_again_with_other_knobs(tmp_path: Path) -> None:
     second = measure(collection, retuned, "sqlite", ingested, progress=False)
     assert embedder.passages == embedded  # nothing ingested or embedded again
     assert first.hybrid is not None and second.hybrid is not None
-    assert (first.hybrid["weight"], second.hybrid["weight"], second.hybrid["pool"]) == (0.1, 0.9, 7)
-    assert second.hybrid["fusion"] == "blend" and second.hybrid["dense"] == 50
+    defaults = HybridRanking()
+    assert (first.hybrid["weight"], second.hybrid["weight"], second.hybrid["pool"]) == (
+        defaults.weight,
+        0.9,
+        7,
+    )
+    assert second.hybrid["fusion"] == defaults.fusion and second.hybrid["dense"] == defaults.dense
     assert second.ranking.startswith("hybrid toy ") and "weight=0.9" in second.ranking
     assert len(second.per_query[0]["top"]) == len(docs)  # the same six documents, found through the index
 
@@ -93,10 +99,10 @@ def test_grid_points_are_the_product_without_repeats() -> None:
         ("blend", 0.1, 50, 60),
         ("blend", 0.3, 0, 60),
         ("blend", 0.3, 50, 60),
-        ("rrf", 0.1, 0, 30),
-        ("rrf", 0.1, 0, 60),
-        ("rrf", 0.1, 50, 30),
-        ("rrf", 0.1, 50, 60),
+        ("rrf", HybridRanking.weight, 0, 30),  # rrf keeps the default weight
+        ("rrf", HybridRanking.weight, 0, 60),
+        ("rrf", HybridRanking.weight, 50, 30),
+        ("rrf", HybridRanking.weight, 50, 60),
     ]
     assert all(p.model_dir == "m" and p.cache == "c" and p.pool == 50 for p in points)
 

@@ -51,7 +51,7 @@ def test_r_hybrid_int8_cosine() -> None:
 def test_r_hybrid_fuse_orders_thresholds_and_cuts() -> None:
     """minScore applies to the fused score (never lowered); ties keep BM25 order; at most topK."""
     hits = [hit("a", 10.0), hit("b", 8.0), hit("c", 6.0), hit("d", 1.0)]
-    ranking = HybridRanking(weight=0.5)
+    ranking = HybridRanking(weight=0.5, fusion="blend")
     # blended: a 5.0, b 9.0, c 8.0, d 5.5
     out = ranking.fuse(hits, [0.0, 1.0, 1.0, 1.0], [], top_k=3, min_score=5.2)
     assert [(h.doc_id, h.score) for h in out] == [("b", 9.0), ("c", 8.0), ("d", 5.5)]
@@ -63,7 +63,7 @@ def test_r_hybrid_fuse_orders_thresholds_and_cuts() -> None:
 def test_r_hybrid_fuse_adds_what_only_the_dense_stage_found() -> None:
     """A dense-only document counts BM25 0; a document in both keeps its BM25 passage and the better cosine;
     the scale is BM25's best score (1.0 when BM25 found nothing)."""
-    ranking = HybridRanking(weight=0.5)
+    ranking = HybridRanking(weight=0.5, fusion="blend")
     lexical = [hit("a", 10.0), hit("b", 4.0)]
     dense_b = Hit("s@1", "b", "B", "rev", 0.9, "the dense passage of b")
     dense = [(hit("z", 0.95), 0.95), (dense_b, 0.9)]
@@ -78,7 +78,7 @@ def test_r_hybrid_fuse_adds_what_only_the_dense_stage_found() -> None:
 def test_r_hybrid_fuse_keeps_bm25_where_no_vector_of_the_model() -> None:
     """A BM25 candidate with no vector of the query's model (another script's passage) keeps its BM25 score:
     no semantic evidence is not negative evidence."""
-    ranking = HybridRanking(weight=0.1)
+    ranking = HybridRanking(weight=0.1, fusion="blend")
     out = ranking.fuse([hit("zh", 10.0), hit("en", 5.0)], [None, 0.5], [], top_k=5, min_score=0.0)
     assert [(h.doc_id, round(h.score, 6)) for h in out] == [("zh", 10.0), ("en", 5.0)]  # en: 0.5 + 9·0.5
 
@@ -214,5 +214,7 @@ def test_r_hybrid_blend_norm_scales_cosines_per_script() -> None:
     out = ranking.fuse([*zh, *en], [0.8, 0.7, 0.5, 0.4], [], top_k=5, min_score=0.0)
     # per script: zh-a 1, zh-b 0; en-a 1, en-b 0 → 2 + 2·1 = 4 for the best of each script, 2 for the others
     assert {h.doc_id: h.score for h in out} == {"zh-a": 4.0, "en-a": 4.0, "zh-b": 2.0, "en-b": 2.0}
-    plain = HybridRanking(weight=0.5).fuse([*zh, *en], [0.8, 0.7, 0.5, 0.4], [], top_k=5, min_score=0.0)
+    plain = HybridRanking(weight=0.5, fusion="blend").fuse(
+        [*zh, *en], [0.8, 0.7, 0.5, 0.4], [], top_k=5, min_score=0.0
+    )
     assert [h.doc_id for h in plain] == ["zh-a", "zh-b", "en-a", "en-b"]
