@@ -94,7 +94,7 @@ class Serve:
         self.log = state / "serve.log"
         kb = Path(sys.executable).parent / "kb"
         self.proc = subprocess.Popen(
-            [str(kb), "serve", "--state", str(state), "--port", str(self.port)],
+            [str(kb), "serve", "--state", str(state), "--port", str(self.port), "--embedding-model", "none"],
             stdout=self.log.open("w"),
             stderr=subprocess.STDOUT,
             cwd=ROOT,

@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 BIN=.venv/bin
 STATE=$(mktemp -d)
 PORT=$($BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-$BIN/kb serve --state "$STATE" --port "$PORT" >"$STATE/serve.log" 2>&1 &
+# BM25 (the API's contract does not depend on ranking; seeding the demo with both models takes a minute)
+$BIN/kb serve --state "$STATE" --port "$PORT" --embedding-model none >"$STATE/serve.log" 2>&1 &
 SERVER=$!
 cleanup() { kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -rf "$STATE"; }
 trap cleanup EXIT

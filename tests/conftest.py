@@ -13,6 +13,10 @@ os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "AgentKnowledgeTests")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+# Tests never pick up this machine's per-user model cache or a model directory from the environment (kb serve
+# and kb eval would rank hybrid with them): a test that wants the models asks for `embedding_model_dir`.
+os.environ["KB_MODELS_DIR"] = str(Path(__file__).resolve().parent / ".no-models")
+os.environ.pop("KB_EMBEDDING_MODEL_DIR", None)
 
 from knowledge_core.bootstrap import Container
 from knowledge_core.ports import Clock

@@ -151,3 +151,53 @@ def test_kb_serve_refuses_an_unusable_model_directory_in_one_line(tmp_path):
         )
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and expected in done.stderr and done.stdout == ""
+
+
+def _banner(tmp_path, env: dict) -> str:
+    """kb serve's start-up lines (up to the one that says it listens), then stop it."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kb_cli.main",
+            "serve",
+            "--state",
+            str(tmp_path / "state"),
+            "--port",
+            "0",
+            "--no-demo",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env},
+    )
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "listening on" in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return "".join(lines)
+
+
+def test_kb_serve_ranks_hybrid_with_the_fetched_models_by_default(tmp_path, embedding_model_dir):
+    """Issue 15: `kb serve` finds the models `kb models fetch` put in the per-user cache, whatever --state;
+    a broken cache falls back to BM25 and the banner says why."""
+    banner = _banner(tmp_path, {"KB_MODELS_DIR": embedding_model_dir})
+    assert "ranking: hybrid with bge-small-en-v1.5-q+bge-small-zh-v1.5-q" in banner
+    broken = tmp_path / "cache" / "bge-small-en-v1.5-q"
+    broken.mkdir(parents=True)
+    for name in ("model.onnx", "tokenizer.json"):
+        (broken / name).write_bytes(b"not a model")
+    (broken / "model.json").write_text('{"format": 2, "id": "bge-small-en-v1.5-q", "dimensions": 384}')
+    banner = _banner(tmp_path, {"KB_MODELS_DIR": str(tmp_path / "cache")})
+    assert "ranking: BM25 (fallback: embedding model" in banner and "cannot be loaded" in banner
