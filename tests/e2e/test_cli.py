@@ -124,7 +124,6 @@ def test_kb_serve_refuses_an_unusable_model_directory_in_one_line(tmp_path):
     """Issue 15, bad input: a model directory named on the command line that cannot be used stops kb serve
     before it listens, with one line naming it — never a crash on the first query."""
     import subprocess
-    import sys
 
     model = tmp_path / "model"
     model.mkdir()
@@ -134,17 +133,7 @@ def test_kb_serve_refuses_an_unusable_model_directory_in_one_line(tmp_path):
         (["--embedding-model", str(model)], "is incomplete (no model.onnx, tokenizer.json)"),
     ):
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "kb_cli.main",
-                "serve",
-                "--state",
-                str(tmp_path / "state"),
-                "--port",
-                "0",
-                *args,
-            ],
+            _serve_command(tmp_path, *args),
             capture_output=True,
             text=True,
             timeout=60,
@@ -153,24 +142,29 @@ def test_kb_serve_refuses_an_unusable_model_directory_in_one_line(tmp_path):
         assert done.stderr.count("\n") == 1 and expected in done.stderr and done.stdout == ""
 
 
+def _serve_command(tmp_path, *args: str) -> list[str]:
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "kb_cli.main",
+        "serve",
+        "--state",
+        str(tmp_path / "state"),
+        "--port",
+        "0",
+        *args,
+    ]
+
+
 def _banner(tmp_path, env: dict) -> str:
     """kb serve's start-up lines (up to the one that says it listens), then stop it."""
     import os
     import subprocess
-    import sys
 
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kb_cli.main",
-            "serve",
-            "--state",
-            str(tmp_path / "state"),
-            "--port",
-            "0",
-            "--no-demo",
-        ],
+        _serve_command(tmp_path, "--no-demo"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
