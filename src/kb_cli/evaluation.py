@@ -390,6 +390,7 @@ class Semantic:
     fusion: str = HybridRanking.fusion
     dense: int = HybridRanking.dense
     rrf_k: int = HybridRanking.rrf_k
+    cross_script: bool = False
 
 
 def semantic_settings(semantic: Semantic) -> dict[str, Any]:
@@ -402,6 +403,7 @@ def semantic_settings(semantic: Semantic) -> dict[str, Any]:
         "semantic_fusion": semantic.fusion,
         "semantic_dense": semantic.dense,
         "semantic_rrf_k": semantic.rrf_k,
+        "embedding_cross_script": semantic.cross_script,
     }
 
 
@@ -735,6 +737,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=str(Path(".kb-state") / "embedding-cache.sqlite3"),
         help="passage vectors remembered across runs ('' for none)",
     )
+    parser.add_argument(
+        "--cross-script",
+        action="store_true",
+        help="embed each passage with every model that covers it (KB_EMBEDDING_CROSS_SCRIPT)",
+    )
     parser.add_argument("--out", help="results JSON (default bench/results/<kind>-<backend>-<time>.json)")
     parser.add_argument("--no-progress", action="store_true")
 
@@ -754,7 +761,7 @@ def embedding_from(args: argparse.Namespace) -> Semantic | None:
     cache = args.embedding_cache or None
     if cache:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
-    return Semantic(choice, cache=cache)
+    return Semantic(choice, cache=cache, cross_script=args.cross_script)
 
 
 def semantic_from(args: argparse.Namespace) -> Semantic | None:

@@ -42,13 +42,13 @@ def test_r_hybrid_tokenizer_matches_the_reference_ids(embedding_model_dir: str) 
 def test_r_hybrid_model_vectors_rank_meaning_over_shared_words(embedding_model_dir: str) -> None:
     model = OnnxEmbedder(embedding_model_dir)
     assert model.models == (EN, ZH)
-    (laptop, laptop_zh), (artillery, _) = model.embed_passages(
+    (laptop,), (artillery,) = model.embed_passages(
         [
             "Laptop battery\n\nThe notebook's battery drains quickly; lower the screen brightness.",
             "Artillery battery\n\nThe battery of the regiment fired a salute at the ceremony.",
         ]
     )
-    assert laptop.model == artillery.model == EN and laptop_zh.model == ZH  # English text: both models
+    assert laptop.model == artillery.model == EN  # English text: the English model
     assert len(laptop.data) == len(artillery.data) == 384
     query = model.embed_query("battery life of my notebook computer")
     assert query is not None and query.model == EN
@@ -57,7 +57,13 @@ def test_r_hybrid_model_vectors_rank_meaning_over_shared_words(embedding_model_d
 
 
 def test_r_hybrid_chinese_text_goes_to_the_chinese_model(embedding_model_dir: str) -> None:
-    model = OnnxEmbedder(embedding_model_dir)
+    """By script: Chinese text to the Chinese model. Cross-script: English passages get the Chinese model's
+    vector too, which a Chinese query can meet."""
+    assert [len(v) for v in OnnxEmbedder(embedding_model_dir).embed_passages(["中文", "Laptop battery"])] == [
+        1,
+        1,
+    ]
+    model = OnnxEmbedder(embedding_model_dir, cross_script=True)
     (laptop,), (artillery,), (english, english_zh) = model.embed_passages(
         [
             "笔记本电脑的电池续航很短：降低屏幕亮度可以省电。",

@@ -120,6 +120,7 @@ def test_every_knob_reaches_the_containers_hybrid_ranking(
         argparse.Namespace(
             embedding_model=str(tmp_path),
             embedding_cache="",
+            cross_script=False,
             semantic_weight=0.3,
             semantic_pool=40,
             fusion="rrf",

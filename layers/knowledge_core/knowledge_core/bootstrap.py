@@ -112,7 +112,9 @@ class Container:
         from .adapters.embedding import CachedEmbedder, ModelError, OnnxEmbedder
 
         try:
-            model = OnnxEmbedder(self.settings.embedding_model_dir)
+            model = OnnxEmbedder(
+                self.settings.embedding_model_dir, cross_script=self.settings.embedding_cross_script
+            )
         except ModelError as exc:
             self.embedding_error = str(exc)
             logger.warning("hybrid ranking off, BM25 only: %s", exc)

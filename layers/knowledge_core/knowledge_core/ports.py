@@ -141,8 +141,9 @@ class Vector:
 
 
 class Embedder(ABC):
-    """Text to unit vectors for the semantic half of hybrid ranking: a query by the model for its script,
-    a passage by every model that covers it (so a Chinese query finds English passages too)."""
+    """Text to unit vectors for the semantic half of hybrid ranking: a query by the model for its script, a
+    passage by the models `models_for` names (the model for its script; with cross-script embedding every
+    model that covers it, so a Chinese query meets English passages too)."""
 
     models: tuple[str, ...]  # the ids of the models it may answer with
 
@@ -154,13 +155,17 @@ class Embedder(ABC):
     @abstractmethod
     def dimensions(self, model: str) -> int: ...
 
+    def models_for(self, text: str) -> tuple[str, ...]:
+        """The models that embed `text` as a passage."""
+        return self.models
+
     @abstractmethod
     def embed_query(self, text: str) -> Vector | None:
         """The query's vector, or None when no model covers the query's script."""
 
     @abstractmethod
     def embed_passages(self, texts: Sequence[str], models: Sequence[str] | None = None) -> list[list[Vector]]:
-        """Per text its vectors: one of each of `models` (default: every model) that covers the text."""
+        """Per text its vectors: one of each of `models` (default: every model) that `models_for` names."""
 
 
 class SearchBackend(ABC):

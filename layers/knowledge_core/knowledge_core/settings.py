@@ -31,6 +31,8 @@ class Settings(BaseModel):
     # Hybrid ranking (domain.hybrid): a model directory from `kb models fetch` turns it on.
     embedding_model_dir: str | None = None
     embedding_cache: str | None = None  # a SQLite file remembering passage vectors (local use)
+    # Passages embedded by every covering model, not only the one for their script (adapters.embedding).
+    embedding_cross_script: bool = False
     semantic_weight: float = Field(HybridRanking.weight, ge=0, le=1)
     semantic_pool: int = Field(HybridRanking.pool, ge=1, le=100)
     semantic_dense: int = Field(HybridRanking.dense, ge=0, le=200)  # vector candidates; 0: re-score only
@@ -62,6 +64,7 @@ class Settings(BaseModel):
             "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
             "embedding_model_dir": env.get("KB_EMBEDDING_MODEL_DIR"),
             "embedding_cache": env.get("KB_EMBEDDING_CACHE"),
+            "embedding_cross_script": env.get("KB_EMBEDDING_CROSS_SCRIPT"),
             "semantic_weight": env.get("KB_SEMANTIC_WEIGHT"),
             "semantic_pool": env.get("KB_SEMANTIC_POOL"),
             "semantic_dense": env.get("KB_SEMANTIC_DENSE"),

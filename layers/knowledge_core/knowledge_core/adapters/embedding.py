@@ -209,8 +209,11 @@ class OnnxEmbedder(Embedder):
     """One or more models (a model directory or a directory of them), each text embedded by the model for
     its script. Query vectors are remembered (bounded by bytes): a repeated query embeds nothing."""
 
-    def __init__(self, path: str | Path | Sequence[str | Path], *, threads: int = 0) -> None:
+    def __init__(
+        self, path: str | Path | Sequence[str | Path], *, threads: int = 0, cross_script: bool = False
+    ) -> None:
         paths = [path] if isinstance(path, str | Path) else list(path)
+        self.cross_script = cross_script
         self._models = [OnnxModel(d, threads=threads) for p in paths for d in model_dirs(p)]
         ids = [m.id for m in self._models]
         if len(set(ids)) != len(ids):
@@ -246,11 +249,18 @@ class OnnxEmbedder(Embedder):
         self._queries.put(text, vector)
         return vector
 
+    def models_for(self, text: str) -> tuple[str, ...]:
+        if self.cross_script:
+            return tuple(m.id for m in self._models if m.covers(text))
+        model = self.model_for(text)
+        return (model.id,) if model else ()
+
     def embed_passages(self, texts: Sequence[str], models: Sequence[str] | None = None) -> list[list[Vector]]:
         out: list[list[Vector]] = [[] for _ in texts]
+        assigned = [self.models_for(t) for t in texts]
         for model_id in models if models is not None else self.models:
             model = self._by_id[model_id]
-            idx = [i for i, text in enumerate(texts) if model.covers(text)]
+            idx = [i for i in range(len(texts)) if model_id in assigned[i]]
             prefix = model.manifest.passage_prefix
             for i, data in zip(idx, model.embed([prefix + texts[i] for i in idx]), strict=True):
                 out[i].append(Vector(model_id, data))
@@ -361,13 +371,26 @@ class CachedEmbedder(Embedder):
     def dimensions(self, model: str) -> int:
         return self._inner.dimensions(model)
 
+    def models_for(self, text: str) -> tuple[str, ...]:
+        return self._inner.models_for(text)
+
     def embed_query(self, text: str) -> Vector | None:
         return self._inner.embed_query(text)
 
     def embed_passages(self, texts: Sequence[str], models: Sequence[str] | None = None) -> list[list[Vector]]:
+        out: list[list[Vector]] = [[] for _ in texts]
+        assigned = [self._inner.models_for(t) for t in texts]
+        for model in models if models is not None else self.models:
+            mine = [i for i in range(len(texts)) if model in assigned[i]]
+            for i, vectors in zip(mine, self._embed_one(model, [texts[i] for i in mine]), strict=True):
+                out[i] += vectors
+        return out
+
+    def _embed_one(self, model: str, texts: list[str]) -> list[list[Vector]]:
+        """`texts` (all assigned to `model`) by `model`: remembered ones from the file, the rest embedded."""
         digests = [hashlib.sha256(t.encode("utf-8")).digest() for t in texts]
         out: list[list[Vector]] = [[] for _ in texts]
-        for model in models if models is not None else self.models:
+        if texts:
             known: dict[bytes, bytes | None] = {}
             with self._lock:
                 for i in range(0, len(digests), 500):

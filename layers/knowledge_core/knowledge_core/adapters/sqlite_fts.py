@@ -1,7 +1,8 @@
 """Embedded search backend: SQLite FTS5 on a local file, BM25 over passages rolled up to parent documents.
 
-With an embedder, each passage also stores a vector of every model that covers it (`passage_vectors`; a
-row without a vector marks a model that does not cover the passage) and a search fuses two candidate lists
+With an embedder, each passage also stores a vector of each model the embedder assigns it
+(`passage_vectors`: the model for its script, or every covering model with cross-script embedding) and a
+search fuses two candidate lists
 per source (domain.hybrid): BM25's and an exact dense scan (int8 dot products, numpy) over the source's
 passage vectors of the query vector's model. The scan's matrix is kept per process and source and
 reloaded when the source's version (bumped in the same transaction as every write of its passages)
@@ -207,7 +208,7 @@ class SqliteFtsBackend(SearchBackend):
             version = row[0] if row else 0
             rows = snap.execute(
                 "SELECT r.id, v.vector FROM passage_rows r JOIN passage_vectors v "
-                "ON v.passage_id = r.id AND v.model = ? WHERE r.source_key = ? AND v.vector IS NOT NULL "
+                "ON v.passage_id = r.id AND v.model = ? WHERE r.source_key = ? "
                 "ORDER BY r.id",
                 (model, source_key),
             ).fetchall()
@@ -317,10 +318,8 @@ class SqliteFtsBackend(SearchBackend):
         vectors: Sequence[list[Vector]] | None,
         pages: list[list[int]],
     ) -> None:
-        """`vectors` None: not embedded yet (`_embed_missing` embeds them); otherwise per passage its vectors,
-        and a model with none there gets a row without a vector (it does not cover the passage)."""
+        """`vectors` None: not embedded yet (`_embed_missing` embeds them); else each passage's vectors."""
         title_terms = " ".join(index_terms(title, CJK_UNIGRAMS))
-        models = self._embedder.models if self._embedder and vectors is not None else ()
         _bump(conn, source_key)
         for i, (passage, on_pages) in enumerate(zip(passages, pages, strict=True)):
             row_id = conn.execute(
@@ -331,10 +330,10 @@ class SqliteFtsBackend(SearchBackend):
                 "INSERT INTO passages (rowid, title_terms, body_terms) VALUES (?,?,?)",
                 (row_id, title_terms, " ".join(index_terms(passage, CJK_UNIGRAMS))),
             )
-            if models and vectors is not None:
-                have = {v.model: v.data for v in vectors[i]}
+            if vectors is not None:
                 conn.executemany(
-                    "INSERT INTO passage_vectors VALUES (?,?,?)", [(row_id, m, have.get(m)) for m in models]
+                    "INSERT INTO passage_vectors VALUES (?,?,?)",
+                    [(row_id, v.model, v.data) for v in vectors[i]],
                 )
 
     def _reindex(self, conn: sqlite3.Connection) -> None:
@@ -354,8 +353,8 @@ class SqliteFtsBackend(SearchBackend):
         conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
 
     def _embed_missing(self, batch: int = 256) -> None:
-        """Give every passage a vector of each configured model that covers it (new models, or a file from
-        before them)."""
+        """Give every passage a vector of each model the embedder assigns it (new models, cross-script
+        embedding turned on, or a file from before them); passages already embedded cost a scan."""
         if self._embedder is None:
             return
         conn = self._conn()
@@ -366,7 +365,7 @@ class SqliteFtsBackend(SearchBackend):
                     "SELECT r.id, d.title, r.text, r.source_key FROM passage_rows r JOIN documents d "
                     "ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
                     "LEFT JOIN passage_vectors v ON v.passage_id = r.id AND v.model = ? "
-                    "WHERE r.id > ? AND v.passage_id IS NULL ORDER BY r.id LIMIT ?",
+                    "WHERE r.id > ? AND v.vector IS NULL ORDER BY r.id LIMIT ?",
                     (model, last, batch),
                 ).fetchall()
                 if not rows:
