@@ -208,7 +208,7 @@ class SqliteFtsBackend(SearchBackend):
             version = row[0] if row else 0
             rows = snap.execute(
                 "SELECT r.id, v.vector FROM passage_rows r JOIN passage_vectors v "
-                "ON v.passage_id = r.id AND v.model = ? WHERE r.source_key = ? "
+                "ON v.passage_id = r.id AND v.model = ? WHERE r.source_key = ? AND v.vector IS NOT NULL "
                 "ORDER BY r.id",
                 (model, source_key),
             ).fetchall()
@@ -371,16 +371,19 @@ class SqliteFtsBackend(SearchBackend):
                 if not rows:
                     break
                 last = rows[-1][0]
-                vectors = self._embedder.embed_passages([passage_text(t, p) for _, t, p, _ in rows], [model])
+                texts = [passage_text(t, p) for _, t, p, _ in rows]
+                mine = [
+                    (r, t) for r, t in zip(rows, texts, strict=True) if model in self._embedder.models_for(t)
+                ]
+                if not mine:
+                    continue
+                vectors = self._embedder.embed_passages([t for _, t in mine], [model])
                 with self._db.transaction() as tx:
                     tx.executemany(
                         "INSERT OR REPLACE INTO passage_vectors VALUES (?,?,?)",
-                        [
-                            (row[0], model, vs[0].data if vs else None)
-                            for vs, row in zip(vectors, rows, strict=True)
-                        ],
+                        [(r[0], model, vs[0].data) for vs, (r, _) in zip(vectors, mine, strict=True) if vs],
                     )
-                    for source_key in {row[3] for row in rows}:
+                    for source_key in {r[3] for r, _ in mine}:
                         _bump(tx, source_key)
 
     @staticmethod
