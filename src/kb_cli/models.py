@@ -94,6 +94,7 @@ def _jar(spec: ModelSpec, work: Path) -> Path:
         f"-DincludeArtifactIds={spec.artifact_id}",
         f"-DoutputDirectory={jars}",
     ]
+    print(f"kb models: fetching {spec.artifact_id} from Maven Central (once)", file=sys.stderr, flush=True)
     try:
         rc = run_maven(sources_dir() / "models" / "pom.xml", goals, log, "needed once to fetch the model")
     except ServiceError as exc:
