@@ -27,11 +27,12 @@ def hit(doc_id: str, score: float) -> Hit:
 
 
 def test_r_hybrid_blend_by_hand() -> None:
-    """score = w·bm25 + (1−w)·bm25_max·cosine; a missing vector counts cosine 0."""
-    ranking = HybridRanking(weight=0.5, pool=30)
-    assert ranking.blend([10.0, 6.0, 2.0], [0.2, 0.9, None]) == pytest.approx([6.0, 7.5, 1.0])
-    assert HybridRanking(weight=1.0).blend([3.0, 1.0], [0.0, 1.0]) == [3.0, 1.0]  # w = 1: BM25 alone
-    assert ranking.blend([], []) == []
+    """score = w·bm25 + (1−w)·bm25_max·cosine; w = 1 is BM25 alone."""
+    lexical = [hit("a", 10.0), hit("b", 6.0), hit("c", 2.0)]
+    out = HybridRanking(weight=0.5, fusion="blend").fuse(lexical, [0.2, 0.9, 0.0], [], 5, 0.0)
+    assert {h.doc_id: h.score for h in out} == pytest.approx({"a": 6.0, "b": 7.5, "c": 1.0})
+    alone = HybridRanking(weight=1.0, fusion="blend").fuse(lexical, [0.0, 1.0, 0.5], [], 5, 0.0)
+    assert [(h.doc_id, h.score) for h in alone] == [("a", 10.0), ("b", 6.0), ("c", 2.0)]
 
 
 def test_r_hybrid_pool_is_at_least_top_k() -> None:

@@ -3,9 +3,9 @@
 With an embedder, each passage also stores a vector of each model the embedder assigns it
 (`passage_vectors`: the model for its script, or every covering model with cross-script embedding) and a
 search fuses two candidate lists per source (domain.hybrid): BM25's and an exact dense scan (int8 dot
-products, numpy) over the source's passage vectors of the query vector's model. The scan's matrix is kept per process and source and
-reloaded when the source's version (bumped in the same transaction as every write of its passages)
-changes, so several processes on one file stay consistent."""
+products, numpy) over the source's passage vectors of the query vector's model. The scan's matrix is kept
+per process and source and reloaded when the source's version (bumped in the same transaction as every
+write of its passages) changes, so several processes on one file stay consistent."""
 
 from __future__ import annotations
 

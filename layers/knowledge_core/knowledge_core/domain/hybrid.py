@@ -59,15 +59,6 @@ class HybridRanking:
     def dense_depth(self, top_k: int) -> int:
         return max(top_k, self.dense) if self.dense > 0 else 0
 
-    def blend(self, lexical: list[float], cosines: list[float | None]) -> list[float]:
-        if not lexical:
-            return []
-        top = max(lexical)
-        return [
-            self.weight * b + (1.0 - self.weight) * top * (c or 0.0)
-            for b, c in zip(lexical, cosines, strict=True)
-        ]
-
     def fuse(
         self,
         lexical: list[Hit],
