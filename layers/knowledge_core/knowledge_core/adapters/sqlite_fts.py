@@ -253,21 +253,22 @@ class SqliteFtsBackend(SearchBackend):
             k *= 4  # hidden or unready documents, or many passages of a few: look deeper
 
     # --- documents ------------------------------------------------------------------------------
-    def get_document(self, source_key: str, doc_id: str) -> Document | None:
+    def _read(self, sql: str, params: Sequence[object]) -> list[tuple]:
+        """The rows of one read; a database error is the backend's typed `unavailable`."""
         try:
-            row = (
-                self._conn()
-                .execute(
-                    "SELECT title, body, status, acl, structured_source FROM documents "
-                    "WHERE source_key=? AND doc_id=?",
-                    (source_key, doc_id),
-                )
-                .fetchone()
-            )
+            return self._conn().execute(sql, params).fetchall()
         except sqlite3.Error:
             raise SourceFailure("unavailable") from None
-        if row is None:
+
+    def get_document(self, source_key: str, doc_id: str) -> Document | None:
+        rows = self._read(
+            "SELECT title, body, status, acl, structured_source FROM documents "
+            "WHERE source_key=? AND doc_id=?",
+            (source_key, doc_id),
+        )
+        if not rows:
             return None
+        row = rows[0]
         title, body, status, acl, structured = row
         # Validated when it was written: rebuilt without re-checking (bodies are large).
         return Document.model_construct(
@@ -425,33 +426,18 @@ class SqliteFtsBackend(SearchBackend):
         return [doc_id for doc_id, acl in rows if DocumentAcl.model_validate_json(acl).tenant is None][:limit]
 
     def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
-        try:
-            rows = (
-                self._conn()
-                .execute(
-                    "SELECT doc_id, title, revision, status, length(body), updated_at FROM documents "
-                    "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
-                    (source_key, limit),
-                )
-                .fetchall()
-            )
-        except sqlite3.Error:
-            raise SourceFailure("unavailable") from None
+        rows = self._read(
+            "SELECT doc_id, title, revision, status, length(body), updated_at FROM documents "
+            "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
+            (source_key, limit),
+        )
         return [DocumentInfo(*row) for row in rows]
 
     def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
-        try:
-            rows = (
-                self._conn()
-                .execute(
-                    "SELECT doc_id FROM documents WHERE source_key = ? AND substr(doc_id, 1, ?) = ? "
-                    "ORDER BY doc_id",
-                    (source_key, len(prefix), prefix),
-                )
-                .fetchall()
-            )
-        except sqlite3.Error:
-            raise SourceFailure("unavailable") from None
+        rows = self._read(
+            "SELECT doc_id FROM documents WHERE source_key = ? AND substr(doc_id, 1, ?) = ? ORDER BY doc_id",
+            (source_key, len(prefix), prefix),
+        )
         return [doc_id for (doc_id,) in rows]
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
