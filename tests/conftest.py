@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,23 @@ def embedded_container(tmp_path: Path, clock: Clock, **overrides: object) -> Con
     }
     settings = Settings.model_validate(values | overrides)
     return Container(settings, clock=clock)
+
+
+@contextmanager
+def installed_demo(tmp_path_factory: pytest.TempPathFactory, clock: Clock, name: str) -> Iterator[Container]:
+    """A fresh embedded container seeded with the demo workspace, installed as the handlers' composition
+    root (`bootstrap.reset`) inside the block; uninstalled after."""
+    from knowledge_core import bootstrap
+
+    from kb_cli import demo
+
+    container = embedded_container(tmp_path_factory.mktemp(name), clock)
+    demo.seed(container, with_token=False)
+    bootstrap.reset(container)
+    try:
+        yield container
+    finally:
+        bootstrap.reset(None)
 
 
 def stored_runs(container: Container) -> list[dict]:

@@ -10,14 +10,13 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from knowledge_core import bootstrap
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.models import Principal
 
 from kb_cli import demo
 from kb_cli.events import load_event
 from kb_cli.gateway import Handlers
-from tests.conftest import FakeClock, embedded_container
+from tests.conftest import FakeClock, installed_demo
 
 # A request that records no metric (a 404, a refused request) makes Powertools warn; that is expected here.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -41,13 +40,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture(scope="module")
 def container(tmp_path_factory: pytest.TempPathFactory, clock: FakeClock) -> Iterator[Container]:
-    container = embedded_container(tmp_path_factory.mktemp("handlers"), clock)
-    demo.seed(container, with_token=False)
-    bootstrap.reset(container)
-    try:
+    with installed_demo(tmp_path_factory, clock, "handlers") as container:
         yield container
-    finally:
-        bootstrap.reset(None)
 
 
 @pytest.fixture(scope="module")

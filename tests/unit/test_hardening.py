@@ -17,7 +17,7 @@ from knowledge_core.domain.models import Principal
 from kb_cli import demo
 from kb_cli.events import load_event
 from kb_cli.gateway import Handlers
-from tests.conftest import FakeClock, embedded_container
+from tests.conftest import FakeClock, installed_demo
 from tests.iam_actions import admin_event
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -33,13 +33,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture(scope="module")
 def container(tmp_path_factory: pytest.TempPathFactory, clock: FakeClock) -> Iterator[Container]:
-    container = embedded_container(tmp_path_factory.mktemp("hardening"), clock)
-    demo.seed(container, with_token=False)
-    bootstrap.reset(container)
-    try:
+    with installed_demo(tmp_path_factory, clock, "hardening") as container:
         yield container
-    finally:
-        bootstrap.reset(None)
 
 
 @pytest.fixture(scope="module")

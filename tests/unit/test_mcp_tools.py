@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import anyio
 import jsonschema
 import pytest
-from knowledge_core import bootstrap
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.errors import Forbidden, InvalidRequest
 from knowledge_core.domain.models import Document, DocumentAcl, Principal
@@ -24,10 +23,9 @@ from knowledge_core.mcp_server import (
     connection_route,
 )
 
-from kb_cli import demo
 from kb_cli.events import load_event
 from kb_cli.gateway import Handlers
-from tests.conftest import FakeClock, embedded_container
+from tests.conftest import FakeClock, installed_demo
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 PRINCIPAL = Principal(
@@ -46,24 +44,20 @@ def clock() -> FakeClock:
 
 @pytest.fixture(scope="module")
 def container(tmp_path_factory: pytest.TempPathFactory, clock: FakeClock) -> Iterator[Container]:
-    container = embedded_container(tmp_path_factory.mktemp("mcp"), clock)
-    demo.seed(container, with_token=False)
-    container.admin.put_documents(
-        [
-            Document(
-                source_key=SOURCE,
-                doc_id=LONG_DOC,
-                title="Long manual",
-                body=LONG_BODY,
-                acl=DocumentAcl(tenant="demo"),  # the demo principal's tenant (a document always names one)
-            )
-        ]
-    )
-    bootstrap.reset(container)
-    try:
+    with installed_demo(tmp_path_factory, clock, "mcp") as container:
+        container.admin.put_documents(
+            [
+                Document(
+                    source_key=SOURCE,
+                    doc_id=LONG_DOC,
+                    title="Long manual",
+                    body=LONG_BODY,
+                    # the demo principal's tenant (a document always names one)
+                    acl=DocumentAcl(tenant="demo"),
+                )
+            ]
+        )
         yield container
-    finally:
-        bootstrap.reset(None)
 
 
 @pytest.fixture

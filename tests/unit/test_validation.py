@@ -15,10 +15,9 @@ from knowledge_core import bootstrap
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.models import Run
 
-from kb_cli import demo
 from kb_cli.events import load_event
 from kb_cli.gateway import Handlers
-from tests.conftest import FakeClock, embedded_container
+from tests.conftest import FakeClock, installed_demo
 
 SESSION, CLIENT, ROUTE = "demo-session", "demo-client", "demo"
 SEARCH_EVENT = load_event("search/search.json")
@@ -33,13 +32,8 @@ LEAKS = re.compile(
 
 @pytest.fixture(scope="module")
 def handlers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Handlers]:
-    container = embedded_container(tmp_path_factory.mktemp("validation"), FakeClock())
-    demo.seed(container, with_token=False)
-    bootstrap.reset(container)
-    try:
+    with installed_demo(tmp_path_factory, FakeClock(), "validation"):
         yield Handlers()
-    finally:
-        bootstrap.reset(None)
 
 
 @pytest.fixture(scope="module")
