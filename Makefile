@@ -60,6 +60,7 @@ bench: dev
 	$(BIN)/python bench/cold_import.py
 	$(BIN)/python bench/api_latency.py
 	$(BIN)/python bench/hybrid_latency.py
+	$(BIN)/python bench/embed_throughput.py
 	$(BIN)/python bench/scale_sim.py
 	$(BIN)/python bench/state_bench.py
 	$(BIN)/python bench/ingest_bench.py --no-hybrid
