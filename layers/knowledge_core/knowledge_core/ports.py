@@ -140,6 +140,16 @@ class Vector:
     data: bytes
 
 
+class QueryTranslator(ABC):
+    """Words of the other language for a query (Chinese <-> English): cross-lingual lexical matching."""
+
+    name: str
+
+    @abstractmethod
+    def expand(self, text: str) -> str:
+        """The translated words, space-separated; empty when there are none."""
+
+
 class Embedder(ABC):
     """Text to unit vectors for the semantic half of hybrid ranking: a query by the model for its script, a
     passage by the models `models_for` names (the model for its script; with cross-script embedding every
@@ -177,8 +187,12 @@ class SearchBackend(ABC):
     live_hits: bool = False
 
     @abstractmethod
-    def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
-        """One result per query, same order; a failing source reports its error instead of hits."""
+    def search(
+        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
+    ) -> list[SourceResult]:
+        """One result per query, same order; a failing source reports its error instead of hits.
+        `expansion` holds more words for the lexical (BM25) stage only, matched as if they were in `text`
+        (a cross-lingual translation of it, QueryTranslator); the dense stage embeds `text` alone."""
 
     @abstractmethod
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
