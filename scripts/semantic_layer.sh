@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the optional Lambda layer of hybrid ranking: onnxruntime, numpy and tokenizers for python3.11 /
-# x86_64 (manylinux wheels from PyPI) in python/, and the default embedding models (English and Chinese) in
-# kb-model/<model>/ (the template's KB_EMBEDDING_MODEL_DIR is /opt/kb-model: every model in it is used).
+# x86_64 (manylinux wheels from PyPI) in python/, the default embedding models (English and Chinese) in
+# kb-model/<model>/ (the template's KB_EMBEDDING_MODEL_DIR is /opt/kb-model: every model in it is used), and
+# the compiled zh<->en query translation lexicon in kb-model/zh-en-lexicon/ (KB_LEXICON_DIR; 1.8 MB).
 # Output: build/semantic-layer.zip; the script prints its sizes (README, "Retrieval quality", has them and
 # the Lambda limits). Publish it through S3 and pass its ARN as EmbeddingModelLayerArn.
 set -euo pipefail
@@ -20,7 +21,7 @@ rm -rf "$OUT/wheels"
 MODELS=$($BIN/kb models fetch)
 mkdir -p "$OUT/kb-model"
 for m in "$MODELS"/*/; do
-  if [ -f "$m/model.json" ]; then cp -r "$m" "$OUT/kb-model/"; fi
+  if [ -f "$m/model.json" ] || [ -f "$m/lexicon.json" ]; then cp -r "$m" "$OUT/kb-model/"; fi
 done
 ROOT=$PWD
 (cd "$OUT" && "$ROOT/$BIN/python" -m zipfile -c ../semantic-layer.zip python kb-model)

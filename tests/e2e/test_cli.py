@@ -158,13 +158,13 @@ def _serve_command(tmp_path, *args: str) -> list[str]:
     ]
 
 
-def _banner(tmp_path, env: dict) -> str:
+def _banner(tmp_path, env: dict, *args: str) -> str:
     """kb serve's start-up lines (up to the one that says it listens), then stop it."""
     import os
     import subprocess
 
     proc = subprocess.Popen(
-        _serve_command(tmp_path, "--no-demo"),
+        _serve_command(tmp_path, "--no-demo", *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -195,3 +195,31 @@ def test_kb_serve_ranks_hybrid_with_the_fetched_models_by_default(tmp_path, embe
     (broken / "model.json").write_text('{"format": 2, "id": "bge-small-en-v1.5-q", "dimensions": 384}')
     banner = _banner(tmp_path, {"KB_MODELS_DIR": str(tmp_path / "cache")})
     assert "ranking: BM25 (fallback: embedding model" in banner and "cannot be loaded" in banner
+
+
+def test_kb_serve_expands_queries_with_the_compiled_lexicon(tmp_path, lexicon_dir):
+    """Issue 15: `kb serve` finds the lexicon `kb models fetch` compiled into the per-user cache and says so;
+    --no-query-translation turns it off; an unusable KB_LEXICON_DIR stops it in one line before it listens."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    cache = {"KB_MODELS_DIR": str(Path(lexicon_dir).parent)}
+    on = _banner(tmp_path, cache, "--embedding-model", "none")
+    assert "query translation: cc-cedict-zh-en zh<->en (" in on
+    off = _banner(tmp_path, cache, "--embedding-model", "none", "--no-query-translation")
+    assert "query translation: off;" in off
+    absent = _banner(tmp_path, {"KB_MODELS_DIR": str(tmp_path / "nothing")}, "--embedding-model", "none")
+    assert "query translation: off (no lexicon: `kb models fetch --lexicon` once)" in absent
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "lexicon.json").write_text('{"format": 1}')
+    done = subprocess.run(
+        _serve_command(tmp_path, "--embedding-model", "none"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KB_LEXICON_DIR": str(broken)},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "invalid lexicon.json" in done.stderr and done.stdout == ""
