@@ -408,10 +408,14 @@ def semantic_settings(semantic: Semantic) -> dict[str, Any]:
 
 
 def build_container(
-    backend: str, workdir: Path, opensearch_url: str | None = None, semantic: Semantic | None = None
+    backend: str,
+    workdir: Path,
+    opensearch_url: str | None = None,
+    semantic: Semantic | None = None,
+    lexicon: str | None = None,
 ) -> Any:
     """A fresh bootstrap Container: embedded SQLite state, the chosen search backend (hybrid when
-    `semantic` is given)."""
+    `semantic` is given; queries expanded across Chinese and English with the `lexicon` directory)."""
     from knowledge_core.bootstrap import Container
     from knowledge_core.ports import SystemClock
     from knowledge_core.settings import Settings
@@ -432,6 +436,8 @@ def build_container(
         token_secret=secrets.token_urlsafe(32),
         table_name=f"kb-eval-{uuid.uuid4().hex[:12]}",
         registry_cache_seconds=60,
+        query_translation=lexicon is not None,
+        lexicon_dir=lexicon,
         **(semantic_settings(semantic) if semantic else {}),
     )
     return Container(settings, clock=SystemClock())
@@ -444,7 +450,13 @@ def with_ranking(container: Any, semantic: Semantic) -> Any:
     from knowledge_core.settings import Settings
 
     settings = Settings.model_validate({**container.settings.model_dump(), **semantic_settings(semantic)})
-    return Container(settings, clock=container.clock, state=container.state, embedder=container.embedder)
+    return Container(
+        settings,
+        clock=container.clock,
+        state=container.state,
+        embedder=container.embedder,
+        translator=container.translator,
+    )
 
 
 def _publish(container: Any, collection: Collection) -> tuple[str, str, Any]:
@@ -626,9 +638,13 @@ def hybrid_of(container: Any) -> dict[str, Any] | None:
 
 def ranking_of(container: Any) -> str:
     knobs = hybrid_of(container)
+    translator = getattr(container, "translator", None)
+    translated = f" + translation {translator.name}" if translator is not None else ""
     if knobs is None:
-        return "bm25"
-    return f"hybrid {container.embedder.model_id} " + " ".join(f"{k}={v}" for k, v in knobs.items())
+        return "bm25" + translated
+    return (
+        f"hybrid {container.embedder.model_id} " + " ".join(f"{k}={v}" for k, v in knobs.items()) + translated
+    )
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -742,6 +758,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="embed each passage with every model that covers it (KB_EMBEDDING_CROSS_SCRIPT)",
     )
+    parser.add_argument(
+        "--query-translation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="expand queries across Chinese and English with the lexicon `kb models fetch` compiles "
+        "($KB_LEXICON_DIR, else the per-user cache; default: on when it is there)",
+    )
     parser.add_argument("--out", help="results JSON (default bench/results/<kind>-<backend>-<time>.json)")
     parser.add_argument("--no-progress", action="store_true")
 
@@ -778,6 +801,18 @@ def semantic_from(args: argparse.Namespace) -> Semantic | None:
     )
 
 
+def lexicon_from(args: argparse.Namespace) -> str | None:
+    """The lexicon directory of `--query-translation` (None: queries stay monolingual)."""
+    from .models import ModelError, resolve_lexicon
+
+    try:
+        lexicon, translation = resolve_lexicon(args.query_translation)
+    except ModelError as exc:
+        raise SystemExit(f"kb eval: {exc}") from None
+    print(f"query translation: {translation}", file=sys.stderr)
+    return lexicon
+
+
 def _opensearch_url(args: argparse.Namespace) -> str | None:
     if args.backend == "opensearch" and not args.opensearch_url:
         return default_opensearch_url()
@@ -805,12 +840,13 @@ def run(args: argparse.Namespace) -> int:
     names = args.collections or ["scifact", "demo-zh"]
     semantic = semantic_from(args)
     print(f"ranking: {'hybrid, ' + semantic.model_dir if semantic else 'BM25'}", file=sys.stderr)
+    lexicon = lexicon_from(args)
     opensearch_url = _opensearch_url(args)
     results: list[EvalResult] = []
     for name in names:
         collection = _load(name, args)
         with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
-            container = build_container(args.backend, Path(tmp), opensearch_url, semantic)
+            container = build_container(args.backend, Path(tmp), opensearch_url, semantic, lexicon)
             try:
                 results.append(
                     evaluate(
@@ -871,10 +907,11 @@ def tune_collection(
     *,
     depth: int = RANK_DEPTH,
     progress: bool = True,
+    lexicon: str | None = None,
 ) -> list[EvalResult]:
     """One ingestion of `collection`, then its queries ranked at every grid point over that same index."""
     baseline = baseline_rankings(collection, depth)
-    container = build_container(backend, workdir, opensearch_url, points[0])
+    container = build_container(backend, workdir, opensearch_url, points[0], lexicon)
     try:
         ingested = ingest(collection, container, progress=progress)
         return [
@@ -951,6 +988,7 @@ def tune(args: argparse.Namespace) -> int:
         rrf_ks=args.rrf_k,
     )
     print(f"hybrid grid: {len(points)} points x {len(names)} collections, {model.model_dir}", file=sys.stderr)
+    lexicon = lexicon_from(args)
     opensearch_url = _opensearch_url(args)
     results: list[EvalResult] = []
     for name in names:
@@ -963,6 +1001,7 @@ def tune(args: argparse.Namespace) -> int:
                 opensearch_url,
                 depth=args.depth,
                 progress=not args.no_progress,
+                lexicon=lexicon,
             )
     print(format_grid(results))
     _write_results(results, args, "tune")

@@ -179,16 +179,21 @@ def world(backend_container: Container, clock: FakeClock) -> World:
 
 
 def _hybrid_world(
-    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, model_dir: str
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    clock: FakeClock,
+    model_dir: str | None,
+    **settings: object,
 ) -> Iterator[World]:
     if request.param == "embedded":
-        yield World(embedded_container(tmp_path, clock, embedding_model_dir=model_dir), clock)
+        yield World(embedded_container(tmp_path, clock, embedding_model_dir=model_dir, **settings), clock)
         return
     container = real_container(
         request.getfixturevalue("real_endpoints"),
         request.getfixturevalue("index_prefix"),
         clock,
         embedding_model_dir=model_dir,
+        **settings,
     )
     yield World(container, clock)
     container.table.delete()
@@ -208,3 +213,23 @@ def english_world(
 ) -> Iterator[World]:
     """A hybrid `world` with the English model only (CJK text is no model's)."""
     yield from _hybrid_world(request, tmp_path, clock, f"{embedding_model_dir}/bge-small-en-v1.5-q")
+
+
+@pytest.fixture(params=BACKENDS)
+def translated_world(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, lexicon_dir: str
+) -> Iterator[World]:
+    """A BM25 `world` whose queries are expanded across Chinese and English (the compiled lexicon)."""
+    yield from _hybrid_world(request, tmp_path, clock, None, lexicon_dir=lexicon_dir)
+
+
+@pytest.fixture(params=BACKENDS)
+def translated_hybrid_world(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    clock: FakeClock,
+    embedding_model_dir: str,
+    lexicon_dir: str,
+) -> Iterator[World]:
+    """A hybrid `world` (both default models) whose queries are expanded across Chinese and English."""
+    yield from _hybrid_world(request, tmp_path, clock, embedding_model_dir, lexicon_dir=lexicon_dir)

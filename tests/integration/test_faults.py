@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -188,10 +188,10 @@ class SabotagedBackend(OpenSearchBackend):
         queries: list[SourceQuery],
         text: str,
         viewer: Viewer,
-        vector: Vector | None = None,
+        vectors: Sequence[Vector] = (),
         dense: bool | None = None,
     ) -> list[dict]:
-        body = super().search_body(queries, text, viewer, vector, dense)  # no embedder: one search a source
+        body = super().search_body(queries, text, viewer, vectors, dense)  # no embedder: one search a source
         for i, q in enumerate(queries):
             how = self.failing.get(q.key)
             if how == "missing_index":

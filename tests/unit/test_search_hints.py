@@ -79,8 +79,10 @@ class FailingBackend(SearchBackend):
         self.inner = inner
         self.failing = failing
 
-    def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
-        real = {r.key: r for r in self.inner.search(queries, text, viewer)}
+    def search(
+        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
+    ) -> list[SourceResult]:
+        real = {r.key: r for r in self.inner.search(queries, text, viewer, expansion)}
         return [
             SourceResult(q.key, error=SourceFailure("unavailable"))
             if self.failing is None or q.key in self.failing

@@ -57,7 +57,9 @@ class FakeBackend(SearchBackend):
             Hit(key, doc_id, doc.title, doc.revision, score, body, structured)
         )
 
-    def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
+    def search(
+        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
+    ) -> list[SourceResult]:
         self.queries.extend(queries)
         out = []
         for q in queries:

@@ -141,8 +141,8 @@ class DownBackend(SearchBackend):
     def __init__(self, inner: SearchBackend) -> None:
         self.inner = inner
 
-    def search(self, queries, text, viewer):
-        return self.inner.search(queries, text, viewer)
+    def search(self, queries, text, viewer, expansion=""):
+        return self.inner.search(queries, text, viewer, expansion)
 
     def get_document(self, source_key, doc_id):
         raise SourceFailure("unavailable", "connection refused to search-node-7.internal:9200")

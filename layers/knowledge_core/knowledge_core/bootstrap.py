@@ -1,9 +1,9 @@
 """The composition root: the one place that builds adapters and services, lazily, once per process.
 
-`Container(settings, clock=…, state=…, backend=…, ledger=…, embedder=…)` takes port-typed overrides
-(tests, eval and bench swap an adapter here, never by reaching into the container) and builds the rest
-from settings: state on DynamoDB (Lambda) or SQLite (the embedded default), search on OpenSearch or
-SQLite FTS5."""
+`Container(settings, clock=…, state=…, backend=…, ledger=…, embedder=…, translator=…)` takes
+port-typed overrides (tests, eval and bench swap an adapter here, never by reaching into the container) and
+builds the rest from settings: state on DynamoDB (Lambda) or SQLite (the embedded default), search on
+OpenSearch or SQLite FTS5."""
 
 from __future__ import annotations
 
@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING
 
 from .codec import RotatingTokenCodec, SecretSource, TokenCodec
 from .domain.hybrid import HybridRanking
-from .ports import BudgetLedger, Clock, Embedder, JobQueue, SearchBackend, StateStores, SystemClock
+from .ports import (
+    BudgetLedger,
+    Clock,
+    Embedder,
+    JobQueue,
+    QueryTranslator,
+    SearchBackend,
+    StateStores,
+    SystemClock,
+)
 from .settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -42,6 +51,7 @@ class Container:
         ledger: BudgetLedger | None = None,
         embedder: Embedder | None = None,
         job_queue: JobQueue | None = None,
+        translator: QueryTranslator | None = None,
     ) -> None:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
@@ -50,7 +60,9 @@ class Container:
         self._ledger = ledger
         self._embedder = embedder
         self._job_queue = job_queue
+        self._translator = translator
         self.embedding_error: str | None = None  # why a configured model directory is not used
+        self.translation_error: str | None = None  # why a configured lexicon directory is not used
 
     # --- adapters ---------------------------------------------------------------------------------
     @cached_property
@@ -124,6 +136,23 @@ class Container:
         )
 
     @cached_property
+    def translator(self) -> QueryTranslator | None:
+        """Cross-lingual query expansion (Chinese <-> English) when it is on and a lexicon directory is
+        configured; None leaves BM25 monolingual. A directory that cannot be used is logged once
+        (`translation_error` says why: capabilities and kb serve's banner report it)."""
+        s = self.settings
+        if self._translator is not None or not s.query_translation or not s.lexicon_dir:
+            return self._translator
+        from .adapters.lexicon import DictionaryTranslator, LexiconError
+
+        try:
+            return DictionaryTranslator(s.lexicon_dir)
+        except LexiconError as exc:
+            self.translation_error = str(exc)
+            logger.warning("query translation off: %s", exc)
+            return None
+
+    @cached_property
     def hybrid(self) -> HybridRanking:
         s = self.settings
         return HybridRanking(
@@ -192,7 +221,12 @@ class Container:
         from .services.knowledge import KnowledgeService
 
         return KnowledgeService(
-            scopes=self.scopes, backend=self.backend, codec=self.codec, runs=self.run_guard, clock=self.clock
+            scopes=self.scopes,
+            backend=self.backend,
+            codec=self.codec,
+            runs=self.run_guard,
+            clock=self.clock,
+            translator=self.translator,
         )
 
     @cached_property

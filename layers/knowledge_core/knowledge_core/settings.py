@@ -33,6 +33,9 @@ class Settings(BaseModel):
     embedding_cache: str | None = None  # a SQLite file remembering passage vectors (local use)
     # Passages embedded by every covering model, not only the one for their script (adapters.embedding).
     embedding_cross_script: bool = False
+    # Cross-lingual query expansion (domain/translation.py) with the lexicon `kb models fetch` compiles.
+    query_translation: bool = True
+    lexicon_dir: str | None = None
     semantic_weight: float = Field(HybridRanking.weight, ge=0, le=1)
     semantic_pool: int = Field(HybridRanking.pool, ge=1, le=100)
     semantic_dense: int = Field(HybridRanking.dense, ge=0, le=200)  # vector candidates; 0: re-score only
@@ -65,6 +68,8 @@ class Settings(BaseModel):
             "embedding_model_dir": env.get("KB_EMBEDDING_MODEL_DIR"),
             "embedding_cache": env.get("KB_EMBEDDING_CACHE"),
             "embedding_cross_script": env.get("KB_EMBEDDING_CROSS_SCRIPT"),
+            "query_translation": env.get("KB_QUERY_TRANSLATION"),
+            "lexicon_dir": env.get("KB_LEXICON_DIR"),
             "semantic_weight": env.get("KB_SEMANTIC_WEIGHT"),
             "semantic_pool": env.get("KB_SEMANTIC_POOL"),
             "semantic_dense": env.get("KB_SEMANTIC_DENSE"),

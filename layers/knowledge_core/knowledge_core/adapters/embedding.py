@@ -27,7 +27,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -280,6 +280,31 @@ def query_vector(embedder: Embedder | None, text: str) -> Vector | None:
             exc if isinstance(exc, ModelError) else type(exc).__name__,
         )
         return None
+
+
+def query_vectors(embedder: Embedder | None, text: str, expansion: str = "") -> list[Vector]:
+    """The query in every model that can embed it: its text in the model of its script (first), and its
+    translation (`expansion`: the other language's words, ports.QueryTranslator) in the model of that
+    language when it is another model. Empty: BM25 alone."""
+    own = query_vector(embedder, text)
+    vectors = [own] if own is not None else []
+    other = query_vector(embedder, expansion) if expansion else None
+    if other is not None and all(v.model != other.model for v in vectors):
+        vectors.append(other)
+    return vectors
+
+
+def matching_cosines(queries: Sequence[Vector], stored: Sequence[Mapping[str, Vector]]) -> list[float | None]:
+    """Per candidate (its stored vectors by model), the cosine with the first query vector of a model it
+    has (None: none): vectors of two models are never compared."""
+    result: list[float | None] = [None] * len(stored)
+    for query in queries:
+        missing = [i for i, c in enumerate(result) if c is None]
+        if not missing:
+            break
+        for i, c in zip(missing, cosines(query, [stored[i].get(query.model) for i in missing]), strict=True):
+            result[i] = c
+    return result
 
 
 def passage_text(title: str, passage: str) -> str:

@@ -50,7 +50,7 @@ from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
 from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult, Vector
-from .embedding import cosines, document_vectors, query_vector
+from .embedding import document_vectors, matching_cosines, query_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -452,15 +452,16 @@ class OpenSearchBackend(SearchBackend):
         queries: list[SourceQuery],
         text: str,
         viewer: Viewer,
-        vector: Vector | None = None,
+        vectors: Sequence[Vector] = (),
         dense: bool | None = None,
     ) -> list[dict]:
         """The `_msearch` body: per source a header and a collapsed, filtered, thresholded BM25 search. With
-        a query vector, a deeper pool with the passage vectors and no threshold (`fuse` applies it), and,
-        unless the dense stage is off, a second entry: the k-NN search on the vector's model field."""
+        query vectors, a deeper pool with the passage vectors and no threshold (`fuse` applies it), and,
+        unless the dense stage is off, one more entry per vector: the k-NN search on its model's field."""
         body: list[dict] = []
         matched = text_query(text)
         visible = acl_filter(viewer)
+        vector = vectors[0] if vectors else None
         dense = self._dense_on(vector) if dense is None else dense and vector is not None
         for q in queries:
             filters = [{"term": {"source_key": q.key}}, {"term": {"status": "ready"}}, visible]
@@ -480,17 +481,16 @@ class OpenSearchBackend(SearchBackend):
                     **common,
                 }
             )
-            if dense:
-                assert vector is not None
+            for v in vectors if dense else ():
                 want = self._hybrid.dense_depth(q.top_k)
                 k = min(want * KNN_PASSAGES_PER_DOC, 10_000)
-                knn = {"vector": knn_value(vector)[knn_field(vector.model)], "k": k}
+                knn = {"vector": knn_value(v)[knn_field(v.model)], "k": k}
                 body.append({"index": self.passages_alias})
                 body.append(
                     {
                         "size": want,
                         "query": {
-                            "knn": {knn_field(vector.model): {**knn, "filter": {"bool": {"filter": filters}}}}
+                            "knn": {knn_field(v.model): {**knn, "filter": {"bool": {"filter": filters}}}}
                         },
                         **common,
                     }
@@ -516,15 +516,18 @@ class OpenSearchBackend(SearchBackend):
         # On the alias's path (`<alias>/_msearch`): IAM grants the read functions their indices only.
         return self.client.msearch(body=body, index=self.passages_alias, request_timeout=timeout_s)
 
-    def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
+    def search(
+        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
+    ) -> list[SourceResult]:
         if not queries:
             return []
         started = time.perf_counter()
-        vector = query_vector(self._embedder, text)
-        dense = self._dense_on(vector)
+        vectors = query_vectors(self._embedder, text, expansion)
+        dense = self._dense_on(vectors[0] if vectors else None)
+        lexical = f"{text} {expansion}" if expansion else text
         try:  # the read path only reads: indices are made at deploy/admin time (`prepare`, ingestion)
             raw = self.msearch(
-                self.search_body(queries, text, viewer, vector, dense),
+                self.search_body(queries, lexical, viewer, vectors, dense),
                 max(q.timeout_s for q in queries) + 1.0,
             )
         except transport_errors() as exc:  # transport failures of the one round trip fail every source
@@ -532,7 +535,7 @@ class OpenSearchBackend(SearchBackend):
             return [SourceResult(q.key, error=failure) for q in queries]
         elapsed = (time.perf_counter() - started) * 1000
         responses = raw.get("responses", [])
-        per_source = 2 if dense else 1
+        per_source = 1 + (len(vectors) if dense else 0)
         results: list[SourceResult] = []
         for i, q in enumerate(queries):
             entries = responses[i * per_source : (i + 1) * per_source]
@@ -541,15 +544,20 @@ class OpenSearchBackend(SearchBackend):
                     SourceResult(q.key, error=SourceFailure("unavailable", "missing msearch response"))
                 )
                 continue
-            response = entries[0]
+            response, knn_responses = entries[0], entries[1:]
             result = SourceResult(q.key, ms=response.get("took", elapsed))
-            result.error = _sub_failure(response) or (self._dense_failure(entries[1]) if dense else None)
+            result.error = _sub_failure(response) or next(
+                (f for f in map(self._dense_failure, knn_responses) if f is not None), None
+            )
             if result.error is None:
                 raw_hits = response["hits"]["hits"]
                 result.hits = [_hit(q.key, h) for h in raw_hits]
-                if vector is not None:
-                    lexical_cosines = _cosines(vector, raw_hits)
-                    nearest = self._dense_hits(q.key, vector, entries[1]) if dense else []
+                if vectors:
+                    lexical_cosines = _cosines(vectors, raw_hits)
+                    pairs = zip(vectors, knn_responses, strict=True)  # no k-NN entries: dense is off
+                    nearest = sorted(
+                        (p for v, r in pairs for p in self._dense_hits(q.key, v, r)), key=lambda p: -p[1]
+                    )
                     result.hits = self._hybrid.fuse(
                         result.hits, lexical_cosines, nearest, q.top_k, q.min_score
                     )
@@ -572,7 +580,7 @@ class OpenSearchBackend(SearchBackend):
         raw_hits = response["hits"]["hits"]
         found = [
             (replace(_hit(source_key, h), score=c), c)
-            for h, c in zip(raw_hits, _cosines(vector, raw_hits), strict=True)
+            for h, c in zip(raw_hits, _cosines([vector], raw_hits), strict=True)
             if c is not None
         ]
         return sorted(found, key=lambda pair: -pair[1])
@@ -882,9 +890,9 @@ def _stored_vectors(src: dict) -> dict[str, Vector]:
     return found
 
 
-def _cosines(query: Vector, raw_hits: list[dict]) -> list[float | None]:
-    """The cosine of the query and each hit's passage vector of the query's model (None: none stored)."""
-    return cosines(query, [_stored_vectors(h["_source"]).get(query.model) for h in raw_hits])
+def _cosines(queries: Sequence[Vector], raw_hits: list[dict]) -> list[float | None]:
+    """The cosine of each hit's passage with the first query vector of a model it has a vector of."""
+    return matching_cosines(queries, [_stored_vectors(h["_source"]) for h in raw_hits])
 
 
 def _hit(source_key: str, raw: dict) -> Hit:

@@ -23,7 +23,7 @@ from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentAcl, Viewer
 from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
 from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult, Vector
-from .embedding import VectorMatrix, cosines, document_vectors, passage_text, query_vector
+from .embedding import VectorMatrix, document_vectors, matching_cosines, passage_text, query_vectors
 from .sqlite_db import SqliteDatabase, statements
 
 _SCHEMA = """
@@ -58,12 +58,15 @@ _DENSE_SQL = (
 )
 _SEARCH_SQL = (
     f"SELECT r.doc_id, r.text, -bm25(passages, {_WEIGHTS}) AS score, d.title, d.revision, d.acl, "
-    "d.structured_source, v.vector, r.pages "
+    "d.structured_source, r.id, r.pages "
     "FROM passages JOIN passage_rows r ON r.id = passages.rowid "
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
-    "LEFT JOIN passage_vectors v ON v.passage_id = r.id AND v.model = ? "
     "WHERE passages MATCH ? AND r.source_key = ? AND d.status = 'ready' "
     f"ORDER BY bm25(passages, {_WEIGHTS}) LIMIT ? OFFSET ?"
+)
+_VECTORS_SQL = (
+    "SELECT passage_id, model, vector FROM passage_vectors "
+    "WHERE model IN ({models}) AND passage_id IN ({ids})"
 )
 
 
@@ -130,36 +133,38 @@ class SqliteFtsBackend(SearchBackend):
         return self._db.connection()
 
     # --- search -----------------------------------------------------------------------------------
-    def search(self, queries: list[SourceQuery], text: str, viewer: Viewer) -> list[SourceResult]:
-        match = _match_expression(text)
-        vector = query_vector(self._embedder, text) if queries else None
-        return [self._search_one(q, match, viewer, vector) for q in queries]
+    def search(
+        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
+    ) -> list[SourceResult]:
+        match = _match_expression(f"{text} {expansion}" if expansion else text)
+        vectors = query_vectors(self._embedder, text, expansion) if queries else []
+        return [self._search_one(q, match, viewer, vectors) for q in queries]
 
     def _search_one(
-        self, q: SourceQuery, match: str | None, viewer: Viewer, vector: Vector | None
+        self, q: SourceQuery, match: str | None, viewer: Viewer, vectors: list[Vector]
     ) -> SourceResult:
         started = time.perf_counter()
         result = SourceResult(key=q.key)
-        if match is None and vector is None:
+        if match is None and not vectors:
             return result
         conn = self._conn()
         deadline = started + q.timeout_s
         conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
         best: dict[str, Hit] = {}
-        vectors: list[Vector | None] = []
+        passage_ids: list[int] = []
         hidden: set[str] = set()
         # Hybrid ranking fuses a deeper BM25 pool with the dense one; `minScore` then applies to the fusion.
-        want = self._hybrid.depth(q.top_k) if vector is not None else q.top_k
-        floor = float("-inf") if vector is not None else q.min_score
+        want = self._hybrid.depth(q.top_k) if vectors else q.top_k
+        floor = float("-inf") if vectors else q.min_score
         page = want * _CANDIDATES_PER_DOC + 16
         dense: list[tuple[Hit, float]] = []
+        stored: dict[int, dict[str, Vector]] = {}
         try:
             # Passages the viewer may not see, or more passages of documents already kept, must not crowd
             # out visible documents: keep paging (best score first) until top_k documents or no more rows.
             for offset in itertools.count(0, page) if match is not None else ():
-                model = vector.model if vector else ""
-                rows = conn.execute(_SEARCH_SQL, (model, match, q.key, page, offset)).fetchall()
-                for doc_id, passage, score, title, revision, acl, structured, vec, pages in rows:
+                rows = conn.execute(_SEARCH_SQL, (match, q.key, page, offset)).fetchall()
+                for doc_id, passage, score, title, revision, acl, structured, passage_id, pages in rows:
                     if score < floor:
                         break
                     if doc_id in best or doc_id in hidden:
@@ -170,15 +175,20 @@ class SqliteFtsBackend(SearchBackend):
                     best[doc_id] = _hit(
                         q.key, doc_id, passage, float(score), title, revision, structured, pages
                     )
-                    vectors.append(Vector(model, vec) if vec is not None else None)
+                    passage_ids.append(passage_id)
                     if len(best) == want:
                         break
                 else:
                     if len(rows) == page:
                         continue
                 break
-            if vector is not None and self._hybrid.dense_depth(q.top_k):
-                dense = self._dense(conn, q, vector, viewer)
+            if vectors and passage_ids:
+                stored = self._stored_vectors(conn, passage_ids, [v.model for v in vectors])
+            if vectors and self._hybrid.dense_depth(q.top_k):
+                # One scan per query vector (its own model's passages); a document keeps its best cosine.
+                dense = sorted(
+                    (pair for v in vectors for pair in self._dense(conn, q, v, viewer)), key=lambda p: -p[1]
+                )
         except sqlite3.OperationalError as exc:
             kind = "timeout" if "interrupt" in str(exc) else "unavailable"
             result.error = SourceFailure(kind)
@@ -186,12 +196,23 @@ class SqliteFtsBackend(SearchBackend):
         finally:
             conn.set_progress_handler(None, 0)
         result.hits = list(best.values())
-        if vector is not None:
-            result.hits = self._hybrid.fuse(
-                result.hits, cosines(vector, vectors), dense, q.top_k, q.min_score
-            )
+        if vectors:
+            lexical_cosines = matching_cosines(vectors, [stored.get(i, {}) for i in passage_ids])
+            result.hits = self._hybrid.fuse(result.hits, lexical_cosines, dense, q.top_k, q.min_score)
         result.ms = (time.perf_counter() - started) * 1000
         return result
+
+    @staticmethod
+    def _stored_vectors(
+        conn: sqlite3.Connection, passage_ids: list[int], models: list[str]
+    ) -> dict[int, dict[str, Vector]]:
+        """The stored vectors of `models` of the passages, by passage id and model."""
+        sql = _VECTORS_SQL.format(models=",".join("?" * len(models)), ids=",".join("?" * len(passage_ids)))
+        found: dict[int, dict[str, Vector]] = {}
+        for passage_id, model, vector in conn.execute(sql, [*models, *passage_ids]):
+            if vector is not None:
+                found.setdefault(passage_id, {})[model] = Vector(model, vector)
+        return found
 
     def _matrix(self, conn: sqlite3.Connection, source_key: str, model: str) -> VectorMatrix:
         """The source's passage vectors of `model`, cached until the source's version moves."""

@@ -30,7 +30,7 @@ from ..domain.wire import (
     SearchStatus,
     to_wire,
 )
-from ..ports import Clock, Hit, SearchBackend, SourceQuery
+from ..ports import Clock, Hit, QueryTranslator, SearchBackend, SourceQuery
 from .access import RunGuard, authorize_route
 from .scope import ScopeResolver
 
@@ -46,10 +46,17 @@ def iso(epoch: float) -> str:
 
 class KnowledgeService:
     def __init__(
-        self, scopes: ScopeResolver, backend: SearchBackend, codec: TokenCodec, runs: RunGuard, clock: Clock
+        self,
+        scopes: ScopeResolver,
+        backend: SearchBackend,
+        codec: TokenCodec,
+        runs: RunGuard,
+        clock: Clock,
+        translator: QueryTranslator | None = None,
     ) -> None:
         self._scopes = scopes
         self._backend = backend
+        self._translator = translator
         self._codec = codec
         self._runs = runs
         self._clock = clock
@@ -157,6 +164,7 @@ class KnowledgeService:
                 ],
                 query,
                 principal.viewer,
+                expansion=self._translator.expand(query) if self._translator else "",
             )
             if len(expired) < len(planned)
             else []
