@@ -17,9 +17,12 @@ REFUND_EN = (
     "Annual plans are refunded pro rata when the customer cancels within thirty days. "
     "Monthly plans are not refunded.",
 )
+# No English document shares a word with the English question: BM25 statistics are index-wide on OpenSearch
+# (every test's documents), so a shared word's weight against the translated words would be the shared
+# index's, not this corpus'.
 FIRMWARE_EN = (
     "Firmware upgrade",
-    "Upgrade the gateway firmware over the air at night; keep the battery charged.",
+    "Upgrade the sensor firmware over the air at night; keep the battery charged.",
 )
 GATEWAY_ZH = ("网关离线排查", "网关离线时，先检查电源指示灯和网线，再重启网关。")
 INVOICE_ZH = ("发票说明", "发票在每月初开具，企业客户可以在控制台下载发票。")

@@ -554,7 +554,8 @@ class OpenSearchBackend(SearchBackend):
                 result.hits = [_hit(q.key, h) for h in raw_hits]
                 if vectors:
                     lexical_cosines = _cosines(vectors, raw_hits)
-                    pairs = zip(vectors, knn_responses, strict=True)  # no k-NN entries: dense is off
+                    # One k-NN response per query vector; none while the dense stage is off.
+                    pairs = zip(vectors, knn_responses, strict=True) if knn_responses else iter(())
                     nearest = sorted(
                         (p for v, r in pairs for p in self._dense_hits(q.key, v, r)), key=lambda p: -p[1]
                     )
