@@ -15,6 +15,7 @@ import pytest
 from knowledge_core.adapters.embedding import matching_cosines
 from knowledge_core.adapters.lexicon import DictionaryTranslator, LexiconError, load_lexicon
 from knowledge_core.domain.translation import (
+    MAX_TERMS,
     chinese_terms,
     english_root,
     english_terms,
@@ -77,6 +78,14 @@ def test_a_search_expansion_goes_to_the_other_language(lexicon) -> None:
     assert expand_query("zzz qqq", lexicon) == ""
     expansion = expand_query("退款 退款 退款", lexicon).split()
     assert len(expansion) == len(set(expansion))
+
+
+def test_a_search_expansion_of_a_long_question_is_bounded() -> None:
+    words = [chr(0x4E00 + 2 * i) + chr(0x4E01 + 2 * i) for i in range(200)]  # 200 two-character words
+    senses = [f"word{chr(97 + i // 26)}{chr(97 + i % 26)}x" for i in range(200)]  # wordaax, wordabx, ...
+    lexicon = parse_cedict((f"{w} {w} [ci2] /{e}/" for w, e in zip(words, senses, strict=True)), {})
+    expansion = expand_query("".join(words), lexicon).split()
+    assert expansion == senses[:MAX_TERMS]
 
 
 def test_a_search_variants_and_cross_references_are_not_senses(lexicon) -> None:

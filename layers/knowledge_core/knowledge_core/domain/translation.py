@@ -50,6 +50,7 @@ ZH_STOPWORDS = _word_set(
 SENSES_PER_WORD = 2  # the first senses of a Chinese word that give its English words
 WORDS_PER_SENSE = 3
 CHINESE_PER_WORD = 2  # the Chinese words an English word expands to
+MAX_TERMS = 64  # a long question's expansion stays a bounded BM25 query
 _SHORT_SENSE = 3  # English words at most, for a sense to translate an English word back
 _REVERSE_SENSES = 4
 _REVERSE_POOL = 20
@@ -159,9 +160,9 @@ def chinese_terms(text: str, lexicon: Lexicon) -> list[str]:
 def expand_query(text: str, lexicon: Lexicon) -> str:
     """The other language's words for a query: English ones for a query with Chinese characters (its Latin
     words, often product names and codes, stay as they are), Chinese ones for any other query. Empty when
-    the dictionary knows none of its words. Repeats dropped, first occurrence order."""
+    the dictionary knows none of its words. Repeats dropped, first occurrence order, at most MAX_TERMS."""
     terms = english_terms(text, lexicon) if _HAN_RE.search(text) else chinese_terms(text, lexicon)
-    return " ".join(dict.fromkeys(terms))
+    return " ".join(list(dict.fromkeys(terms))[:MAX_TERMS])
 
 
 # --- the compiled form (what `kb models fetch` writes and the service loads in a fraction of a second) ---
