@@ -183,7 +183,7 @@ def fetch_lexicon(dest: Path | None = None) -> Path:
 def resolve_lexicon(enabled: bool = True) -> tuple[str | None, str]:
     """The lexicon directory `kb serve`/`kb eval` expand queries with, and a line saying so:
     `$KB_LEXICON_DIR`, else the per-user cache's. A directory that cannot be used raises ModelError."""
-    from knowledge_core.adapters.lexicon import LEXICON_DIR, LexiconError, load_lexicon
+    from knowledge_core.adapters.lexicon import LEXICON_DIR, LexiconError, checked_data
 
     if not enabled:
         return None, "off"
@@ -191,11 +191,11 @@ def resolve_lexicon(enabled: bool = True) -> tuple[str | None, str]:
     path = Path(explicit) if explicit else default_models_dir() / LEXICON_DIR
     if not explicit and not (path / "lexicon.json").is_file():
         return None, "off (no lexicon: `kb models fetch --lexicon` once)"
-    try:
-        lexicon = load_lexicon(path)
+    try:  # each worker parses it on its first query; here the manifest and the digest are enough
+        manifest, _ = checked_data(path)
     except LexiconError as exc:
         raise ModelError(str(exc)) from None
-    return str(path), f"{lexicon.name} zh<->en ({len(lexicon.zh_en)} entries)"
+    return str(path), f"{manifest.id} zh<->en ({manifest.entries} entries)"
 
 
 def fetched_default() -> Path | None:

@@ -117,8 +117,8 @@ class Container:
     @cached_property
     def embedder(self) -> Embedder | None:
         """The hybrid ranking models, when a model directory is configured (their runtime loads lazily).
-        A directory that cannot be used is logged once and leaves ranking to BM25 (`embedding_error` says
-        why: capabilities and kb serve's banner report it)."""
+        A directory that cannot be used is logged once and leaves ranking to BM25 (`embedding_error` keeps
+        why; kb serve checks the directory before it starts and its banner says how it ranks)."""
         if self._embedder is not None or not self.settings.embedding_model_dir:
             return self._embedder
         from .adapters.embedding import CachedEmbedder, ModelError, OnnxEmbedder
@@ -139,7 +139,8 @@ class Container:
     def translator(self) -> QueryTranslator | None:
         """Cross-lingual query expansion (Chinese <-> English) when it is on and a lexicon directory is
         configured; None leaves BM25 monolingual. A directory that cannot be used is logged once
-        (`translation_error` says why: capabilities and kb serve's banner report it)."""
+        (`translation_error` keeps why; kb serve checks the directory before it starts, and its banner
+        says whether queries are translated)."""
         s = self.settings
         if self._translator is not None or not s.query_translation or not s.lexicon_dir:
             return self._translator

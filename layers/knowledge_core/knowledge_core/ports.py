@@ -191,8 +191,9 @@ class SearchBackend(ABC):
         self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
     ) -> list[SourceResult]:
         """One result per query, same order; a failing source reports its error instead of hits.
-        `expansion` holds more words for the lexical (BM25) stage only, matched as if they were in `text`
-        (a cross-lingual translation of it, QueryTranslator); the dense stage embeds `text` alone."""
+        `expansion` holds more words, a cross-lingual translation of `text` (QueryTranslator): BM25 matches
+        them as if they were in `text`, and the dense stage also embeds them with the other language's model
+        (adapters.embedding.query_vectors)."""
 
     @abstractmethod
     def get_document(self, source_key: str, doc_id: str) -> Document | None:

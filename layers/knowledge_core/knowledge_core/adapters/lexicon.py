@@ -117,8 +117,9 @@ def read_manifest(directory: Path) -> LexiconManifest:
         ) from None
 
 
-def load_lexicon(directory: Path) -> Lexicon:
-    """The compiled lexicon, its digest checked; LexiconError when it is missing, altered or malformed."""
+def checked_data(directory: Path) -> tuple[LexiconManifest, bytes]:
+    """The manifest and the compiled data, its digest checked (what `kb serve` checks before it starts,
+    without parsing); LexiconError when either is missing or altered."""
     manifest = read_manifest(directory)
     try:
         data = (directory / "lexicon.tsv.gz").read_bytes()
@@ -130,6 +131,12 @@ def load_lexicon(directory: Path) -> Lexicon:
         raise LexiconError(
             f"lexicon {directory} does not match its lexicon.json digest; run `kb models fetch`"
         )
+    return manifest, data
+
+
+def load_lexicon(directory: Path) -> Lexicon:
+    """The compiled lexicon, its digest checked; LexiconError when it is missing, altered or malformed."""
+    manifest, data = checked_data(directory)
     try:
         return read_lexicon(gzip.decompress(data).decode("utf-8").splitlines(), manifest.id)
     except (OSError, UnicodeDecodeError, ValueError) as exc:

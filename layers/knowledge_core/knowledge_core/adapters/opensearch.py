@@ -163,9 +163,14 @@ def knn_mapping(dimensions: int) -> dict:
     }
 
 
+def knn_bytes(vector: Vector) -> list[int]:
+    """A vector's int8 components as the signed bytes of a k-NN `byte` field."""
+    return [b - 256 if b > 127 else b for b in vector.data]
+
+
 def knn_value(vector: Vector) -> dict:
-    """A vector as its model's k-NN field (signed bytes)."""
-    return {knn_field(vector.model): [b - 256 if b > 127 else b for b in vector.data]}
+    """A vector as its model's k-NN field."""
+    return {knn_field(vector.model): knn_bytes(vector)}
 
 
 def knn_values(vectors: Iterable[Vector], fields: Collection[str]) -> dict:
@@ -376,13 +381,12 @@ class OpenSearchBackend(SearchBackend):
                 self._move_alias(current, index, alias)
         self._knn_fields = frozenset()
         if knn and self._embedder is not None:
+            properties = self.knn_properties()
             try:  # a model added since the index was made gets its field (a no-op when present)
                 client.indices.put_mapping(
-                    index=self.passages_alias,
-                    body={"properties": self.knn_properties()},
-                    request_timeout=timeout,
+                    index=self.passages_alias, body={"properties": properties}, request_timeout=timeout
                 )
-                self._knn_fields = frozenset(self.knn_properties())
+                self._knn_fields = frozenset(properties)
             except RequestError as exc:
                 if not _no_knn(exc):
                     raise
@@ -484,7 +488,7 @@ class OpenSearchBackend(SearchBackend):
             for v in vectors if dense else ():
                 want = self._hybrid.dense_depth(q.top_k)
                 k = min(want * KNN_PASSAGES_PER_DOC, 10_000)
-                knn = {"vector": knn_value(v)[knn_field(v.model)], "k": k}
+                knn = {"vector": knn_bytes(v), "k": k}
                 body.append({"index": self.passages_alias})
                 body.append(
                     {
