@@ -4,7 +4,8 @@ judged on train before its test figure is read (bench/QUALITY.md, "SciFact: mode
 
 Each model directory (the layout `kb models fetch` writes: model.onnx, tokenizer.json, model.json with
 pooling and prefixes) embeds every abstract whole (title + abstract, the model's max_tokens) and every
-claim once; vectors are kept in --cache as .npy, so a second run embeds nothing. Rows: each model alone
+claim once; vectors are kept in --cache as .npy by model id, so a second run embeds nothing (clear it
+when a directory's model changes under the same id). Rows: each model alone
 (dense only), each model fused with the in-run BM25 baseline (kb_cli.evaluation.Bm25Baseline: BM25 top 50
 ∪ dense top 50, the service's blend-norm at the given weights), with --ensemble models averaged (each
 model's cosines min-max scaled among the candidates, then averaged), and, with --prf, dense Rocchio
@@ -57,7 +58,13 @@ def vectors(model: OnnxModel, texts: Sequence[str], path: Path, prefix: str) -> 
     return array
 
 
-def fuse(lexical: list[tuple[str, float]], cosines: list[Any], doc_ids: list[str], w: float) -> list[str]:
+def fuse(
+    lexical: list[tuple[str, float]],
+    cosines: list[Any],
+    doc_ids: list[str],
+    position: dict[str, int],
+    w: float,
+) -> list[str]:
     """The service's blend-norm (domain/hybrid.py) at document level: BM25 top 50 ∪ each model's dense top
     50; each model's cosines min-max scaled among the candidates, then averaged;
     score w·bm25 + (1 − w)·scale·cos."""
@@ -66,7 +73,7 @@ def fuse(lexical: list[tuple[str, float]], cosines: list[Any], doc_ids: list[str
         for j in np.argsort(-cos)[:POOL]:
             candidates.setdefault(doc_ids[j], 0.0)
     ids = list(candidates)
-    index = [POSITION[d] for d in ids]
+    index = [position[d] for d in ids]
     c = np.zeros(len(ids))
     for cos in cosines:
         v = cos[index]
@@ -74,9 +81,6 @@ def fuse(lexical: list[tuple[str, float]], cosines: list[Any], doc_ids: list[str
     b = np.array([candidates[d] for d in ids])
     scale = b.max() if b.max() > 0 else 1.0
     return [ids[j] for j in np.argsort(-(w * b + (1 - w) * scale * c), kind="stable")]
-
-
-POSITION: dict[str, int] = {}
 
 
 def measure(rankings: list[list[str]], collection: Collection) -> dict[str, float]:
@@ -107,13 +111,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     splits = {"train": load_scifact(split="train"), "test": load_scifact(split="test")}
     documents = splits["test"].documents
     doc_ids = [d.doc_id for d in documents]
-    POSITION.update({d: i for i, d in enumerate(doc_ids)})
+    position = {d: i for i, d in enumerate(doc_ids)}
     _, bm25 = baseline_for(splits["test"])
     lexical = {name: [bm25.scores(q.text) for q in c.queries] for name, c in splits.items()}
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
 
     models = [OnnxModel(Path(m).expanduser()) for m in args.model]
+    unknown = {i for e in args.ensemble for i in e.split(",")} - {m.id for m in models}
+    if unknown:
+        parser.error(f"--ensemble names {', '.join(sorted(unknown))}: not the id of a --model")
     docs: dict[str, Any] = {}
     queries: dict[tuple[str, str], Any] = {}
     for model in models:
@@ -156,30 +163,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         for w in WEIGHTS:
             row(
                 f"{mid} + BM25 blend-norm {w}",
-                lambda name, i, mid=mid, w=w: fuse(lexical[name][i], cosines([mid], name, i), doc_ids, w),
+                lambda name, i, mid=mid, w=w: fuse(
+                    lexical[name][i], cosines([mid], name, i), doc_ids, position, w
+                ),
             )
     for ensemble in args.ensemble:
         ids = ensemble.split(",")
         for w in WEIGHTS:
             row(
                 f"{'+'.join(ids)} + BM25 blend-norm {w}",
-                lambda name, i, w=w, ids=ids: fuse(lexical[name][i], cosines(ids, name, i), doc_ids, w),
+                lambda name, i, w=w, ids=ids: fuse(
+                    lexical[name][i], cosines(ids, name, i), doc_ids, position, w
+                ),
             )
     if args.prf:
         mid = models[0].id
 
         def feedback(name: str, i: int, k: int, beta: float, w: float) -> list[str]:
             q = queries[(mid, name)][i]
-            first = fuse(lexical[name][i], [docs[mid] @ q], doc_ids, w)
-            moved = q + beta * np.mean([docs[mid][POSITION[d]] for d in first[:k]], axis=0)
+            first = fuse(lexical[name][i], [docs[mid] @ q], doc_ids, position, w)
+            moved = q + beta * np.mean([docs[mid][position[d]] for d in first[:k]], axis=0)
             moved /= np.linalg.norm(moved)
-            return fuse(lexical[name][i], [docs[mid] @ moved], doc_ids, w)
+            return fuse(lexical[name][i], [docs[mid] @ moved], doc_ids, position, w)
 
         for k, beta in ((3, 0.5), (3, 1.0), (5, 0.5)):
             row(
                 f"{mid} + BM25 0.2 + Rocchio k={k} beta={beta}",
                 lambda name, i, k=k, beta=beta: feedback(name, i, k, beta, 0.2),
             )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
