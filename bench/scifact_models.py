@@ -30,13 +30,14 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from knowledge_core.adapters.embedding import OnnxModel
 
-from kb_cli.evaluation import Collection, baseline_for, load_scifact, ndcg_at_k, recall_at_k
+from kb_cli.evaluation import Metrics, baseline_for, load_scifact
 
 WEIGHTS = (0.2, 0.3, 0.4)
 POOL = 50
@@ -81,18 +82,6 @@ def fuse(
     b = np.array([candidates[d] for d in ids])
     scale = b.max() if b.max() > 0 else 1.0
     return [ids[j] for j in np.argsort(-(w * b + (1 - w) * scale * c), kind="stable")]
-
-
-def measure(rankings: list[list[str]], collection: Collection) -> dict[str, float]:
-    queries = collection.queries
-    return {
-        "ndcg_at_10": float(
-            np.mean([ndcg_at_k(r, q.relevant, 10) for r, q in zip(rankings, queries, strict=True)])
-        ),
-        "recall_at_100": float(
-            np.mean([recall_at_k(r, q.relevant, 100) for r, q in zip(rankings, queries, strict=True)])
-        ),
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def row(label: str, rank_for: Any) -> None:
         result: dict[str, Any] = {"ranking": label}
         for name, c in splits.items():
-            result[name] = measure([rank_for(name, i) for i in range(len(c.queries))], c)
+            rankings = [rank_for(name, i) for i in range(len(c.queries))]
+            result[name] = asdict(Metrics.over(rankings, [q.relevant for q in c.queries]))
         rows.append(result)
         print(
             f"{label:<48} train nDCG@10 {result['train']['ndcg_at_10']:.4f}  "
