@@ -4,6 +4,7 @@ timeouts, unavailability, throttling, denials) over the real registry and ledger
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from knowledge_core.domain.models import (
     Viewer,
 )
 from knowledge_core.domain.tool_wire import parse_envelope
-from knowledge_core.ports import Hit, SearchBackend, SourceQuery, SourceResult
+from knowledge_core.ports import Hit, QueryAnalysis, SearchBackend, SourceQuery, SourceResult
 from knowledge_core.services.tools import ToolsService
 
 TOOL_MODEL = {"candidates": [{"model": "m", "toolCalling": True}]}
@@ -32,6 +33,7 @@ class FakeBackend(SearchBackend):
         self.failures: dict[str, SourceFailure] = {}
         self.docs: dict[tuple[str, str], Document] = {}
         self.queries: list[SourceQuery] = []
+        self.document_reads: list[list[tuple[str, str]]] = []  # one entry per batched live check
 
     def add(
         self,
@@ -57,9 +59,7 @@ class FakeBackend(SearchBackend):
             Hit(key, doc_id, doc.title, doc.revision, score, body, structured)
         )
 
-    def search(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
-    ) -> list[SourceResult]:
+    def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
         self.queries.extend(queries)
         out = []
         for q in queries:
@@ -72,6 +72,10 @@ class FakeBackend(SearchBackend):
 
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
         return self.docs.get((source_key, doc_id))
+
+    def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
+        self.document_reads.append(list(keys))
+        return {k: self.docs[k] for k in keys if k in self.docs}
 
     def put_documents(self, documents: list[Document]) -> None:  # pragma: no cover - not used
         raise NotImplementedError
