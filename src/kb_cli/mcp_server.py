@@ -70,7 +70,7 @@ def embedded_door(state: Path, route: str, token: str | None, seed_demo: bool) -
     from knowledge_core.mcp_server import ServiceDoor
 
     from . import demo
-    from .main import local_container
+    from .local_env import local_container
 
     container = local_container(state)
     if seed_demo:

@@ -1,0 +1,53 @@
+"""`kb doc delete|disable|enable` and `kb tenant migrate`: a source's documents."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..http import seg
+from . import Call, Subparsers, add_endpoint
+
+
+def register_tenant(sub: Subparsers) -> None:
+    p = sub.add_parser("tenant", help="document tenants")
+    tnsub = p.add_subparsers(dest="action", required=True)
+    t = tnsub.add_parser(
+        "migrate", help="list a source's documents stored without a tenant; --apply assigns them one"
+    )
+    add_endpoint(t)
+    t.add_argument("--source", required=True, help="exact id@version")
+    t.add_argument("--tenant", required=True)
+    t.add_argument("--apply", action="store_true", help="change them (default: only say what would change)")
+    t.set_defaults(func=cmd_tenant_migrate)
+
+
+def register_doc(sub: Subparsers) -> None:
+    p = sub.add_parser("doc", help="delete, disable or enable a document")
+    p.add_argument("action", choices=["delete", "disable", "enable"])
+    add_endpoint(p)
+    p.add_argument("--source", required=True)
+    p.add_argument("--doc-id", required=True)
+    p.set_defaults(func=cmd_doc)
+
+
+def cmd_tenant_migrate(args: argparse.Namespace, call: Call) -> int:
+    """Documents stored before every document named its tenant are visible to no one: list them, and with
+    --apply assign them a tenant. Never silent: it prints what it finds and what it does."""
+    path = f"/admin/v1/sources/{seg(args.source)}/tenant-migration"
+    result = call(args.endpoint, "POST", path, {"tenant": args.tenant, "apply": bool(args.apply)})
+    docs = result["documents"]
+    verb = "assigned" if args.apply else "would assign (dry run; add --apply)"
+    print(f"{args.source}: {len(docs)} document(s) without a tenant; {verb} tenant {args.tenant!r}")
+    for doc_id in docs:
+        print(f"  {doc_id}")
+    return 0
+
+
+def cmd_doc(args: argparse.Namespace, call: Call) -> int:
+    base = f"/admin/v1/sources/{seg(args.source)}/documents/{seg(args.doc_id)}"
+    if args.action == "delete":
+        call(args.endpoint, "DELETE", base)
+    else:
+        call(args.endpoint, "POST", f"{base}/{args.action}", {})
+    print(f"{args.action.removesuffix('e')}ed {args.source} {args.doc_id}")
+    return 0
