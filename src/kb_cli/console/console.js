@@ -256,7 +256,7 @@ async function renderSources(view) {
   const sourceSelect = h("select", { name: "source" }, data.sources.map((s) => h("option", { value: s.key, text: s.key })));
   const fileInput = h("input", { type: "file", name: "file", accept: ".md,.markdown,.txt,text/plain,text/markdown" });
   const docIdInput = h("input", { name: "doc_id", placeholder: "doc-id" });
-  const tenantInput = h("input", { name: "tenant", value: "demo" });
+  const tenantInput = h("input", { name: "tenant", value: "default" });
   const upload = h("form", { class: "grid", onsubmit: async (event) => {
     event.preventDefault();
     const file = fileInput.files[0];
@@ -370,7 +370,7 @@ async function consoleToken(routeName, tenant) {
 
 function searchPanel(workspaces) {
   const routeSelect = h("select", { name: "route" }, workspaces.map((w) => h("option", { value: w.route, text: w.route })));
-  const tenant = h("input", { name: "tenant", value: "demo" });
+  const tenant = h("input", { name: "tenant", value: "default" });
   const query = h("input", { name: "query", required: true, value: "网关离线怎么排查？" });
   const limit = h("input", { name: "limit", type: "number", min: "1", max: "3", value: "3" });
   const maxBytes = h("input", { name: "max_bytes", type: "number", min: "4096", max: "16384", step: "1024", value: "4096" });
@@ -472,7 +472,7 @@ function toolPanel(agents) {
   const sources = h("input", { name: "sources", placeholder: "id@version, …" });
   const context = h("textarea", { name: "trusted_context" }, '{"projectType": "monitor"}');
   const ancestors = h("textarea", { name: "ancestors", placeholder: "inv-1 demo-agent@1.0.0" });
-  const tenant = h("input", { name: "tenant", value: "demo" });
+  const tenant = h("input", { name: "tenant", value: "default" });
   const out = h("div", { "aria-live": "polite" });
   const form = h("form", { class: "grid", onsubmit: async (event) => {
     event.preventDefault();
@@ -545,7 +545,7 @@ async function renderTokens(view) {
   const routes = h("input", { name: "routes", value: "demo", required: true });
   const subject = h("input", { name: "subject", value: "user" });
   const client = h("input", { name: "client_id", value: "console" });
-  const tenant = h("input", { name: "tenant", value: "demo" });
+  const tenant = h("input", { name: "tenant", value: "default" });
   const ttl = h("input", { name: "ttl_seconds", type: "number", min: "60", value: "3600" });
   const issued = h("div", { "aria-live": "polite" });
   const list = h("div");
