@@ -47,6 +47,8 @@ def configure_local_env(
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_METRICS_NAMESPACE": "AgentKnowledge",
         "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+        # Handlers that add no metric make Powertools warn on every event; the worker processes inherit it.
+        "PYTHONWARNINGS": _with_quiet_metrics(os.environ.get("PYTHONWARNINGS", "")),
     }
     if opensearch_url:
         env["KB_OPENSEARCH_URL"] = opensearch_url
@@ -60,6 +62,15 @@ def configure_local_env(
         env.setdefault("AWS_SECRET_ACCESS_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "local"))
     os.environ.pop("KB_TOKEN_SECRET", None)  # the file is the one source locally
     os.environ.update(env)
+
+
+QUIET_METRICS_WARNING = "ignore:No application metrics to publish"
+
+
+def _with_quiet_metrics(current: str) -> str:
+    """PYTHONWARNINGS with Powertools' empty-metrics warning ignored (once), the caller's rules kept."""
+    rules = [r for r in current.split(",") if r and r != QUIET_METRICS_WARNING]
+    return ",".join([*rules, QUIET_METRICS_WARNING])
 
 
 def _write_private(path: Path, text: str) -> None:
