@@ -58,13 +58,13 @@ def main() -> int:
         c = Container(settings=settings, clock=SystemClock())
         demo.seed(c, with_token=False)
         principal = Principal(
-            client_id="bench", session_id="s1", subject="u1", tenant="demo", routes=["demo"]
+            client_id="bench", session_id="s1", subject="u1", tenant="default", routes=["demo"]
         )
         svc, backend = c.knowledge, c.backend
         scope = c.scopes.resolve("demo")
         source = scope.searchable()[0]
         query = SourceQuery(source.key, source.definition.top_k, source.definition.min_score)
-        viewer = Viewer(tenant="demo", subject="u1")
+        viewer = Viewer(tenant="default", subject="u1")
         i = iter(range(10**9))
 
         def search() -> None:

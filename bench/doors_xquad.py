@@ -32,7 +32,7 @@ from typing import Any
 
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")  # the tool's events are logged per call
 
-from kb_cli import evaluation, models  # noqa: E402 - after the log level
+from kb_cli import evaluation, models
 
 DOORS = ("search", "mcp", "turn inline", "tool", "startup", "eval")
 

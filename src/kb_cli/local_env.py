@@ -108,12 +108,23 @@ def configure_local_env(state: Path, **kwargs: Any) -> Settings:
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_METRICS_NAMESPACE": "AgentKnowledge",
             "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+            # Handlers adding no metric make Powertools warn on every event; the worker processes inherit it.
+            "PYTHONWARNINGS": _with_quiet_metrics(os.environ.get("PYTHONWARNINGS", "")),
         }
     )
     if settings.dynamodb_endpoint:
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     return settings
+
+
+QUIET_METRICS_WARNING = "ignore:No application metrics to publish"
+
+
+def _with_quiet_metrics(current: str) -> str:
+    """PYTHONWARNINGS with Powertools' empty-metrics warning ignored (once), the caller's rules kept."""
+    rules = [r for r in current.split(",") if r and r != QUIET_METRICS_WARNING]
+    return ",".join([*rules, QUIET_METRICS_WARNING])
 
 
 def _write_private(path: Path, text: str) -> None:

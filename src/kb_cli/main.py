@@ -8,8 +8,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import backends, docs, evaluate, ingest, invoke, jobs, mcp, registry, runs, serve, tokens
-from .http import ApiError, call
+from .commands import (
+    backends,
+    docs,
+    evaluate,
+    ingest,
+    inventory,
+    invoke,
+    jobs,
+    mcp,
+    registry,
+    runs,
+    search,
+    serve,
+    tokens,
+)
+from .http import ApiError, EndpointUnreachable, call
 from .local_env import DEFAULT_STATE, STATE_FILE, _write_private, configure_local_env, local_container
 
 __all__ = ["DEFAULT_STATE", "STATE_FILE", "_write_private", "configure_local_env", "local_container"]
@@ -24,10 +38,12 @@ _REGISTER = (
     docs.register_doc,
     registry.register_publish,
     registry.register_workspace,
+    inventory.register_agent,
     registry.register_source,
     runs.register,
     tokens.register_secret,
     invoke.register,
+    search.register,
     mcp.register,
     evaluate.register,
     backends.register_services,
@@ -52,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args, call) or 0)
-    except ApiError as exc:
+    except (ApiError, EndpointUnreachable) as exc:
         print(f"kb: {exc}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as exc:

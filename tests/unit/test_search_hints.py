@@ -334,7 +334,7 @@ def test_search_expired_lease_is_unavailable_not_empty(demo_container, clock):
     key = "demo-docs@1.0.0"
     demo_container.state.registry.update_source_state(key, SourceState(lease_until="2000-01-01T00:00:00Z"))
     demo_container.scopes.invalidate()
-    principal = Principal(client_id="c", session_id="s", subject="u", tenant="demo", routes=["demo"])
+    principal = Principal(client_id="c", session_id="s", subject="u", tenant="default", routes=["demo"])
     result = demo_container.knowledge.search(principal, "demo", SearchRequest(query="网关离线")).wire()
     assert result["status"] == "unavailable" and result["hints"] == []
     demo_container.state.registry.update_source_state(key, SourceState(lease_until="2999-01-01T00:00:00Z"))

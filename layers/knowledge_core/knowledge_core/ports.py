@@ -152,6 +152,7 @@ class DocumentInfo:
     status: str
     chars: int
     updated_at: float
+    tenant: str | None = None  # the document's own tenant (None: stored before documents named one)
 
 
 @dataclass

@@ -13,7 +13,9 @@ from ..http import DEFAULT_ENDPOINT
 
 
 class Call(Protocol):
-    def __call__(self, endpoint: str, method: str, path: str, body: Any = None) -> Any: ...
+    def __call__(
+        self, endpoint: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Any: ...
 
 
 Handler = Callable[[argparse.Namespace, Call], int]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..http import seg
 from . import Call, Subparsers, add_endpoint
+from .inventory import add_json, cmd_doc_list, cmd_doc_show
 
 
 def register_tenant(sub: Subparsers) -> None:
@@ -22,11 +24,12 @@ def register_tenant(sub: Subparsers) -> None:
 
 
 def register_doc(sub: Subparsers) -> None:
-    p = sub.add_parser("doc", help="delete, disable or enable a document")
-    p.add_argument("action", choices=["delete", "disable", "enable"])
+    p = sub.add_parser("doc", help="list a source's documents, show one, or delete, disable or enable one")
+    p.add_argument("action", choices=["delete", "disable", "enable", "list", "show"])
     add_endpoint(p)
     p.add_argument("--source", required=True)
-    p.add_argument("--doc-id", required=True)
+    p.add_argument("--doc-id", help="the document (every action but list)")
+    add_json(p)
     p.set_defaults(func=cmd_doc)
 
 
@@ -44,6 +47,13 @@ def cmd_tenant_migrate(args: argparse.Namespace, call: Call) -> int:
 
 
 def cmd_doc(args: argparse.Namespace, call: Call) -> int:
+    if args.action == "list":
+        return cmd_doc_list(args, call)
+    if not args.doc_id:
+        print(f"kb doc {args.action}: the following arguments are required: --doc-id", file=sys.stderr)
+        return 2
+    if args.action == "show":
+        return cmd_doc_show(args, call)
     base = f"/admin/v1/sources/{seg(args.source)}/documents/{seg(args.doc_id)}"
     if args.action == "delete":
         call(args.endpoint, "DELETE", base)

@@ -46,10 +46,50 @@ def _acl(args: argparse.Namespace) -> dict:
     return {"tenant": args.tenant, "shared_tenants": list(args.share_tenant or [])}
 
 
+MAX_BODY_BYTES = 5 * 1024 * 1024  # SPEC §1: a document body is at most 5 MiB
+MAX_DIRECTORY_FILES = 10_000  # as the service's own directory scan
+
+
+class FileRefused(Exception):
+    """A file `kb ingest` does not send, with the typed code printed for it (the rest goes on)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+
+
+def _read_regular(file: Path) -> bytes:
+    """The bytes of a regular file, opened without following a link and checked after opening (a file
+    swapped for a link or a FIFO after the walk is refused, never read or waited on)."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        raise FileRefused("not_found", "cannot be opened as a regular file (missing, or a link)") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused("unsupported_format", "not a regular file")
+        if info.st_size > MAX_BODY_BYTES:
+            raise FileRefused("too_large", f"{info.st_size} bytes (at most {MAX_BODY_BYTES}, 5 MiB)")
+        return f.read(MAX_BODY_BYTES + 1)
+
+
+def _text_title(text: str, file: Path, title: str | None) -> str:
+    """--title, else the Markdown `# heading`, else the file's name without its suffix."""
+    if title:
+        return title
+    first = text.splitlines()[0] if text else ""
+    return first[2:].strip() if first.startswith("# ") and first[2:].strip() else file.stem
+
+
 def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, title: str | None) -> dict:
-    """A file as a job document: Markdown/text as a body (title from its `# heading`), other formats as
-    bytes the worker extracts. `uri` is what the caller named or the path relative to the directory: never
-    this machine's absolute path, which agents would see in references."""
+    """A file as a job document: Markdown/text as a body (title from its `# heading`, else its file name),
+    other formats as bytes the worker extracts. `uri` is what the caller named or the path relative to the
+    directory: never this machine's absolute path, which agents would see in references. FileRefused when
+    it is larger than a document may be or a text file is not UTF-8."""
     import base64
 
     from knowledge_core.domain.ingestion import file_format
@@ -58,8 +98,15 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
 
     source = {"uri": uri}
     acl = _acl(args)
+    data = _read_regular(file)
+    if len(data) > MAX_BODY_BYTES:
+        raise FileRefused("too_large", f"more than {MAX_BODY_BYTES} bytes (5 MiB)")
     if file_format(file.name) in ("markdown", "text"):
-        doc = markdown_document(args.source, doc_id, file.read_text(encoding="utf-8"), title)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FileRefused("invalid_utf8", f"not UTF-8 text (byte {exc.start})") from None
+        doc = markdown_document(args.source, doc_id, text, _text_title(text, file, title))
         return {
             "doc_id": doc_id,
             "title": doc.title,
@@ -70,7 +117,7 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
     document = {
         "doc_id": doc_id,
         "filename": file.name,
-        "content_base64": base64.b64encode(file.read_bytes()).decode("ascii"),
+        "content_base64": base64.b64encode(data).decode("ascii"),
         "structured_source": source,
         "acl": acl,
     }
@@ -79,28 +126,56 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
     return document
 
 
-def _inline_jobs(args: argparse.Namespace, path: Path) -> list[dict]:
-    """Job requests carrying the files themselves (a single file, or a directory on a remote endpoint),
-    at most 500 documents and about 5 MB each."""
-    from knowledge_core.domain.ingestion import FORMATS, directory_doc_id
+def directory_files(root: Path) -> list[Path]:
+    """The files of a directory upload, by the service's own rules (I-INGEST, issue 26 M5): regular files
+    of a supported format, no symlink (file or directory) followed, nothing hidden (`.git/…`, `.env.md`),
+    at most MAX_DIRECTORY_FILES."""
+    import os
+
+    from knowledge_core.domain.ingestion import FORMATS
+
+    found: list[Path] = []
+    for here, dirs, names in os.walk(root, followlinks=False):
+        base = Path(here)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (base / d).is_symlink())
+        for name in sorted(names):
+            p = base / name
+            if name.startswith(".") or p.suffix.lower() not in FORMATS or p.is_symlink() or not p.is_file():
+                continue
+            found.append(p)
+            if len(found) > MAX_DIRECTORY_FILES:
+                raise SystemExit(f"kb ingest: {root.name}: more than {MAX_DIRECTORY_FILES} files")
+    return sorted(found)
+
+
+def _files(args: argparse.Namespace, path: Path) -> tuple[list[tuple[str, Path, str]], str | None]:
+    """(doc_id, file, uri) of each file to send, and the title given for a single file."""
+    from knowledge_core.domain.ingestion import directory_doc_id, path_doc_id
 
     if path.is_dir():
         prefix = args.doc_id or ""
-        files = [
+        return [
             (directory_doc_id(prefix, p.relative_to(path)), p, p.relative_to(path).as_posix())
-            for p in sorted(path.rglob("*"))
-            if p.is_file() and p.suffix.lower() in FORMATS
-        ]
-        title = None
-    else:
-        if not args.doc_id:
-            raise SystemExit("kb ingest: --doc-id is required for a single file")
-        files, title = [(args.doc_id, path, args.file)], args.title
+            for p in directory_files(path)
+        ], None
+    # A single file without --doc-id takes its file name (without suffix), as a file of a directory does.
+    return [(args.doc_id or path_doc_id(path.stem), path, args.file)], args.title
+
+
+def _inline_jobs(args: argparse.Namespace, path: Path) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Job requests carrying the files themselves (a single file, or a directory on a remote endpoint),
+    at most 500 documents and about 5 MB each; and the files refused here, as (uri, "code: detail")."""
+    files, title = _files(args, path)
     jobs: list[dict] = []
+    refused: list[tuple[str, str]] = []
     batch: list[dict] = []
     size = 0
     for doc_id, file, uri in files:
-        document = _file_document(args, doc_id, file, uri, title)
+        try:
+            document = _file_document(args, doc_id, file, uri, title)
+        except FileRefused as exc:
+            refused.append((uri, str(exc)))
+            continue
         weight = len(document.get("body") or document.get("content_base64") or "")
         if batch and (len(batch) >= 500 or size + weight > 5_000_000):
             jobs.append({"documents": batch})
@@ -109,7 +184,7 @@ def _inline_jobs(args: argparse.Namespace, path: Path) -> list[dict]:
         size += weight
     if batch:
         jobs.append({"documents": batch})
-    return jobs
+    return jobs, refused
 
 
 def _wait_for_jobs(args: argparse.Namespace, call: Call, job_ids: list[str], total: int) -> list[dict]:
@@ -147,8 +222,10 @@ def _wait_for_jobs(args: argparse.Namespace, call: Call, job_ids: list[str], tot
 
 
 def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
+    """Exit 0 when every document was ingested (or unchanged), 1 when any failed or was refused here."""
     path = Path(args.file)
     sync = getattr(args, "sync", False)  # callers building their own Namespace may leave the job flags out
+    refused: list[tuple[str, str]] = []
     if path.is_dir() and _is_loopback(args.endpoint):
         # kb serve reads the directory itself (its admin API answers on loopback only).
         body: dict[str, Any] = {
@@ -162,7 +239,11 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
     else:
         if sync:
             raise SystemExit("kb ingest: --sync needs a directory and a kb serve on this machine")
-        requests = _inline_jobs(args, path)
+        if not path.exists():
+            raise SystemExit(f"kb ingest: {args.file}: no such file or directory")
+        requests, refused = _inline_jobs(args, path)
+    for uri, reason in refused:
+        print(f"kb ingest: {uri}: {reason}", file=sys.stderr)
     responses = [
         call(args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs", request)
         for request in requests
@@ -171,14 +252,18 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
     if getattr(args, "no_wait", False):
         for job in accepted:
             print(job["job_id"])
-        return 0
+        return 1 if refused else 0
     jobs = _wait_for_jobs(args, call, [a["job_id"] for a in accepted], sum(a["total"] for a in accepted))
+    return _report(args, jobs, len(refused))
+
+
+def _report(args: argparse.Namespace, jobs: list[dict], refused: int) -> int:
     ingested = sum(j["counts"]["done"] + j["counts"]["unchanged"] for j in jobs)
     failed = [(e["doc_id"], e["code"]) for j in jobs for e in j["errors"]]
     print(f"ingested {ingested} document(s) into {args.source}", end="")
     unchanged = sum(j["counts"]["unchanged"] for j in jobs)
     deleted = sum(j["counts"]["deleted"] for j in jobs)
-    print(f" ({unchanged} unchanged, {len(failed)} failed, {deleted} deleted)")
+    print(f" ({unchanged} unchanged, {len(failed) + refused} failed, {deleted} deleted)")
     for doc_id, code in failed:
         print(f"  {doc_id}: {code}", file=sys.stderr)
-    return 0
+    return 1 if failed or refused else 0

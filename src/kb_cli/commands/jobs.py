@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ..http import seg
 from . import Call, Subparsers, add_endpoint
@@ -11,12 +12,25 @@ from . import Call, Subparsers, add_endpoint
 
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("job", help="ingestion jobs: status of one, or the latest of a source")
-    p.add_argument("action", choices=["status", "list"])
-    p.add_argument("job_id", nargs="?")
     add_endpoint(p)
-    p.add_argument("--source", required=True, help="exact id@version")
+    p.add_argument("--source", help="exact id@version")
     p.add_argument("--json", action="store_true", help="status: the whole job as JSON")
-    p.set_defaults(func=cmd_job)
+    actions = p.add_subparsers(dest="action", required=True, metavar="{status,list}")
+    # Flags before or after the action (`kb job status --source S JOB_ID`, the README's order, included):
+    # each action takes them too, without a default of its own that would hide the job parser's.
+    for action in ("status", "list"):
+        a = actions.add_parser(
+            action,
+            help="one job's counts, errors, timestamps" if action == "status" else "the source's latest jobs",
+        )
+        if action == "status":
+            a.add_argument("job_id", nargs="?")
+        a.add_argument(
+            "--endpoint", default=argparse.SUPPRESS, help="kb serve / API base URL (env KB_ENDPOINT)"
+        )
+        a.add_argument("--source", default=argparse.SUPPRESS, help="exact id@version")
+        a.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="the whole job as JSON")
+        a.set_defaults(func=cmd_job)
 
 
 def job_line(job: dict) -> str:
@@ -30,12 +44,15 @@ def job_line(job: dict) -> str:
 
 
 def cmd_job(args: argparse.Namespace, call: Call) -> int:
+    if not args.source:
+        print(f"kb job {args.action}: the following arguments are required: --source", file=sys.stderr)
+        return 2
     base = f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs"
     if args.action == "list":
         for job in call(args.endpoint, "GET", base)["jobs"]:
             print(f"{job['created_at']}  {job_line(job)}")
         return 0
-    if not args.job_id:
+    if not getattr(args, "job_id", None):
         raise SystemExit("kb job status: give a JOB_ID")
     job = call(args.endpoint, "GET", f"{base}/{seg(args.job_id)}")
     if args.json:

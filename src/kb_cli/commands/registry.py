@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..http import seg
 from . import Call, Subparsers, add_endpoint
+from .inventory import add_json, cmd_source_list, cmd_workspace_list
 
 
 def register_publish(sub: Subparsers) -> None:
@@ -29,13 +31,18 @@ def register_workspace(sub: Subparsers) -> None:
     w.add_argument("--agent", required=True, help="exact id@version")
     add_endpoint(w)
     w.set_defaults(func=cmd_workspace_set)
+    w = wsub.add_parser("list", help="every workspace route and the agent version it points at")
+    add_endpoint(w)
+    add_json(w)
+    w.set_defaults(func=cmd_workspace_list)
 
 
 def register_source(sub: Subparsers) -> None:
-    p = sub.add_parser("source", help="enable or disable a published source")
-    p.add_argument("action", choices=["enable", "disable"])
+    p = sub.add_parser("source", help="list the published sources, or enable or disable one")
+    p.add_argument("action", choices=["enable", "disable", "list"])
     add_endpoint(p)
-    p.add_argument("--source", required=True)
+    p.add_argument("--source", help="exact id@version (enable, disable)")
+    add_json(p)
     p.set_defaults(func=cmd_source)
 
 
@@ -58,6 +65,11 @@ def cmd_workspace_set(args: argparse.Namespace, call: Call) -> int:
 
 
 def cmd_source(args: argparse.Namespace, call: Call) -> int:
+    if args.action == "list":
+        return cmd_source_list(args, call)
+    if not args.source:
+        print(f"kb source {args.action}: the following arguments are required: --source", file=sys.stderr)
+        return 2
     call(args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/{args.action}", {})
     print(f"{args.source} {args.action}d")
     return 0

@@ -57,7 +57,8 @@ def register(sub: Subparsers) -> None:
 
 
 def _demo_token(container: Container, token_file: Path) -> str:
-    """The demo token of an earlier start while it is still valid; otherwise a new one."""
+    """The demo token of an earlier start while it is still valid (for the default tenant); otherwise a new
+    one."""
     from knowledge_core.services.access import token_hash
 
     from .. import demo
@@ -65,7 +66,12 @@ def _demo_token(container: Container, token_file: Path) -> str:
     if token_file.exists():
         token = token_file.read_text(encoding="utf-8").strip()
         session = container.state.sessions.get_session(token_hash(token))
-        if session is not None and not session.revoked and session.expires_at > container.clock.now() + 60:
+        if (
+            session is not None
+            and not session.revoked
+            and session.expires_at > container.clock.now() + 60
+            and session.tenant == demo.DEFAULT_TENANT  # one of an older state sees no documents now
+        ):
             return token
     token = demo.issue_token(container)
     _write_private(token_file, token + "\n")
@@ -157,11 +163,20 @@ def _note_orphans(container: Container, state: Path) -> None:
 def _seed_demo(container: Container, state: Path) -> None:
     from .. import demo
 
+    moved = demo.adopt_default_tenant(container)
     seeded = demo.seed_if_absent(container)
     token_file = state / "demo-token"
     token = _demo_token(container, token_file)
+    if moved:
+        print(
+            f"note: {state} is from before the default tenant: {moved} document(s) of demo-docs@1.0.0 moved "
+            f"from tenant '{demo.LEGACY_TENANT}' to '{demo.DEFAULT_TENANT}' and the demo token below is new "
+            "(tokens issued with --tenant demo no longer see them)"
+        )
     what = "seeded" if seeded else "kept"
-    print(f"demo workspace 'demo' {what}: {len(demo.demo_documents())} documents in demo-docs@1.0.0")
+    key = f"{demo.SOURCE['id']}@{demo.SOURCE['version']}"
+    count = len(container.backend.list_documents(key, 100_000))  # what is stored, not what was seeded
+    print(f"demo workspace 'demo' {what}: {count} documents in {key} (tenant {demo.DEFAULT_TENANT})")
     print(f"bearer token for route demo (also in {token_file}):\n{token}")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..http import seg
 from ..local_env import DEFAULT_STATE, rotate_secret
 from . import Call, Subparsers, add_endpoint
+from .inventory import readable_time
 
 
 def register(sub: Subparsers) -> None:
@@ -68,7 +69,7 @@ def cmd_token_list(args: argparse.Namespace, call: Call) -> int:
         state = "revoked" if t["revoked"] else "active"
         print(
             f"{t['token_id']}  {state:7}  tenant={t['tenant']} client={t['client_id']} "
-            f"subject={t['subject']} routes={','.join(t['routes'])} expires_at={t['expires_at']}"
+            f"subject={t['subject']} routes={','.join(t['routes'])} expires={readable_time(t['expires_at'])}"
         )
     print(f"{len(tokens)} token(s)", file=sys.stderr)
     return 0

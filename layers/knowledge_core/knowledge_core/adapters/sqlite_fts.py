@@ -454,7 +454,8 @@ class SqliteFtsBackend(SearchBackend):
 
     def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
         rows = self._read(
-            "SELECT doc_id, title, revision, status, length(body), updated_at FROM documents "
+            "SELECT doc_id, title, revision, status, length(body), updated_at, json_extract(acl, '$.tenant') "
+            "FROM documents "
             "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
             (source_key, limit),
         )

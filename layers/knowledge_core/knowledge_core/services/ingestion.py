@@ -282,7 +282,7 @@ class IngestionService:
                 except (binascii.Error, ValueError):
                     raise ExtractionError("corrupt") from None
             extracted = extract(name, data)
-            title = payload.get("title") or extracted.title or item.doc_id
+            title = payload.get("title") or extracted.title or PurePath(name).stem or item.doc_id
             body = extracted.body
             structured["format"] = extracted.format
             if extracted.page_starts:
