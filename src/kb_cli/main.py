@@ -32,8 +32,14 @@ def configure_local_env(
     dynamodb_endpoint: str | None = None,
 ) -> None:
     """Environment for the handlers of this process (and its workers): state and search embedded on
-    SQLite under `state` unless real endpoints are given."""
-    state.mkdir(parents=True, exist_ok=True)
+    SQLite under `state` unless real endpoints are given. The directory is 0700 and its files 0600
+    (G-LOCAL): those an earlier kb left wider are narrowed here, the databases as they are opened."""
+    from knowledge_core.adapters.private_files import private_path
+
+    private_path(state, directory=True)
+    for name in ("token-secret", "token-secret.previous", "demo-token"):
+        if (state / name).exists():
+            private_path(state / name)
     secret_file = state / "token-secret"
     if not secret_file.exists():
         _write_private(secret_file, secrets.token_urlsafe(48))
@@ -217,7 +223,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def rotate_secret(state: Path) -> None:
     """The current token secret becomes the previous one (still verified) and a new one signs."""
-    state.mkdir(parents=True, exist_ok=True)
+    from knowledge_core.adapters.private_files import private_path
+
+    private_path(state, directory=True)
     current, previous = state / "token-secret", state / "token-secret.previous"
     if current.exists():
         _write_private(previous, current.read_text(encoding="utf-8"))
