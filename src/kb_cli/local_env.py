@@ -55,10 +55,16 @@ def local_settings(
     """The settings of the local runtime: what the environment sets (`Settings.from_env`, the one table),
     with state and search embedded on SQLite under `state` unless real endpoints are given, and ranked as
     `ranking` says (default: resolved as `kb serve` resolves it)."""
+    from knowledge_core.adapters.private_files import private_path
     from knowledge_core.settings import Settings
 
     ranking = ranking or LocalRanking.resolve()
-    state.mkdir(parents=True, exist_ok=True)
+    # The directory is 0700 and its files 0600 (G-LOCAL): those an earlier kb left wider are narrowed here,
+    # the databases as they are opened.
+    private_path(state, directory=True)
+    for name in ("token-secret", "token-secret.previous", "demo-token"):
+        if (state / name).exists():
+            private_path(state / name)
     secret_file = state / "token-secret"
     if not secret_file.exists():
         _write_private(secret_file, secrets.token_urlsafe(48))
@@ -158,7 +164,9 @@ def local_container(state: Path, **kwargs: Any) -> Container:
 
 def rotate_secret(state: Path) -> None:
     """The current token secret becomes the previous one (still verified) and a new one signs."""
-    state.mkdir(parents=True, exist_ok=True)
+    from knowledge_core.adapters.private_files import private_path
+
+    private_path(state, directory=True)
     current, previous = state / "token-secret", state / "token-secret.previous"
     if current.exists():
         _write_private(previous, current.read_text(encoding="utf-8"))

@@ -357,9 +357,11 @@ class CachedEmbedder(Embedder):
     def __init__(self, inner: Embedder, path: str | Path) -> None:
         import sqlite3
 
+        from .private_files import private_path
+
         self._inner = inner
         self.models = inner.models
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(str(private_path(path)), check_same_thread=False, isolation_level=None)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS model_vectors (model TEXT, digest BLOB, vector BLOB, "
             "PRIMARY KEY (model, digest))"
