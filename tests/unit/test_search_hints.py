@@ -94,6 +94,9 @@ class FailingBackend(SearchBackend):
     def get_documents(self, keys):
         return self.inner.get_documents(keys)
 
+    def document_states(self, keys):
+        return self.inner.document_states(keys)
+
     def put_documents(self, documents):
         return self.inner.put_documents(documents)
 

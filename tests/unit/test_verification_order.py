@@ -150,6 +150,9 @@ class DownBackend(SearchBackend):
     def get_documents(self, keys):
         raise SourceFailure("unavailable", "connection refused to search-node-7.internal:9200")
 
+    def document_states(self, keys):
+        raise SourceFailure("unavailable", "connection refused to search-node-7.internal:9200")
+
     def put_documents(self, documents):
         return self.inner.put_documents(documents)
 

@@ -14,6 +14,7 @@ from .domain.ingestion import DocState, DocumentOutcome, IngestionJob, JobDocume
 from .domain.models import (
     AgentDefinition,
     Document,
+    DocumentState,
     Run,
     Session,
     Source,
@@ -233,6 +234,12 @@ class SearchBackend(ABC):
         """The stored documents of (source_key, doc_id) keys in one read (one `_mget`, one SQL statement):
         the live check of every hit of a retrieval. Absent keys are missing from the result. Raises
         SourceFailure when the backend cannot answer."""
+
+    @abstractmethod
+    def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
+        """Source, status, ACL and revision (no body) of the stored documents of (source_key, doc_id) keys,
+        in one read: the live check of every hit of a retrieval. Absent keys are missing from the result.
+        Raises SourceFailure when the backend cannot answer."""
 
     @abstractmethod
     def put_documents(self, documents: list[Document]) -> None:

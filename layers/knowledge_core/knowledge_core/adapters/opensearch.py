@@ -47,7 +47,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..domain.errors import KnowledgeUnavailable, SourceFailure
-from ..domain.models import Document, DocumentAcl, Viewer
+from ..domain.models import Document, DocumentAcl, DocumentState, Viewer
 from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
 from ..ports import (
     DocumentInfo,
@@ -74,6 +74,7 @@ BULK_MAX_BYTES = 8 * 1024 * 1024
 _HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "text", "structured_source"]
 _VECTOR_FIELDS = ["vectors", "vector", "vector_model"]
 _DOC_FIELDS = ["source_key", "doc_id", "title", "body", "revision", "status", "acl", "structured_source"]
+_STATE_FIELDS = ["source_key", "doc_id", "revision", "status", "acl"]
 
 
 # The embedded backend's `analyzer.index_terms` in Lucene terms: CJK runs as bigrams (a lone character
@@ -598,35 +599,52 @@ class OpenSearchBackend(SearchBackend):
         return self.get_documents([(source_key, doc_id)]).get((source_key, doc_id))
 
     def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
-        """One `_mget` on the documents alias for every key (the live check of a whole retrieval)."""
-        if not keys:
-            return {}
-        from opensearchpy.exceptions import NotFoundError
-
-        ids = [doc_key(source_key, doc_id) for source_key, doc_id in keys]
-        try:
-            found = self.client.mget(
-                index=self.documents_alias, body={"ids": ids}, _source_includes=_DOC_FIELDS
-            )
-        except NotFoundError:  # no documents index yet: no document exists
-            return {}
-        except transport_errors() as exc:
-            raise _failure(exc) from None
-        documents: dict[tuple[str, str], Document] = {}
-        for (source_key, doc_id), entry in zip(keys, found.get("docs", []), strict=False):
-            src = entry.get("_source") if entry.get("found") else None
-            if src is None or src["source_key"] != source_key or src["doc_id"] != doc_id:
-                continue
-            documents[(source_key, doc_id)] = Document(
-                source_key=source_key,
-                doc_id=doc_id,
+        """One `_mget` on the documents alias for every key (bodies included)."""
+        return {
+            key: Document(
+                source_key=src["source_key"],
+                doc_id=src["doc_id"],
                 title=src["title"],
                 body=src["body"],
                 status=src["status"],
                 acl=DocumentAcl.model_validate(src["acl"]),
                 structured_source=src.get("structured_source"),
             )
-        return documents
+            for key, src in self._mget(keys, _DOC_FIELDS).items()
+        }
+
+    def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
+        """One `_mget` without bodies: the live check of every hit of a retrieval."""
+        return {
+            key: DocumentState(
+                src["source_key"],
+                src["doc_id"],
+                src["status"],
+                DocumentAcl.model_validate(src["acl"]),
+                src["revision"],
+            )
+            for key, src in self._mget(keys, _STATE_FIELDS).items()
+        }
+
+    def _mget(self, keys: Sequence[tuple[str, str]], fields: list[str]) -> dict[tuple[str, str], dict]:
+        """The stored `_source` (those fields) of each key that exists, in one `_mget`."""
+        from opensearchpy.exceptions import NotFoundError
+
+        if not keys:
+            return {}
+        ids = [doc_key(source_key, doc_id) for source_key, doc_id in keys]
+        try:
+            found = self.client.mget(index=self.documents_alias, body={"ids": ids}, _source_includes=fields)
+        except NotFoundError:  # no documents index yet: no document exists
+            return {}
+        except transport_errors() as exc:
+            raise _failure(exc) from None
+        sources: dict[tuple[str, str], dict] = {}
+        for (source_key, doc_id), entry in zip(keys, found.get("docs", []), strict=False):
+            src = entry.get("_source") if entry.get("found") else None
+            if src is not None and src["source_key"] == source_key and src["doc_id"] == doc_id:
+                sources[(source_key, doc_id)] = src
+        return sources
 
     def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
         query: dict[str, Any] = {"bool": {"filter": [{"term": {"source_key": source_key}}]}}

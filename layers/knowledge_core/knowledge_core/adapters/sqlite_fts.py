@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..domain.analyzer import index_terms, query_terms
 from ..domain.errors import SourceFailure
-from ..domain.models import Document, DocumentAcl, Viewer
+from ..domain.models import Document, DocumentAcl, DocumentState, Viewer
 from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
 from ..ports import (
     DocumentInfo,
@@ -306,6 +306,22 @@ class SqliteFtsBackend(SearchBackend):
                 structured_source=json.loads(structured) if structured else None,
             )
             for source_key, doc_id, title, body, status, acl, structured in rows
+        }
+
+    def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
+        if not keys:
+            return {}
+        values = ",".join("(?,?)" for _ in keys)
+        rows = self._read(
+            "SELECT source_key, doc_id, status, acl, revision FROM documents "
+            f"WHERE (source_key, doc_id) IN (VALUES {values})",
+            [part for key in keys for part in key],
+        )
+        return {
+            (source_key, doc_id): DocumentState(
+                source_key, doc_id, status, DocumentAcl.model_validate_json(acl), revision
+            )
+            for source_key, doc_id, status, acl, revision in rows
         }
 
     def put_documents(self, documents: list[Document]) -> None:

@@ -126,9 +126,8 @@ class KnowledgeService:
 
     def retrieve(
         self, scope: KnowledgeScope, query: str, principal: Principal, planned: list[PlannedSource]
-    ) -> tuple[SearchStatus, list[Hit], Retrieved]:
-        """(status, merged hits, what was retrieved) over sources someone else planned: a turn's startup
-        retrieval (R-MODE)."""
+    ) -> tuple[SearchStatus, list[Hit]]:
+        """(status, merged hits) over sources someone else planned: a turn's startup retrieval (R-MODE)."""
         return self._retrieve(scope, query, principal, depth=None, planned=planned)
 
     def mint_ref(self, hit: Hit, identity: str, scope_revision: str) -> tuple[str, int]:
@@ -144,8 +143,7 @@ class KnowledgeService:
     def _ranked_hits(
         self, scope: KnowledgeScope, query: str, principal: Principal, depth: int | None
     ) -> tuple[SearchStatus, list[Hit]]:
-        status, hits, _ = self._retrieve(scope, query, principal, depth, plan_search(scope, query))
-        return status, hits
+        return self._retrieve(scope, query, principal, depth, plan_search(scope, query))
 
     def _retrieve(
         self,
@@ -154,11 +152,11 @@ class KnowledgeService:
         principal: Principal,
         depth: int | None,
         planned: list[PlannedSource],
-    ) -> tuple[SearchStatus, list[Hit], Retrieved]:
-        """(status, hits merged by raw score, the retrieval): each planned source asked for its `topK`
+    ) -> tuple[SearchStatus, list[Hit]]:
+        """(status, hits merged by raw score): each planned source asked for its `topK`
         (or `depth`) documents through the one retrieval step (K-PIPE)."""
         if not planned:
-            return "ok", [], Retrieved([])
+            return "ok", []
         # An expired runtime lease makes a source unavailable without querying it (R-ROUTE).
         expired = self.retrieval.expired(scope, planned, self._clock.now())
         to_call = [p for p in planned if p.key not in expired]
@@ -174,9 +172,11 @@ class KnowledgeService:
         )
         failed = len(expired) + sum(1 for o in retrieved.outcomes if o.error is not None)
         status: SearchStatus = "unavailable" if failed == len(planned) else "partial" if failed else "ok"
-        # Several sources merge by raw score; ties break on source key then doc id for determinism.
-        hits = sorted(retrieved.hits(), key=lambda h: (-h.score, h.source_key, h.doc_id))
-        return status, hits, retrieved
+        # Several sources merge by raw score; ties break on source key, then keep the source's own order
+        # (K-PIPE: one source answers every door in the same order).
+        ranked = [(h, i) for o in retrieved.outcomes for i, h in enumerate(o.hits)]
+        hits = [h for h, _ in sorted(ranked, key=lambda p: (-p[0].score, p[0].source_key, p[1]))]
+        return status, hits
 
     def _hint(self, hit: Hit, identity: str, scope_revision: str, query_terms: list[str]) -> Hint:
         ref, expires_at = self.mint_ref(hit, identity, scope_revision)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..domain.errors import SourceFailure
 from ..domain.hybrid import HybridRanking
-from ..domain.models import Document, Viewer, citable
+from ..domain.models import Document, DocumentState, Viewer, citable
 from ..domain.router import PlannedSource, expired_leases
 from ..domain.scope import KnowledgeScope
 from ..ports import (
@@ -67,11 +67,9 @@ class SourceOutcome:
 
 @dataclass
 class Retrieved:
-    """Every planned source's outcome, in plan order, and the documents the live check read (so a door
-    that delivers bodies reads nothing twice)."""
+    """Every planned source's outcome, in plan order."""
 
     outcomes: list[SourceOutcome]
-    documents: dict[DocKey, Document] = field(default_factory=dict)
 
     def hits(self) -> list[Hit]:
         return [h for o in self.outcomes for h in o.hits]
@@ -161,7 +159,7 @@ class Retrieval:
             for o, k in zip(ranked, top_ks, strict=True):
                 o.hits = o.hits[:k]
             return Retrieved(ranked)
-        documents: dict[DocKey, Document] = {}
+        documents: dict[DocKey, DocumentState] = {}
         kept: list[list[Hit]] = [[] for _ in ranked]
         position = [0] * len(ranked)
         while True:
@@ -173,7 +171,7 @@ class Retrieval:
             if not keys:
                 break
             try:
-                documents.update(self._backend.get_documents(keys))
+                documents.update(self._backend.document_states(keys))
             except SourceFailure as exc:
                 for i, o in enumerate(ranked):
                     if batch[i] or kept[i]:
@@ -187,18 +185,12 @@ class Retrieval:
                 ]
         for o, hits in zip(ranked, kept, strict=True):
             o.hits = hits
-        return Retrieved(ranked, documents)
+        return Retrieved(ranked)
 
-    def documents(self, retrieved: Retrieved, hits: Sequence[Hit]) -> dict[DocKey, Document]:
-        """The documents of `hits` (bodies for delivery): those the live check read, the rest in one read.
-        Raises SourceFailure when the backend cannot answer."""
-        missing = [
-            k for k in dict.fromkeys((h.source_key, h.doc_id) for h in hits) if k not in retrieved.documents
-        ]
-        found = dict(retrieved.documents)
-        if missing:
-            found.update(self._backend.get_documents(missing))
-        return found
+    def documents(self, hits: Sequence[Hit]) -> dict[DocKey, Document]:
+        """The documents of `hits` with their bodies (delivery), in one read. Raises SourceFailure when the
+        backend cannot answer."""
+        return self._backend.get_documents(list(dict.fromkeys((h.source_key, h.doc_id) for h in hits)))
 
 
 def query_vector(embedder: Embedder | None, text: str) -> Vector | None:

@@ -204,11 +204,11 @@ class TurnService:
         planned = plan_startup(scope, query)
         if not planned:
             return "ok", []
-        status, hits, retrieved = self._knowledge.retrieve(scope, query, principal, planned)
+        status, hits = self._knowledge.retrieve(scope, query, principal, planned)
         routing = scope.routing
         hits = hits[: routing.top_k]
-        try:  # the bodies, in one read (the live check's, when it read them)
-            documents = self._knowledge.retrieval.documents(retrieved, hits)
+        try:  # the bodies, in one read
+            documents = self._knowledge.retrieval.documents(hits)
         except SourceFailure:
             return ("partial" if status == "ok" else status) if hits else status, []
         remaining = routing.max_context_chars
