@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,7 @@ def configure_local_env(
         env.setdefault("AWS_SECRET_ACCESS_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "local"))
     os.environ.pop("KB_TOKEN_SECRET", None)  # the file is the one source locally
     os.environ.update(env)
+    warnings.filterwarnings("ignore", message="No application metrics to publish")  # this process too
 
 
 QUIET_METRICS_WARNING = "ignore:No application metrics to publish"

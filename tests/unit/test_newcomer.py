@@ -115,3 +115,63 @@ def test_issue22_p5_banner_counts_the_stored_documents(demo_container, tmp_path,
     out = capsys.readouterr().out
     assert f"{len(demo.demo_documents()) + 1} documents in {DEMO_SOURCE}" in out
     assert json.dumps(out)  # printable
+
+
+# --- issue 22 point 8: make serve installs only when something changed --------------------------------------
+
+
+def test_issue22_p8_make_serve_installs_only_when_pyproject_changed(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import time
+
+    if shutil.which("make") is None:
+        import pytest
+
+        pytest.skip("no make here")
+    root = KB_CLI.parents[1]
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(root / name, tmp_path / name)
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+
+    def dry_run() -> str:
+        done = subprocess.run(
+            ["make", "-n", "venv"], cwd=tmp_path, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    first = dry_run()
+    assert "pip install" in first and "PYTHONWARNINGS=ignore" in first  # no setuptools notice box
+    (tmp_path / ".venv" / ".installed-semantic").touch()
+    assert "pip install" not in dry_run()
+    later = time.time() + 5
+    os.utime(tmp_path / "pyproject.toml", (later, later))
+    assert "pip install" in dry_run()
+
+
+def test_issue22_p8_handlers_do_not_warn_about_empty_metrics(tmp_path, monkeypatch):
+    """kb serve's worker processes inherit PYTHONWARNINGS ignoring Powertools' empty-metrics warning."""
+    import os
+    import subprocess
+    import sys
+
+    from kb_cli import local_env
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    os.environ["PYTHONWARNINGS"] = "error::ResourceWarning"
+    local_env.configure_local_env(tmp_path / "state")
+    assert os.environ["PYTHONWARNINGS"].split(",") == [
+        "error::ResourceWarning",
+        local_env.QUIET_METRICS_WARNING,
+    ]
+    code = (
+        "import warnings; warnings.warn('No application metrics to publish. The cold-start metric may be "
+        "published if enabled.', UserWarning)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert done.returncode == 0 and done.stderr == ""
