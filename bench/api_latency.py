@@ -25,7 +25,7 @@ from knowledge_core.bootstrap import Container  # noqa: E402
 from knowledge_core.codec import identity_digest  # noqa: E402
 from knowledge_core.domain.models import Principal, Viewer  # noqa: E402
 from knowledge_core.domain.wire import ReadRequest, SearchRequest  # noqa: E402
-from knowledge_core.ports import SourceQuery, SystemClock  # noqa: E402
+from knowledge_core.ports import QueryAnalysis, SourceQuery, SystemClock  # noqa: E402
 from knowledge_core.settings import Settings  # noqa: E402
 
 from kb_cli import demo  # noqa: E402
@@ -73,7 +73,7 @@ def main() -> int:
         j = iter(range(10**9))
 
         def raw_search() -> None:
-            backend.search([query], QUERIES[next(j) % len(QUERIES)], viewer)
+            backend.search([query], QueryAnalysis(QUERIES[next(j) % len(QUERIES)]), viewer)
 
         results = []
         s, b = interleaved(search, raw_search, args.rounds)

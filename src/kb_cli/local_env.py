@@ -6,64 +6,124 @@ from __future__ import annotations
 import os
 import secrets
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from knowledge_core.bootstrap import Container
+    from knowledge_core.settings import Settings
 
 DEFAULT_STATE = Path(".kb-state")
 STATE_FILE = "state.sqlite3"  # beside search.sqlite3: sources, agents, tokens, runs, turns, ledgers
 
 
-def configure_local_env(
+@dataclass(frozen=True)
+class LocalRanking:
+    """The embedding models and the zh<->en lexicon the local runtime ranks with, resolved once the way
+    every local door shares (`kb serve`, `kb mcp --embedded`, `kb invoke`), and how a banner says it."""
+
+    model_dir: str | None = None
+    lexicon_dir: str | None = None
+    ranking: str = "BM25"
+    translation: str = "off"
+
+    @classmethod
+    def resolve(cls, embedding_model: str = "auto", query_translation: bool | None = None) -> LocalRanking:
+        """`auto`: `$KB_EMBEDDING_MODEL_DIR`, else the per-user cache `kb models fetch` fills, else BM25;
+        the lexicon likewise (`query_translation` None: as `$KB_QUERY_TRANSLATION` says, default on). A
+        directory named that cannot be used raises `models.ModelError`."""
+        from . import models
+
+        if query_translation is None:
+            query_translation = os.environ.get("KB_QUERY_TRANSLATION", "true").lower() not in ("false", "0")
+        model_dir, ranking = models.resolve(embedding_model)
+        lexicon_dir, translation = models.resolve_lexicon(query_translation)
+        return cls(model_dir, lexicon_dir, ranking, translation)
+
+    def banner(self) -> str:
+        return f"ranking: {self.ranking}; query translation: {self.translation}"
+
+
+def local_settings(
     state: Path,
     *,
     search_backend: str = "sqlite",
     opensearch_url: str | None = None,
     dynamodb_endpoint: str | None = None,
-) -> None:
-    """Environment for the handlers of this process (and its workers): state and search embedded on
-    SQLite under `state` unless real endpoints are given."""
-    state.mkdir(parents=True, exist_ok=True)
+    ranking: LocalRanking | None = None,
+) -> Settings:
+    """The settings of the local runtime: what the environment sets (`Settings.from_env`, the one table),
+    with state and search embedded on SQLite under `state` unless real endpoints are given, and ranked as
+    `ranking` says (default: resolved as `kb serve` resolves it)."""
+    from knowledge_core.adapters.private_files import private_path
+    from knowledge_core.settings import Settings
+
+    ranking = ranking or LocalRanking.resolve()
+    # The directory is 0700 and its files 0600 (G-LOCAL): those an earlier kb left wider are narrowed here,
+    # the databases as they are opened.
+    private_path(state, directory=True)
+    for name in ("token-secret", "token-secret.previous", "demo-token"):
+        if (state / name).exists():
+            private_path(state / name)
     secret_file = state / "token-secret"
     if not secret_file.exists():
         _write_private(secret_file, secrets.token_urlsafe(48))
-    env = {
-        # Read from the file (and token-secret.previous) every few seconds: `kb secret rotate` takes effect
-        # in a running `kb serve` without a restart.
-        "KB_TOKEN_SECRET_FILE": str(secret_file.resolve()),
-        "KB_SECRET_REFRESH_SECONDS": os.environ.get("KB_SECRET_REFRESH_SECONDS", "5"),
-        "KB_SEARCH_BACKEND": search_backend,
-        "KB_SQLITE_PATH": str(state / "search.sqlite3"),
-        "KB_STATE_BACKEND": "dynamodb" if dynamodb_endpoint else "sqlite",
-        "KB_STATE_PATH": str(state / STATE_FILE),
-        "KB_TABLE_NAME": os.environ.get("KB_TABLE_NAME", "agent-knowledge"),
+    base = Settings.from_env()
+    local = {
+        # The file is the one secret locally, re-read every few seconds: `kb secret rotate` takes effect in
+        # a running `kb serve` without a restart.
+        "token_secret": None,
+        "token_secret_previous": None,
+        "token_secret_file": str(secret_file.resolve()),
+        "secret_refresh_seconds": float(os.environ.get("KB_SECRET_REFRESH_SECONDS", "5")),
+        "search_backend": search_backend,
+        "sqlite_path": str(state / "search.sqlite3"),
+        "opensearch_url": opensearch_url,
+        "state_backend": "dynamodb" if dynamodb_endpoint else "sqlite",
+        "state_path": str(state / STATE_FILE),
+        "dynamodb_endpoint": dynamodb_endpoint,
         # Every function runs in its own processes here: without a registry cache, a disabled source or an
         # ended run is seen by the next request (local reads are cheap); on Lambda the default is 2 s.
-        "KB_REGISTRY_CACHE_SECONDS": os.environ.get("KB_REGISTRY_CACHE_SECONDS", "0"),
+        "registry_cache_seconds": float(os.environ.get("KB_REGISTRY_CACHE_SECONDS", "0")),
         # The admin API answers on loopback only here, so an ingestion job may name a local directory.
-        "KB_INGEST_DIRECTORIES": "true",
-        "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "POWERTOOLS_METRICS_NAMESPACE": "AgentKnowledge",
-        "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
-        # Handlers that add no metric make Powertools warn on every event; the worker processes inherit it.
-        "PYTHONWARNINGS": _with_quiet_metrics(os.environ.get("PYTHONWARNINGS", "")),
+        "ingest_directories": True,
+        "embedding_model_dir": ranking.model_dir,
+        # Hybrid ranking: re-seeding (or a restart) must not re-embed the corpus.
+        "embedding_cache": (base.embedding_cache or str(state / "embedding-cache.sqlite3"))
+        if ranking.model_dir
+        else None,
+        "query_translation": ranking.lexicon_dir is not None,
+        "lexicon_dir": ranking.lexicon_dir,
     }
-    if opensearch_url:
-        env["KB_OPENSEARCH_URL"] = opensearch_url
-    if os.environ.get("KB_EMBEDDING_MODEL_DIR"):  # hybrid ranking: re-seeding must not re-embed the corpus
-        env["KB_EMBEDDING_CACHE"] = os.environ.get(
-            "KB_EMBEDDING_CACHE", str(state / "embedding-cache.sqlite3")
-        )
-    if dynamodb_endpoint:
-        env["KB_DYNAMODB_ENDPOINT"] = dynamodb_endpoint
-        env.setdefault("AWS_ACCESS_KEY_ID", os.environ.get("AWS_ACCESS_KEY_ID", "local"))
-        env.setdefault("AWS_SECRET_ACCESS_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "local"))
-    os.environ.pop("KB_TOKEN_SECRET", None)  # the file is the one source locally
-    os.environ.update(env)
-    warnings.filterwarnings("ignore", message="No application metrics to publish")  # this process too
+    return Settings.model_validate({**base.model_dump(), **local})
+
+
+def configure_local_env(state: Path, **kwargs: Any) -> Settings:
+    """The local settings (`local_settings`), also written to this process's environment: the worker
+    processes `kb serve` starts for its functions read them back with `Settings.from_env`."""
+    from knowledge_core.settings import ENV
+
+    settings = local_settings(state, **kwargs)
+    for names in ENV.values():  # nothing stale from the shell or an earlier configuration of this process
+        for name in names:
+            os.environ.pop(name, None)
+    os.environ.update(settings.to_env())
+    os.environ.update(
+        {
+            "AWS_DEFAULT_REGION": settings.region,
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_NAMESPACE": "AgentKnowledge",
+            "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+            # Handlers adding no metric make Powertools warn on every event; the worker processes inherit it.
+            "PYTHONWARNINGS": _with_quiet_metrics(os.environ.get("PYTHONWARNINGS", "")),
+        }
+    )
+    warnings.filterwarnings("ignore", message="No application metrics to publish")  # kb invoke runs here
+    if settings.dynamodb_endpoint:
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    return settings
 
 
 QUIET_METRICS_WARNING = "ignore:No application metrics to publish"
@@ -90,11 +150,14 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def local_container(state: Path, **kwargs: Any) -> Container:
-    configure_local_env(state, **kwargs)
+    """The container of this process on the local runtime's settings (`local_settings` arguments), set as
+    the process container for the handlers, its table and search indices made (deploy time, locally)."""
+    settings = configure_local_env(state, **kwargs)
     from knowledge_core import bootstrap
+    from knowledge_core.bootstrap import Container
 
-    bootstrap.reset()
-    container = bootstrap.container()
+    container = Container(settings)
+    bootstrap.reset(container)
     if container.table is not None:
         container.table.create()
     container.admin.prepare_search()  # deploy time, locally: the read path never creates indices
@@ -103,7 +166,9 @@ def local_container(state: Path, **kwargs: Any) -> Container:
 
 def rotate_secret(state: Path) -> None:
     """The current token secret becomes the previous one (still verified) and a new one signs."""
-    state.mkdir(parents=True, exist_ok=True)
+    from knowledge_core.adapters.private_files import private_path
+
+    private_path(state, directory=True)
     current, previous = state / "token-secret", state / "token-secret.previous"
     if current.exists():
         _write_private(previous, current.read_text(encoding="utf-8"))

@@ -238,7 +238,11 @@ def authorizer_event(token: str | None) -> dict:
 
 def test_authorizer_valid_token_yields_the_principal(handlers, container):
     token, session = container.access.issue_token(
-        routes=["demo"], client_id="demo-client", subject="demo-user", tenant="default", on_behalf_of="end-user"
+        routes=["demo"],
+        client_id="demo-client",
+        subject="demo-user",
+        tenant="default",
+        on_behalf_of="end-user",
     )
     result = handlers.invoke("AuthorizerFunction", authorizer_event(token))
     assert result["isAuthorized"] is True

@@ -397,7 +397,9 @@ def test_S3_admin_ingest_requires_a_tenant(handlers):
     assert status == 400 and code(body) == "invalid_request" and body["error"]["message"].startswith("acl")
     status, body = put({"title": "t", "body": "b", "acl": {"subjects": ["x"]}})
     assert status == 400 and body["error"]["message"].startswith("acl.tenant")
-    status, body = put({"title": "t", "body": "b", "acl": {"tenant": "default", "shared_tenants": ["partner"]}})
+    status, body = put(
+        {"title": "t", "body": "b", "acl": {"tenant": "default", "shared_tenants": ["partner"]}}
+    )
     assert status == 200, body
 
 

@@ -19,7 +19,7 @@ from knowledge_core.domain.models import (
     Viewer,
 )
 from knowledge_core.domain.wire import ReadRequest, SearchRequest
-from knowledge_core.ports import SearchBackend, SourceQuery, SourceResult
+from knowledge_core.ports import QueryAnalysis, SearchBackend, SourceQuery, SourceResult
 from knowledge_core.services.knowledge import KnowledgeService
 
 from tests.conftest import FakeClock, embedded_container
@@ -79,10 +79,8 @@ class FailingBackend(SearchBackend):
         self.inner = inner
         self.failing = failing
 
-    def search(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
-    ) -> list[SourceResult]:
-        real = {r.key: r for r in self.inner.search(queries, text, viewer, expansion)}
+    def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
+        real = {r.key: r for r in self.inner.search(queries, query, viewer)}
         return [
             SourceResult(q.key, error=SourceFailure("unavailable"))
             if self.failing is None or q.key in self.failing
@@ -92,6 +90,12 @@ class FailingBackend(SearchBackend):
 
     def get_document(self, source_key, doc_id):
         return self.inner.get_document(source_key, doc_id)
+
+    def get_documents(self, keys):
+        return self.inner.get_documents(keys)
+
+    def document_states(self, keys):
+        return self.inner.document_states(keys)
 
     def put_documents(self, documents):
         return self.inner.put_documents(documents)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..local_env import DEFAULT_STATE, STATE_FILE, _write_private, local_container
+from ..local_env import DEFAULT_STATE, STATE_FILE, LocalRanking, _write_private, local_container
 from . import Call, Subparsers
 
 if TYPE_CHECKING:
@@ -48,9 +48,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--query-translation",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=None,
         help="expand queries across Chinese and English with the lexicon `kb models fetch` compiles "
-        "($KB_LEXICON_DIR, else the per-user cache; default: on when it is there)",
+        "($KB_LEXICON_DIR, else the per-user cache; default: on when it is there, unless "
+        "KB_QUERY_TRANSLATION=false)",
     )
     p.set_defaults(func=cmd_serve)
 
@@ -102,46 +103,32 @@ def cmd_serve(args: argparse.Namespace, call: Call | None = None) -> int:
     if args.state_backend == "dynamodb" and not args.dynamodb_endpoint:
         raise SystemExit("kb serve: --state-backend dynamodb needs --dynamodb-endpoint URL")
     fresh_state = not (state / STATE_FILE).exists()
-    resolved = _resolve_ranking(args)
-    if resolved is None:
+    ranking = _resolve_ranking(args)
+    if ranking is None:
         return 2
-    ranking, translation = resolved
-    container = _open_state(args, state)
+    container = _open_state(args, state, ranking)
     if container is None:
         return 2
     if fresh_state and container.table is None:
         _note_orphans(container, state)
     if not args.no_demo:
         _seed_demo(container, state)
-    return _listen(args, container, state, ranking, translation)
+    return _listen(args, container, state, ranking)
 
 
-def _resolve_ranking(args: argparse.Namespace) -> tuple[str, str] | None:
-    """The embedding models and the lexicon in force (exported for the worker processes), described for
-    the banner; None (after one line on stderr) when one named cannot be used."""
+def _resolve_ranking(args: argparse.Namespace) -> LocalRanking | None:
+    """The embedding models and the lexicon in force; None (after one line on stderr) when one named
+    cannot be used."""
     from .. import models
 
     try:
-        model_dir, ranking = models.resolve(args.embedding_model)
+        return LocalRanking.resolve(args.embedding_model, args.query_translation)
     except models.ModelError as exc:
         print(f"kb serve: {exc}", file=sys.stderr)
         return None
-    if model_dir:
-        os.environ["KB_EMBEDDING_MODEL_DIR"] = model_dir
-    else:
-        os.environ.pop("KB_EMBEDDING_MODEL_DIR", None)
-    try:
-        lexicon_dir, translation = models.resolve_lexicon(args.query_translation)
-    except models.ModelError as exc:
-        print(f"kb serve: {exc}", file=sys.stderr)
-        return None
-    os.environ["KB_QUERY_TRANSLATION"] = "true" if lexicon_dir else "false"
-    if lexicon_dir:
-        os.environ["KB_LEXICON_DIR"] = lexicon_dir
-    return ranking, translation
 
 
-def _open_state(args: argparse.Namespace, state: Path) -> Container | None:
+def _open_state(args: argparse.Namespace, state: Path, ranking: LocalRanking) -> Container | None:
     """The container on the state directory (or table), opened and migrated now; None (after one line on
     stderr) when the state file cannot be used."""
     from knowledge_core.adapters.sqlite_db import SchemaError
@@ -152,6 +139,7 @@ def _open_state(args: argparse.Namespace, state: Path) -> Container | None:
             search_backend=args.search_backend,
             opensearch_url=args.opensearch_url,
             dynamodb_endpoint=args.dynamodb_endpoint if args.state_backend == "dynamodb" else None,
+            ranking=ranking,
         )
         if container.table is None:
             container.state  # noqa: B018 - open (and migrate) the state file now, not on the first request
@@ -192,9 +180,7 @@ def _seed_demo(container: Container, state: Path) -> None:
     print(f"bearer token for route demo (also in {token_file}):\n{token}")
 
 
-def _listen(
-    args: argparse.Namespace, container: Container, state: Path, ranking: str, translation: str
-) -> int:
+def _listen(args: argparse.Namespace, container: Container, state: Path, ranking: LocalRanking) -> int:
     from ..gateway import LocalGateway, WorkerHandlers, make_server
     from ..ingest_worker import IngestWorker
 
@@ -206,7 +192,7 @@ def _listen(
     where = f"DynamoDB at {args.dynamodb_endpoint}" if container.table else f"SQLite at {state / STATE_FILE}"
     print(
         f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
-        f"ranking: {ranking}; query translation: {translation}; state: {where}; "
+        f"{ranking.banner()}; state: {where}; "
         f"up to {args.instances} instances per function)",
         flush=True,
     )
