@@ -147,17 +147,88 @@ class KnowledgeId(BaseModel):
     version: str
 
 
-class Reference(BaseModel):
-    """One cited passage: untrusted tool data for the model's next step."""
+class _Camel(BaseModel):
+    """Wire models of the tool's result: camelCase on the wire (the seed's), snake_case in code."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+
+class ReferenceSource(_Camel):
+    """Where a cited passage comes from: its document (and the document's structured source)."""
+
+    title: str
+    doc_id: str = Field(alias="docId")
+    revision: str
+    structured: dict[str, Any] | None = None
+
+
+class Reference(_Camel):
+    """One cited passage: untrusted tool data for the model's next step."""
 
     citation_id: str = Field(alias="citationId")
     knowledge: KnowledgeId
     content: str
-    source: dict[str, Any] | None = None
+    source: ReferenceSource | None = None
     fusion_score: float = Field(alias="fusionScore")
     score: float
+
+
+# --- events (R-EVENT): every call returns and logs them, in order ------------------------------------------
+class _Event(_Camel):
+    at: str  # ISO-8601 UTC, milliseconds
+    invocation_id: str = Field(alias="invocationId")
+
+
+class PlannedSourceRef(_Camel):
+    knowledge: str  # id@version
+    reason: Literal["rule", "always", "match", "explicit", "eager", "legacy"]
+
+
+class KnowledgePlanned(_Event):
+    type: Literal["knowledge.planned"] = "knowledge.planned"
+    sources: list[PlannedSourceRef]
+
+
+class KnowledgeRetrieved(_Event):
+    """One per source request: `status` is OK, EMPTY or the source's error code."""
+
+    type: Literal["knowledge.retrieved"] = "knowledge.retrieved"
+    retrieval_id: str = Field(alias="retrievalId")
+    knowledge: str
+    status: str
+    count: int
+    ms: float
+
+
+class KnowledgeFused(_Event):
+    """This invocation's own ledger after the call."""
+
+    type: Literal["knowledge.fused"] = "knowledge.fused"
+    count: int
+    rerank: str
+    retrievals_used: int = Field(alias="retrievalsUsed")
+    retrievals_remaining: int = Field(alias="retrievalsRemaining")
+    chars_used: int = Field(alias="charsUsed")
+    chars_remaining: int = Field(alias="charsRemaining")
+
+
+class CitationCreated(_Event):
+    type: Literal["citation.created"] = "citation.created"
+    citation_id: str = Field(alias="citationId")
+    retrieval_id: str = Field(alias="retrievalId")
+    knowledge_version: str = Field(alias="knowledgeVersion")
+    fusion_score: float = Field(alias="fusionScore")
+
+
+ToolEvent = Annotated[
+    KnowledgePlanned | KnowledgeRetrieved | KnowledgeFused | CitationCreated, Field(discriminator="type")
+]
+
+
+def event_wire(event: ToolEvent) -> dict[str, Any]:
+    """An event as the runtime receives (and the logs record) it: camelCase, `type` first."""
+    body = event.model_dump(by_alias=True)
+    return {"type": body.pop("type"), **body}
 
 
 class ToolFailure(BaseModel):
@@ -170,20 +241,21 @@ class ToolResult(WireModel):
 
     references: list[Reference] = Field(default_factory=list)
     error: ToolFailure | None = None
-    events: list[dict] = Field(default_factory=list)
+    events: list[ToolEvent] = Field(default_factory=list)
 
-    def wire(self) -> dict:
+    def wire(self) -> dict[str, Any]:
+        events = [event_wire(e) for e in self.events]
         if self.error is not None:
-            return {"error": self.error.model_dump(), "events": self.events}
+            return {"error": self.error.model_dump(), "events": events}
         return {
             "references": [r.model_dump(by_alias=True, exclude_none=True) for r in self.references],
-            "events": self.events,
+            "events": events,
         }
 
 
-def success(references: list[Reference], events: list[dict]) -> ToolResult:
+def success(references: list[Reference], events: list[ToolEvent]) -> ToolResult:
     return ToolResult(references=references, events=events)
 
 
-def failure(error: ToolError, events: list[dict]) -> ToolResult:
+def failure(error: ToolError, events: list[ToolEvent]) -> ToolResult:
     return ToolResult(error=ToolFailure(code=error.code, message=error.message), events=events)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-
 from datetime import UTC, datetime
 
 from ..domain.admin_wire import (

@@ -6,7 +6,6 @@ import threading
 from datetime import UTC, datetime
 
 from ..codec import TokenCodec, identity_digest
-from ..domain.passages import page_label
 from ..domain.analyzer import unique_terms
 from ..domain.errors import (
     KnowledgeChanged,
@@ -16,6 +15,7 @@ from ..domain.errors import (
     SourceFailure,
 )
 from ..domain.models import Principal, citable
+from ..domain.passages import page_label
 from ..domain.router import PlannedSource, plan_search
 from ..domain.scope import KnowledgeScope
 from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size

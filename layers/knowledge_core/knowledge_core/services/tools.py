@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import uuid
 from datetime import UTC, datetime
-from typing import Any
 
 from ..domain.budget import (
     ChainLink,
@@ -35,11 +34,19 @@ from ..domain.models import AgentDefinition, Viewer
 from ..domain.router import PlannedSource, plan_startup, plan_tool
 from ..domain.scope import KnowledgeScope
 from ..domain.tool_wire import (
+    CitationCreated,
+    KnowledgeFused,
     KnowledgeId,
+    KnowledgePlanned,
+    KnowledgeRetrieved,
+    PlannedSourceRef,
     Reference,
+    ReferenceSource,
     SearchArguments,
     ToolEnvelope,
+    ToolEvent,
     ToolResult,
+    event_wire,
     failure,
     success,
 )
@@ -53,17 +60,56 @@ def _iso(epoch: float) -> str:
 
 
 class Events:
-    """The R-EVENT record of one call, in order."""
+    """The R-EVENT record of one call, in order: each event stamped with the time and the invocation."""
 
     def __init__(self, clock: Clock, invocation_id: str) -> None:
         self._clock = clock
         self._invocation_id = invocation_id
-        self.items: list[dict] = []
+        self.items: list[ToolEvent] = []
 
-    def add(self, type_: str, **fields: Any) -> None:
+    def planned(self, planned: list[PlannedSource]) -> None:
+        sources = [PlannedSourceRef(knowledge=p.key, reason=p.reason) for p in planned]
+        self.items.append(KnowledgePlanned(**self._stamp(), sources=sources))
+
+    def retrieved(self, retrieval_id: str, knowledge: str, status: str, count: int, ms: float) -> None:
         self.items.append(
-            {"type": type_, "at": _iso(self._clock.now()), "invocationId": self._invocation_id, **fields}
+            KnowledgeRetrieved(
+                **self._stamp(),
+                retrieval_id=retrieval_id,
+                knowledge=knowledge,
+                status=status,
+                count=count,
+                ms=ms,
+            )
         )
+
+    def fused(self, entry: LedgerEntry, count: int, rerank: str) -> None:
+        """Budgets of this invocation as this call left them."""
+        self.items.append(
+            KnowledgeFused(
+                **self._stamp(),
+                count=count,
+                rerank=rerank,
+                retrievals_used=entry.retrievals,
+                retrievals_remaining=entry.retrievals_remaining,
+                chars_used=entry.chars,
+                chars_remaining=entry.chars_remaining,
+            )
+        )
+
+    def cited(self, citation_id: str, retrieval_id: str, knowledge_version: str, fusion_score: float) -> None:
+        self.items.append(
+            CitationCreated(
+                **self._stamp(),
+                citation_id=citation_id,
+                retrieval_id=retrieval_id,
+                knowledge_version=knowledge_version,
+                fusion_score=fusion_score,
+            )
+        )
+
+    def _stamp(self) -> dict[str, str]:
+        return {"at": _iso(self._clock.now()), "invocation_id": self._invocation_id}
 
 
 class ToolsService:
@@ -127,9 +173,9 @@ class ToolsService:
         if mismatch:
             raise ProtocolError(mismatch)
         chain = effective_chain(links, snapshot.entries)
-        events.add("knowledge.planned", sources=[{"knowledge": p.key, "reason": p.reason} for p in planned])
+        events.planned(planned)
         if not planned:
-            self._fused(events, chain[-1], 0, routing.rerank)
+            events.fused(chain[-1], 0, routing.rerank)
             return []
 
         # Leases and the chain's deadline fail a source before it is asked or charged.
@@ -167,7 +213,7 @@ class ToolsService:
         references, snapshot = self._cite(
             snapshot, inv.invocation_id, fused, retrieval_ids, routing.source_max_chars, events, now
         )
-        self._fused(events, snapshot.entries[inv.invocation_id], len(references), routing.rerank)
+        events.fused(snapshot.entries[inv.invocation_id], len(references), routing.rerank)
         return references
 
     @staticmethod
@@ -231,9 +277,12 @@ class ToolsService:
             cand = item.candidate
             knowledge_id, _, version = cand.source_key.partition("@")
             fusion_score = round(item.fusion_score, 6)
-            source: dict[str, Any] = {"title": cand.title, "docId": cand.doc_id, "revision": cand.revision}
-            if cand.structured_source is not None:
-                source["structured"] = cand.structured_source
+            source = ReferenceSource(
+                title=cand.title,
+                doc_id=cand.doc_id,
+                revision=cand.revision,
+                structured=cand.structured_source,
+            )
             references.append(
                 Reference(
                     citation_id=citation.citation_id,
@@ -245,13 +294,7 @@ class ToolsService:
                 )
             )
             if citation.created:
-                events.add(
-                    "citation.created",
-                    citationId=citation.citation_id,
-                    retrievalId=citation.retrieval_id,
-                    knowledgeVersion=citation.knowledge,
-                    fusionScore=fusion_score,
-                )
+                events.cited(citation.citation_id, citation.retrieval_id, citation.knowledge, fusion_score)
         return references, snapshot
 
     # --- events ------------------------------------------------------------------------------------------
@@ -264,14 +307,7 @@ class ToolsService:
     ) -> None:
         for p in planned:
             if p.key in failures:
-                events.add(
-                    "knowledge.retrieved",
-                    retrievalId=retrieval_ids[p.key],
-                    knowledge=p.key,
-                    status=failures[p.key].code,
-                    count=0,
-                    ms=0,
-                )
+                events.retrieved(retrieval_ids[p.key], p.key, failures[p.key].code, 0, 0.0)
 
     @staticmethod
     def _retrieved(
@@ -292,27 +328,9 @@ class ToolsService:
             else:
                 count = counts.get(p.key, 0)
                 status = "OK" if count else "EMPTY"
-            events.add(
-                "knowledge.retrieved",
-                retrievalId=retrieval_ids[p.key],
-                knowledge=p.key,
-                status=status,
-                count=count,
-                ms=round(result.ms, 3) if result else 0,
+            events.retrieved(
+                retrieval_ids[p.key], p.key, status, count, round(result.ms, 3) if result else 0.0
             )
-
-    @staticmethod
-    def _fused(events: Events, entry: LedgerEntry, count: int, rerank: str) -> None:
-        """Budgets of this invocation as this call left them."""
-        events.add(
-            "knowledge.fused",
-            count=count,
-            rerank=rerank,
-            retrievalsUsed=entry.retrievals,
-            retrievalsRemaining=entry.retrievals_remaining,
-            charsUsed=entry.chars,
-            charsRemaining=entry.chars_remaining,
-        )
 
 
 def _log(envelope: ToolEnvelope, result: ToolResult) -> None:
@@ -321,9 +339,9 @@ def _log(envelope: ToolEnvelope, result: ToolResult) -> None:
     inv = envelope.invocation
     for event in result.events:
         logger.info(
-            event["type"],
+            event.type,
             extra={
-                "knowledge_event": event,
+                "knowledge_event": event_wire(event),
                 "operation": envelope.operation,
                 "agent": inv.agent,
                 "root_invocation": inv.root_id,
