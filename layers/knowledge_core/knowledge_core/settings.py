@@ -45,6 +45,11 @@ class Settings(BaseModel):
     ingest_queue_url: str | None = None
     ingest_directories: bool = False
     ingest_lease_seconds: float = Field(15.0, ge=1, le=900)
+    # Extraction of one file (issue 26 M2): in a resource-limited child process ("process") or, where no
+    # child can be started, in this one ("inline": the in-process bounds only); its time and memory bounds.
+    ingest_extraction: Literal["process", "inline"] = "process"
+    ingest_extraction_seconds: float = Field(30.0, ge=1, le=600)
+    ingest_extraction_memory_mb: int = Field(1024, ge=256, le=65536)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -78,5 +83,8 @@ class Settings(BaseModel):
             "ingest_queue_url": env.get("KB_INGEST_QUEUE_URL"),
             "ingest_directories": env.get("KB_INGEST_DIRECTORIES"),
             "ingest_lease_seconds": env.get("KB_INGEST_LEASE_SECONDS"),
+            "ingest_extraction": env.get("KB_INGEST_EXTRACTION"),
+            "ingest_extraction_seconds": env.get("KB_INGEST_EXTRACTION_SECONDS"),
+            "ingest_extraction_memory_mb": env.get("KB_INGEST_EXTRACTION_MEMORY_MB"),
         }
         return cls.model_validate({k: v for k, v in values.items() if v not in (None, "")})
