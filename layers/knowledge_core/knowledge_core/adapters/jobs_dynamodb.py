@@ -360,10 +360,11 @@ class DynamoJobStore(TableAdapter, JobStore):
     def begin_documents(self, job_id: str, worker: str, seqs: list[int]) -> bool:
         pk = _pk(job_id)
         for i in range(0, len(seqs), _TRANSACT_MAX - 1):
-            held = {
-                "ConditionCheck": {
+            held = {  # a no-op write under the holder's condition (the worker's policy has no ConditionCheck)
+                "Update": {
                     "TableName": self._table,
                     "Key": self._key(pk, "META"),
+                    "UpdateExpression": "SET worker = :w",
                     "ExpressionAttributeValues": {":w": _s(worker), ":running": _s("running")},
                     **self._held(),
                 }
