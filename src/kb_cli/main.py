@@ -434,7 +434,7 @@ def _wait_for_jobs(args: argparse.Namespace, job_ids: list[str], total: int) -> 
         while len(finished) < len(job_ids):
             jobs = [finished.get(j) or call(args.endpoint, "GET", base + seg(j)) for j in job_ids]
             for job in jobs:
-                if job["state"] == "completed":
+                if job["state"] in ("completed", "cancelled"):
                     finished[job["job_id"]] = job
             handled = sum(
                 j["counts"]["done"] + j["counts"]["unchanged"] + j["counts"]["failed"] for j in jobs
@@ -497,12 +497,17 @@ def cmd_job(args: argparse.Namespace) -> int:
             print(f"{job['created_at']}  {_job_line(job)}")
         return 0
     if not args.job_id:
-        raise SystemExit("kb job status: give a JOB_ID")
-    job = call(args.endpoint, "GET", f"{base}/{seg(args.job_id)}")
+        raise SystemExit(f"kb job {args.action}: give a JOB_ID")
+    if args.action == "cancel":  # stops after its current batch; counts kept (issue 26)
+        job = call(args.endpoint, "POST", f"{base}/{seg(args.job_id)}/cancel")
+    else:
+        job = call(args.endpoint, "GET", f"{base}/{seg(args.job_id)}")
     if args.json:
         print(json.dumps(job, ensure_ascii=False, indent=2))
         return 0
     print(_job_line(job))
+    if job.get("cancel_requested") and job["state"] != "cancelled":
+        print("  cancel requested: the job stops after its current batch")
     for key in ("created_at", "started_at", "finished_at"):
         if job[key]:
             print(f"  {key}: {job[key]}")
@@ -667,8 +672,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--apply", action="store_true", help="change them (default: only say what would change)")
     t.set_defaults(func=cmd_tenant_migrate)
 
-    p = sub.add_parser("job", help="ingestion jobs: status of one, or the latest of a source")
-    p.add_argument("action", choices=["status", "list"])
+    p = sub.add_parser("job", help="ingestion jobs: status of one, the latest of a source, or cancel one")
+    p.add_argument("action", choices=["status", "list", "cancel"])
     p.add_argument("job_id", nargs="?")
     endpoint(p)
     p.add_argument("--source", required=True, help="exact id@version")
