@@ -332,10 +332,11 @@ def test_m4_sync_deletes_only_what_a_sync_of_that_origin_wrote_for_that_tenant(
         for name in names:
             (folder / f"{name}.md").write_text(f"# {name}\n\n{name} text", "utf-8")
 
-    def sync(folder: Path, tenant: str = "acme") -> None:
+    def sync(folder: Path, tenant: str = "acme") -> str:
         body = {"directory": str(folder), "doc_id_prefix": "kb", "sync": True, "acl": {"tenant": tenant}}
-        c.ingestion.submit(SOURCE, request(body))
+        job_id = c.ingestion.submit(SOURCE, request(body)).job_id
         c.ingestion.work("w")
+        return job_id
 
     sync(mine)
     sync(theirs, tenant="globex")  # another tenant's sync, same source and prefix
@@ -354,10 +355,9 @@ def test_m4_sync_deletes_only_what_a_sync_of_that_origin_wrote_for_that_tenant(
     (mine / "a.md").unlink()
     (mine / "b.md").unlink()
     (mine / "c.md").write_text("# c\n\nc text", "utf-8")
-    sync(mine)
+    last = sync(mine)
     assert c.backend.document_ids(SOURCE, "kb-") == ["kb-bulk", "kb-c", "kb-e", "kb-other", "kb-t"]
-    job = c.ingestion.list_jobs(SOURCE).jobs[0]
-    assert job.counts.deleted == 2
+    assert c.ingestion.status(SOURCE, last).counts.deleted == 2
     stored = c.backend.get_document(SOURCE, "kb-c")
     assert stored is not None and str(tmp_path) not in json.dumps(stored.structured_source)
 
@@ -421,3 +421,16 @@ def test_job_cancel_admin_route(tmp_path: Path, clock: FakeClock) -> None:
         bootstrap.reset(None)
     route = "/admin/v1/sources/{source}/ingestion-jobs/{job_id}/cancel"
     assert route in Path("template.yaml").read_text("utf-8")
+
+
+def test_m4_the_sync_origin_digest_never_reaches_a_hit_or_citation() -> None:
+    from knowledge_core.domain.ingestion import sync_origin_tag
+    from knowledge_core.domain.passages import hit_source
+
+    stored = {
+        "uri": "a.md",
+        "format": "markdown",
+        "sync_origin": sync_origin_tag("/srv/docs"),
+        "page_starts": [0],
+    }
+    assert hit_source(stored, [1]) == {"uri": "a.md", "format": "markdown", "pages": [1]}
