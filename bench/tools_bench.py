@@ -104,7 +104,7 @@ def bench_calls(container: Container, rounds: int, label: str) -> None:
     backend = container.backend
     agent = container.scopes.agent("demo-router@1.0.0")
     assert agent is not None
-    viewer = Viewer(tenant="demo", subject="demo-user")
+    viewer = Viewer(tenant="default", subject="demo-user")
     state = {"n": 0, "root": ""}
 
     def envelope(query: str) -> Any:
@@ -117,7 +117,7 @@ def bench_calls(container: Container, rounds: int, label: str) -> None:
                 "operation": "knowledge_search",
                 "arguments": {"query": query},
                 "invocation": {
-                    "tenant": "demo",
+                    "tenant": "default",
                     "app": "bench",
                     "subject": "demo-user",
                     "agent": "demo-router@1.0.0",

@@ -29,6 +29,8 @@ echo "embedding models: $KB_TEST_EMBEDDING_MODEL_DIR"
 
 # The MCP Inspector CLIs (npm ci from tests/mcp_inspector/package-lock.json; once per lockfile).
 bash scripts/mcp_inspector.sh
+# The official MCP conformance suite (npm ci from tests/mcp_conformance/package-lock.json; once per lockfile).
+bash scripts/mcp_conformance.sh
 
 $BIN/ruff check .
 $BIN/mypy layers/knowledge_core/knowledge_core src/kb_cli src/knowledge_client

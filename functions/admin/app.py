@@ -32,7 +32,14 @@ from knowledge_core.domain.admin_wire import (
     WorkspaceResponse,
 )
 from knowledge_core.domain.errors import InvalidRequest
-from knowledge_core.domain.models import AgentDefinition, Document, SourceDefinition, split_key, token_id_of
+from knowledge_core.domain.models import (
+    DOC_ID_PATTERN,
+    AgentDefinition,
+    Document,
+    SourceDefinition,
+    split_key,
+    token_id_of,
+)
 from knowledge_core.domain.tool_wire import INVOCATION_ID_PATTERN
 from knowledge_core.domain.wire import parse_request
 from knowledge_core.edge import body_of, json_response, make_resolver
@@ -48,6 +55,16 @@ def _key(source: str) -> str:
     except ValueError:
         raise InvalidRequest("source: must be an exact id@version key", field="source") from None
     return source
+
+
+def _doc_id(doc_id: str) -> str:
+    """The path's document id, checked before it reaches a model or a store (L1: it was a 500)."""
+    if not re.fullmatch(DOC_ID_PATTERN, doc_id):
+        raise InvalidRequest(
+            "doc_id: must start with a letter or digit and hold at most 200 of A-Z a-z 0-9 . _ : -",
+            field="doc_id",
+        )
+    return doc_id
 
 
 @app.post("/admin/v1/sources")
@@ -90,8 +107,9 @@ def disable_source(source: str) -> Response:
 
 @app.put("/admin/v1/sources/<source>/documents/<doc_id>")
 def put_document(source: str, doc_id: str) -> Response:
+    key, doc_id = _key(source), _doc_id(doc_id)  # the path before the body: its errors name the path
     request = parse_request(DocumentRequest, body_of(app))
-    doc = Document(source_key=_key(source), doc_id=doc_id, **request.model_dump())
+    doc = Document(source_key=key, doc_id=doc_id, **request.model_dump())
     bootstrap.container().admin.put_documents([doc])
     return json_response(DocumentResponse(source=source, doc_id=doc_id, revision=doc.revision).model_dump())
 
@@ -117,19 +135,19 @@ def migrate_tenant(source: str) -> Response:
 
 @app.delete("/admin/v1/sources/<source>/documents/<doc_id>")
 def delete_document(source: str, doc_id: str) -> Response:
-    bootstrap.container().admin.delete_document(_key(source), doc_id)
+    bootstrap.container().admin.delete_document(_key(source), _doc_id(doc_id))
     return json_response(DocumentDeletedResponse(source=source, doc_id=doc_id, deleted=True).model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/documents/<doc_id>/enable")
 def enable_document(source: str, doc_id: str) -> Response:
-    bootstrap.container().admin.set_document_status(_key(source), doc_id, "ready")
+    bootstrap.container().admin.set_document_status(_key(source), _doc_id(doc_id), "ready")
     return json_response(DocumentStatusResponse(source=source, doc_id=doc_id, status="ready").model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/documents/<doc_id>/disable")
 def disable_document(source: str, doc_id: str) -> Response:
-    bootstrap.container().admin.set_document_status(_key(source), doc_id, "disabled")
+    bootstrap.container().admin.set_document_status(_key(source), _doc_id(doc_id), "disabled")
     return json_response(DocumentStatusResponse(source=source, doc_id=doc_id, status="disabled").model_dump())
 
 

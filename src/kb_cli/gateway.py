@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import importlib.util
+import io
 import ipaddress
 import json
 import multiprocessing
@@ -40,6 +41,9 @@ REGION = "us-east-1"
 INVOKE_PREFIX = "/2015-03-31/functions/"
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 READ_TIMEOUT_S = 30.0
+REQUEST_DEADLINE_S = 60.0  # request line, headers and body, all reads together (L4)
+MAX_EVENT_DEPTH = 64  # nesting of an Invoke API payload: deeper is refused before it meets recursion (L2)
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 @dataclass
@@ -404,12 +408,10 @@ class LocalGateway:
             )
         try:
             event = json.loads(body or b"{}")
-        except ValueError:
-            return _plain(
-                400,
-                {"Type": "User", "Message": "payload is not JSON"},
-                {"x-amzn-errortype": "InvalidRequestContentException"},
-            )
+        except (ValueError, RecursionError):
+            return _invalid_payload("payload is not JSON")
+        if too_deep(event, MAX_EVENT_DEPTH):
+            return _invalid_payload(f"payload nests deeper than {MAX_EVENT_DEPTH} levels")
         try:
             result = self.handlers.invoke(name, event)
         except FunctionError as exc:
@@ -456,6 +458,44 @@ def console_file(raw_path: str, method: str) -> tuple[int, dict[str, str], bytes
     if "/" in name or name.startswith(".") or path.suffix not in _CONSOLE_TYPES or not path.is_file():
         return _plain(404, {"message": "Not Found"})
     return 200, {"Content-Type": _CONSOLE_TYPES[path.suffix], **_CONSOLE_HEADERS}, path.read_bytes()
+
+
+def _invalid_payload(message: str) -> tuple[int, dict[str, str], bytes]:
+    return _plain(
+        400, {"Type": "User", "Message": message}, {"x-amzn-errortype": "InvalidRequestContentException"}
+    )
+
+
+def too_deep(value: Any, limit: int) -> bool:
+    """Whether JSON `value` nests more than `limit` arrays/objects: checked without recursion, so a payload
+    the parser accepted cannot exhaust the stack later (pickling it for a worker, or in the handler)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def addressed_here(hosts: list[str], port: int) -> bool:
+    """G-LOCAL (H1): the request names this server, a loopback name with its own port. A page that rebinds
+    its DNS name to 127.0.0.1 reaches the socket, but its browser still sends that name as `Host`."""
+    if len(hosts) != 1:
+        return False
+    names = {f"{name}:{port}" for name in LOOPBACK_NAMES}
+    if port == 80:  # RFC 9110 §7.2: a Host without a port names the scheme's default one
+        names.update(LOOPBACK_NAMES)
+    return hosts[0].strip().lower() in names
+
+
+def _misdirected() -> tuple[int, dict[str, str], bytes]:
+    """A request for another host (RFC 9110 §15.5.20: 421), refused before its body is read."""
+    message = "host: this server answers only to 127.0.0.1, localhost or [::1] with its own port"
+    return _plain(421, {"error": {"code": "misdirected_request", "message": message}})
 
 
 def cross_site(headers: dict[str, str]) -> bool:
@@ -511,6 +551,12 @@ class _Handler(BaseHTTPRequestHandler):
         # Headers and body go out as separate writes: without this, Nagle's algorithm holds the body back
         # until the client's delayed ACK (~40 ms) on a keep-alive connection.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        self._reader.deadline = time.monotonic() + REQUEST_DEADLINE_S
+        super().handle_one_request()
 
     def _serve(self) -> None:
         started = time.perf_counter()
@@ -542,10 +588,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond(status, headers, raw, started=started, path=url.path)
 
     def _refuse_framing(self) -> tuple[int, dict[str, str], bytes] | None:
-        """API Gateway's limits on the request itself: a readable Content-Length, at most 10 MB."""
+        """API Gateway's limits on the request itself: addressed to this server, a readable Content-Length
+        (one value: RFC 9112 §6.3 makes differing ones a 400), at most 10 MB."""
+        if not addressed_here(self.headers.get_all("host") or [], self.connection.getsockname()[1]):
+            return _misdirected()
         if self.headers.get("transfer-encoding"):
             return _plain(411, {"message": "Length Required"})
-        declared = self.headers.get("content-length")
+        lengths = set(self.headers.get_all("content-length") or [])
+        if len(lengths) > 1:
+            return _plain(400, {"message": "Bad Request"})
+        declared = next(iter(lengths), None)
         if declared is None:
             return None
         if not declared.isdigit():
@@ -587,6 +639,29 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The request socket read against one deadline per request (L4): each read waits at most the read
+    timeout and never past the deadline, so a client trickling a byte at a time is dropped as one that
+    stops sending is (TimeoutError: http.server closes the connection without an answer)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.deadline = time.monotonic() + REQUEST_DEADLINE_S
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("request deadline passed")
+        self._sock.settimeout(min(READ_TIMEOUT_S, remaining))
+        try:
+            return self._sock.recv_into(buffer)
+        finally:
+            self._sock.settimeout(READ_TIMEOUT_S)  # writes keep the plain timeout
 
 
 class _Server(ThreadingHTTPServer):

@@ -111,8 +111,10 @@ def running_kb_serve(
     table_prefix: str = "kb-e2e",
     args: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
+    umask: int = -1,
 ) -> Iterator[KbServer]:
-    """`kb serve` as a subprocess on a free port with its own state and table; stopped on exit."""
+    """`kb serve` as a subprocess on a free port with its own state and table (and `umask`, -1: this
+    process's); stopped on exit."""
     port = free_port()
     table = f"{table_prefix}-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_TABLE_NAME": table, **(env or {})}
@@ -133,6 +135,7 @@ def running_kb_serve(
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            umask=umask,
         )
         try:
             deadline = time.monotonic() + START_TIMEOUT_S

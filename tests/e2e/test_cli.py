@@ -49,7 +49,7 @@ def test_kb_ingest_file_then_delete(kb_server, tmp_path):
     )
     assert titles(kb_server, term) == []
     done = kb_server.kb(
-        "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", f"cli-{term}", str(path)
+        "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", f"cli-{term}", str(path)
     )
     assert done.returncode == 0, done.stderr
     assert titles(kb_server, term) == [f"Pump maintenance {term}"]
@@ -75,7 +75,7 @@ def test_kb_ingest_directory(kb_server, tmp_path):
     (tmp_path / "guides" / "nested" / "阀门.txt").write_text(f"阀门检修 {term} 每季度一次。\n", "utf-8")
     (tmp_path / "guides" / "ignored.bin").write_bytes(b"\x00\x01")
     done = kb_server.kb(
-        "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")
+        "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")
     )
     assert done.returncode == 0, done.stderr
     assert "2 document(s)" in done.stdout
@@ -91,7 +91,7 @@ def test_kb_ingest_directory(kb_server, tmp_path):
     )
     assert (
         kb_server.kb(
-            "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")
+            "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")
         ).returncode
         == 0
     )

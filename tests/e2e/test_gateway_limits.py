@@ -40,8 +40,13 @@ def raw_exchange(
         return status, headers, body
 
 
-def request_bytes(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items())]
+def request_bytes(method: str, path: str, headers: dict[str, str], body: bytes = b"", *, port: int) -> bytes:
+    """A request as a client sends it: `Host` names the server with its port (G-LOCAL refuses others)."""
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
@@ -52,7 +57,10 @@ def test_S10_bad_or_huge_content_length_is_a_typed_refusal_at_once(
     got, headers, body = raw_exchange(
         kb_server,
         request_bytes(
-            "POST", SEARCH, {"Authorization": f"Bearer {kb_server.token}", "Content-Length": length}
+            "POST",
+            SEARCH,
+            {"Authorization": f"Bearer {kb_server.token}", "Content-Length": length},
+            port=kb_server.port,
         ),
     )
     assert got == status
@@ -62,7 +70,8 @@ def test_S10_bad_or_huge_content_length_is_a_typed_refusal_at_once(
 
 def test_S10_chunked_body_needs_a_length(kb_server: KbServer) -> None:
     got, headers, _ = raw_exchange(
-        kb_server, request_bytes("POST", SEARCH, {"Transfer-Encoding": "chunked"}, b"0\r\n\r\n")
+        kb_server,
+        request_bytes("POST", SEARCH, {"Transfer-Encoding": "chunked"}, b"0\r\n\r\n", port=kb_server.port),
     )
     assert got == 411 and headers["cache-control"] == "no-store"
 
@@ -70,7 +79,9 @@ def test_S10_chunked_body_needs_a_length(kb_server: KbServer) -> None:
 @pytest.mark.parametrize("method", ["OPTIONS", "HEAD", "TRACE", "BREW"])
 def test_S10_other_methods_get_json_with_no_store(kb_server: KbServer, method: str) -> None:
     got, headers, body = raw_exchange(
-        kb_server, request_bytes(method, SEARCH, {"Content-Length": "0"}), no_body=method == "HEAD"
+        kb_server,
+        request_bytes(method, SEARCH, {"Content-Length": "0"}, port=kb_server.port),
+        no_body=method == "HEAD",
     )
     assert got in (404, 501)
     assert headers["content-type"] == "application/json" and headers["cache-control"] == "no-store"
@@ -105,6 +116,6 @@ def test_S10_a_client_that_stops_sending_is_dropped(
     from kb_cli import gateway
 
     with socket.create_connection(("127.0.0.1", kb_server.port), timeout=gateway.READ_TIMEOUT_S + 15) as sock:
-        sock.sendall(request_bytes("POST", SEARCH, {"Content-Length": "100"}, b"{"))
+        sock.sendall(request_bytes("POST", SEARCH, {"Content-Length": "100"}, b"{", port=kb_server.port))
         assert sock.recv(65536) == b""  # closed by the server after its read timeout, no answer
     assert kb_server.knowledge("demo", "capabilities").status == 200

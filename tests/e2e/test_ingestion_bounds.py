@@ -42,7 +42,7 @@ def test_m2_kb_serve_stays_small_and_answers_while_it_ingests_bombs(
     with own_group_kb_serve(state) as (kb, proc):
         before = _peak_mib(proc.pid)
         submitted = kb.kb(
-            "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", term, "--no-wait", str(corpus)
+            "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", term, "--no-wait", str(corpus)
         )
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.strip()
@@ -83,7 +83,7 @@ def test_job_cancel_through_kb_job_cancel(tmp_path: Path, monkeypatch: pytest.Mo
         submitted = kb.kb("ingest", "--source", SOURCE, "--doc-id", "many", "--no-wait", str(corpus))
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.strip()
-        cancelled = kb.kb("job", "cancel", job_id, "--source", SOURCE)
+        cancelled = kb.kb("job", "cancel", "--source", SOURCE, job_id)
         assert cancelled.returncode == 0, cancelled.stderr
         assert job_id in cancelled.stdout
         deadline = time.monotonic() + 60

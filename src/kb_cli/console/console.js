@@ -12,8 +12,8 @@ const STRINGS = {
     documents: "Documents", enable: "Enable", disable: "Disable", delete: "Delete", yes: "yes", no: "no",
     "docs.title": "Documents of {source}", docId: "Doc id", title: "Title", revision: "Revision",
     size: "Size (chars)", updated: "Updated", truncatedList: "Only the first {n} documents are listed.",
-    "upload.title": "Ingest a file", source: "Source", file: "File (.md, .txt)", tenant: "Tenant",
-    upload: "Upload", uploaded: "Ingested {doc} into {source}", "confirm.delete": "Delete {doc} from {source}?",
+    "upload.title": "Ingest a file", source: "Source", file: "File (.md, .txt, .html, .pdf, .docx)", tenant: "Tenant",
+    upload: "Upload", uploaded: "Ingested {doc} into {source}", uploadFailed: "{doc} was not ingested: {code}", uploadPending: "{doc}: the ingestion job is still running ({job})", "confirm.delete": "Delete {doc} from {source}?",
     "agents.title": "Agents", "workspaces.title": "Workspaces", route: "Route", agent: "Agent",
     pointTo: "Point to", point: "Point", "confirm.point": "Point route {route} from {from} to {to}?",
     pointed: "Route {route} now points to {to}", routes: "Routes", mode: "Mode", legacy: "legacy",
@@ -52,8 +52,8 @@ const STRINGS = {
     documents: "文档", enable: "启用", disable: "停用", delete: "删除", yes: "是", no: "否",
     "docs.title": "{source} 的文档", docId: "文档 ID", title: "标题", revision: "修订",
     size: "大小（字符）", updated: "更新时间", truncatedList: "仅列出前 {n} 篇文档。",
-    "upload.title": "上传文件入库", source: "知识库", file: "文件（.md、.txt）", tenant: "租户",
-    upload: "上传", uploaded: "已将 {doc} 写入 {source}", "confirm.delete": "从 {source} 删除 {doc}？",
+    "upload.title": "上传文件入库", source: "知识库", file: "文件（.md、.txt、.html、.pdf、.docx）", tenant: "租户",
+    upload: "上传", uploaded: "已将 {doc} 写入 {source}", uploadFailed: "{doc} 未能入库：{code}", uploadPending: "{doc}：入库任务仍在运行（{job}）", "confirm.delete": "从 {source} 删除 {doc}？",
     "agents.title": "智能体", "workspaces.title": "工作区", route: "路由", agent: "智能体",
     pointTo: "指向", point: "切换", "confirm.point": "将路由 {route} 从 {from} 切换到 {to}？",
     pointed: "路由 {route} 已指向 {to}", routes: "路由", mode: "方式", legacy: "旧版",
@@ -233,9 +233,9 @@ async function renderSources(view) {
     const { data: list } = await api("GET", `/admin/v1/sources/${seg(key)}/documents`);
     fill(docs, 
       h("h3", { text: t("docs.title", { source: key }) }),
-      table(t("docs.title", { source: key }), [t("docId"), t("title"), t("revision"), t("status"), t("size"), t("updated"), t("actions")],
+      table(t("docs.title", { source: key }), [t("docId"), t("title"), t("revision"), t("tenant"), t("status"), t("size"), t("updated"), t("actions")],
         list.documents.map((d) => [
-          h("code", { text: d.doc_id }), d.title, h("code", { title: d.revision, text: d.revision.slice(7, 19) }),
+          h("code", { text: d.doc_id }), d.title, h("code", { title: d.revision, text: d.revision.slice(7, 19) }), d.tenant || "—",
           h("span", { class: d.status === "ready" ? "ok" : "warn", text: d.status }), d.chars, d.updated_at,
           h("div", { class: "row" },
             h("button", { type: "button", text: d.status === "ready" ? t("disable") : t("enable"),
@@ -254,20 +254,23 @@ async function renderSources(view) {
       list.truncated ? h("p", { class: "muted", text: t("truncatedList", { n: list.documents.length }) }) : null);
   };
   const sourceSelect = h("select", { name: "source" }, data.sources.map((s) => h("option", { value: s.key, text: s.key })));
-  const fileInput = h("input", { type: "file", name: "file", accept: ".md,.markdown,.txt,text/plain,text/markdown" });
+  const fileInput = h("input", { type: "file", name: "file", accept: ".md,.markdown,.txt,.html,.htm,.pdf,.docx" });
   const docIdInput = h("input", { name: "doc_id", placeholder: "doc-id" });
-  const tenantInput = h("input", { name: "tenant", value: "demo" });
+  const tenantInput = h("input", { name: "tenant", value: "default" });
   const upload = h("form", { class: "grid", onsubmit: async (event) => {
     event.preventDefault();
     const file = fileInput.files[0];
     if (!file) return;
-    const text = await file.text();
-    const docId = docIdInput.value.trim() || file.name.replace(/\.[^.]+$/, "").replace(/[^A-Za-z0-9._:-]+/g, "-").replace(/^[-._:]+/, "") || "document";
-    const heading = text.match(/^# (.+)$/m);
-    const body = { documents: [{ doc_id: docId, title: heading ? heading[1].trim() : docId, body: text,
-      acl: { tenant: tenantInput.value.trim() || null }, structured_source: { uri: file.name } }] };
-    await act(() => api("POST", `/admin/v1/sources/${seg(sourceSelect.value)}/documents`, body),
-      t("uploaded", { doc: docId, source: sourceSelect.value }));
+    // The file's bytes go through an ingestion job, so PDF, HTML and DOCX are extracted as `kb ingest` does.
+    const docId = docIdInput.value.trim() || await fileDocId(file.name);
+    const body = { documents: [{ doc_id: docId, filename: file.name, content_base64: await base64Of(file),
+      acl: { tenant: tenantInput.value.trim() || "default" }, structured_source: { uri: file.name } }] };
+    const source = sourceSelect.value;
+    const job = await act(() => api("POST", `/admin/v1/sources/${seg(source)}/ingestion-jobs`, body));
+    const done = await waitForJob(source, job.data.job_id);
+    if (!done) say(t("uploadPending", { doc: docId, job: job.data.job_id }));
+    else if (done.errors.length) say(t("uploadFailed", { doc: docId, code: done.errors[0].code }));
+    else say(t("uploaded", { doc: docId, source }));
     showDocs(sourceSelect.value);
   } },
     field(t("source"), sourceSelect), field(t("file"), fileInput), field(t("docId"), docIdInput),
@@ -287,6 +290,33 @@ async function renderSources(view) {
       ])),
     docs,
     h("h3", { text: t("upload.title") }), upload);
+}
+
+async function base64Of(file) {
+  const bytes = new Uint8Array(await file.arrayBuffer());
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(binary);
+}
+
+// As the service names a file of a directory: its name without suffix when that is a valid id, else an
+// ASCII slug of it and 12 hex digits of its SHA-256 (`阀门.md` -> a stable id).
+async function fileDocId(name) {
+  const stem = name.replace(/\.[^.]+$/, "");
+  if (/^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/.test(stem)) return stem;
+  const slug = stem.replace(/[^A-Za-z0-9._:-]+/g, "-").replace(/^[-._:]+|[-._:]+$/g, "").slice(0, 180);
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(stem)));
+  const hex = Array.from(digest.slice(0, 6), (b) => b.toString(16).padStart(2, "0")).join("");
+  return slug ? `${slug}-${hex}` : hex;
+}
+
+async function waitForJob(source, jobId) {
+  for (let i = 0; i < 300; i++) {
+    const { data } = await api("GET", `/admin/v1/sources/${seg(source)}/ingestion-jobs/${seg(jobId)}`);
+    if (data.state === "completed") return data;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  return null;
 }
 
 async function act(call, message) {
@@ -370,7 +400,7 @@ async function consoleToken(routeName, tenant) {
 
 function searchPanel(workspaces) {
   const routeSelect = h("select", { name: "route" }, workspaces.map((w) => h("option", { value: w.route, text: w.route })));
-  const tenant = h("input", { name: "tenant", value: "demo" });
+  const tenant = h("input", { name: "tenant", value: "default" });
   const query = h("input", { name: "query", required: true, value: "网关离线怎么排查？" });
   const limit = h("input", { name: "limit", type: "number", min: "1", max: "3", value: "3" });
   const maxBytes = h("input", { name: "max_bytes", type: "number", min: "4096", max: "16384", step: "1024", value: "4096" });
@@ -472,7 +502,7 @@ function toolPanel(agents) {
   const sources = h("input", { name: "sources", placeholder: "id@version, …" });
   const context = h("textarea", { name: "trusted_context" }, '{"projectType": "monitor"}');
   const ancestors = h("textarea", { name: "ancestors", placeholder: "inv-1 demo-agent@1.0.0" });
-  const tenant = h("input", { name: "tenant", value: "demo" });
+  const tenant = h("input", { name: "tenant", value: "default" });
   const out = h("div", { "aria-live": "polite" });
   const form = h("form", { class: "grid", onsubmit: async (event) => {
     event.preventDefault();
@@ -545,7 +575,7 @@ async function renderTokens(view) {
   const routes = h("input", { name: "routes", value: "demo", required: true });
   const subject = h("input", { name: "subject", value: "user" });
   const client = h("input", { name: "client_id", value: "console" });
-  const tenant = h("input", { name: "tenant", value: "demo" });
+  const tenant = h("input", { name: "tenant", value: "default" });
   const ttl = h("input", { name: "ttl_seconds", type: "number", min: "60", value: "3600" });
   const issued = h("div", { "aria-live": "polite" });
   const list = h("div");

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from .private_files import private_path
+
 BUSY_TIMEOUT_S = 10.0
 # sqlite3.OperationalError covers a locked database past the busy timeout, a full disk, I/O errors and a
 # file that is not a database; DatabaseError is its base for corrupt files.
@@ -44,7 +46,7 @@ class SqliteDatabase:
         migrations: Sequence[Migration] = (),
         busy_timeout_s: float = BUSY_TIMEOUT_S,
     ) -> None:
-        self.path = str(path)
+        self.path = str(private_path(path))  # 0600 before SQLite creates it with the umask's mode (M6)
         self._busy_timeout_s = busy_timeout_s
         self._local = threading.local()
         self._application_id = application_id

@@ -149,8 +149,11 @@ def path_doc_id(name: str) -> str:
 
 
 def directory_doc_id(prefix: str, relative: PurePath) -> str:
-    """The doc_id of a file inside a synced directory: the prefix, then its path without suffix."""
-    return path_doc_id((f"{prefix}-" if prefix else "") + "-".join(relative.with_suffix("").parts))
+    """The doc_id of a file inside a synced directory: the prefix, then its path without suffix. The id of
+    the path is made on its own, so a file whose name is not a valid id (`阀门.md`) gets the same suffix
+    under any prefix."""
+    own = path_doc_id("-".join(relative.with_suffix("").parts))
+    return path_doc_id(f"{prefix}-{own}") if prefix else own
 
 
 def stored_unchanged(stored: Document | None, document: Document) -> bool:
