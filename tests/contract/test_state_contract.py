@@ -510,3 +510,5 @@ def test_m1_job_store_counts_attempts_per_document_across_workers(stores: StateS
     assert taken is not None
     assert jobs.begin_documents(job.job_id, "w2", [0]) is True
     assert [d.attempts for d in jobs.job_documents(job.job_id, state="queued")] == [2, 1]
+    assert jobs.begin_documents(job.job_id, "w2", [1], delta=-1) is True  # an attempt taken back
+    assert [d.attempts for d in jobs.job_documents(job.job_id, state="queued")] == [2, 0]

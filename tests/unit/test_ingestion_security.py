@@ -140,6 +140,31 @@ def test_m1_poison_document_ends_failed_after_bounded_attempts(
     assert restart == 3  # three deaths, then the fourth worker fails it and finishes
 
 
+def test_m1_a_search_backend_outage_costs_no_attempts(
+    c: Container, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend down for many retries is nobody's document's fault: once it is back, every document
+    is written (none ends `attempts_exhausted`)."""
+    from knowledge_core.domain.errors import SourceFailure
+    from knowledge_core.services import ingestion
+
+    docs = [{"doc_id": f"d{i}", "title": f"T{i}", "body": f"body {i}"} for i in range(3)]
+    accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
+
+    def down(documents: list) -> None:
+        raise SourceFailure("unavailable")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(c.backend, "put_documents", down)
+        for _ in range(6):
+            assert c.ingestion.work("w") == accepted.job_id
+            clock.advance(ingestion.BACKEND_RETRY_SECONDS + 1)
+    assert [d.attempts for d in c.state.jobs.job_documents(accepted.job_id)] == [0, 0, 0]
+    assert c.ingestion.work("w") == accepted.job_id
+    status = c.ingestion.status(SOURCE, accepted.job_id)
+    assert status.state == "completed" and status.counts.done == 3 and not status.errors
+
+
 # --- M2: bounded before and while reading, in a worker process with resource limits --------------------
 
 

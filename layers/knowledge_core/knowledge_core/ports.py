@@ -425,10 +425,11 @@ class JobStore(ABC):
         """running -> completed (with the documents a sync deleted) or cancelled, only for the holder."""
 
     @abstractmethod
-    def begin_documents(self, job_id: str, worker: str, seqs: list[int]) -> bool:
+    def begin_documents(self, job_id: str, worker: str, seqs: list[int], delta: int = 1) -> bool:
         """Count one more attempt on these queued documents before working them (a worker that dies on
         a document leaves its count behind: a poison document ends failed, never retried forever);
-        False, and nothing changes, when `worker` no longer holds the job."""
+        `delta=-1` takes an attempt back (it ended cleanly, the search backend was down). False, and
+        nothing changes, when `worker` no longer holds the job."""
 
     @abstractmethod
     def cancel_job(self, job_id: str, now: float) -> IngestionJob | None:

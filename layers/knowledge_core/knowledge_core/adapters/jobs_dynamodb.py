@@ -357,7 +357,7 @@ class DynamoJobStore(TableAdapter, JobStore):
         )
         return refused is None
 
-    def begin_documents(self, job_id: str, worker: str, seqs: list[int]) -> bool:
+    def begin_documents(self, job_id: str, worker: str, seqs: list[int], delta: int = 1) -> bool:
         pk = _pk(job_id)
         for i in range(0, len(seqs), _TRANSACT_MAX - 1):
             held = {  # a no-op write under the holder's condition (the worker's policy has no ConditionCheck)
@@ -374,8 +374,8 @@ class DynamoJobStore(TableAdapter, JobStore):
                     "Update": {
                         "TableName": self._table,
                         "Key": self._key(pk, _doc_sk(seq)),
-                        "UpdateExpression": "ADD attempts :one",
-                        "ExpressionAttributeValues": {":one": _n(1)},
+                        "UpdateExpression": "ADD attempts :delta",
+                        "ExpressionAttributeValues": {":delta": _n(delta)},
                     }
                 }
                 for seq in seqs[i : i + _TRANSACT_MAX - 1]

@@ -844,7 +844,7 @@ class SqliteJobStore(SqliteStore, JobStore):
                 > 0
             )
 
-    def begin_documents(self, job_id: str, worker: str, seqs: list[int]) -> bool:
+    def begin_documents(self, job_id: str, worker: str, seqs: list[int], delta: int = 1) -> bool:
         with self._write() as conn:
             held = conn.execute(
                 "SELECT 1 FROM ingestion_jobs WHERE job_id = ? AND worker = ? AND state = 'running'",
@@ -853,9 +853,9 @@ class SqliteJobStore(SqliteStore, JobStore):
             if held is None:
                 return False
             conn.executemany(
-                "UPDATE ingestion_documents SET attempts = attempts + 1 "
+                "UPDATE ingestion_documents SET attempts = max(attempts + ?, 0) "
                 "WHERE job_id = ? AND seq = ? AND state = 'queued'",
-                [(job_id, seq) for seq in seqs],
+                [(delta, job_id, seq) for seq in seqs],
             )
         return True
 

@@ -271,11 +271,17 @@ class IngestionService:
             queued = self._next_batch(job.job_id, after)
             if not queued:
                 break
-            if not self._jobs.begin_documents(job.job_id, worker, [d.seq for d in queued]):
+            seqs = [d.seq for d in queued]
+            if not self._jobs.begin_documents(job.job_id, worker, seqs):
                 return True  # another worker holds the job now: it carries on
-            outcomes, writes = self._prepare(job, queued, deadline)
-            if writes:
-                self._backend.put_documents(writes)
+            try:
+                outcomes, writes = self._prepare(job, queued, deadline)
+                if writes:
+                    self._backend.put_documents(writes)
+            except SourceFailure:
+                # The search backend is down: not these documents' fault, so the attempt does not count.
+                self._jobs.begin_documents(job.job_id, worker, seqs, delta=-1)
+                raise
             if not self._jobs.record_outcomes(job.job_id, worker, outcomes, self._clock.now(), self._lease_s):
                 return True
             after = outcomes[-1].seq  # a batch cut short by its size leaves the rest for the next round
