@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,6 +119,7 @@ def configure_local_env(state: Path, **kwargs: Any) -> Settings:
             "PYTHONWARNINGS": _with_quiet_metrics(os.environ.get("PYTHONWARNINGS", "")),
         }
     )
+    warnings.filterwarnings("ignore", message="No application metrics to publish")  # kb invoke runs here
     if settings.dynamodb_endpoint:
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")

@@ -77,14 +77,6 @@ def _read_regular(file: Path) -> bytes:
         return f.read(MAX_BODY_BYTES + 1)
 
 
-def _text_title(text: str, file: Path, title: str | None) -> str:
-    """--title, else the Markdown `# heading`, else the file's name without its suffix."""
-    if title:
-        return title
-    first = text.splitlines()[0] if text else ""
-    return first[2:].strip() if first.startswith("# ") and first[2:].strip() else file.stem
-
-
 def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, title: str | None) -> dict:
     """A file as a job document: Markdown/text as a body (title from its `# heading`, else its file name),
     other formats as bytes the worker extracts. `uri` is what the caller named or the path relative to the
@@ -106,7 +98,9 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise FileRefused("invalid_utf8", f"not UTF-8 text (byte {exc.start})") from None
-        doc = markdown_document(args.source, doc_id, text, _text_title(text, file, title))
+        doc = markdown_document(args.source, doc_id, text, title)
+        if title is None and not text.startswith("# "):  # no heading: the file's name, not a generated id
+            doc = doc.model_copy(update={"title": file.stem})
         return {
             "doc_id": doc_id,
             "title": doc.title,
@@ -222,7 +216,8 @@ def _wait_for_jobs(args: argparse.Namespace, call: Call, job_ids: list[str], tot
 
 
 def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
-    """Exit 0 when every document was ingested (or unchanged), 1 when any failed or was refused here."""
+    """Exit 0 when every document was ingested (or unchanged), 1 when any failed (other than a file of an
+    unsupported format, listed and skipped) or was refused here."""
     path = Path(args.file)
     sync = getattr(args, "sync", False)  # callers building their own Namespace may leave the job flags out
     refused: list[tuple[str, str]] = []
@@ -266,4 +261,5 @@ def _report(args: argparse.Namespace, jobs: list[dict], refused: int) -> int:
     print(f" ({unchanged} unchanged, {len(failed) + refused} failed, {deleted} deleted)")
     for doc_id, code in failed:
         print(f"  {doc_id}: {code}", file=sys.stderr)
-    return 1 if failed or refused else 0
+    # A file of a format no job takes is listed but, as a remote walk skips it, does not fail the command.
+    return 1 if refused or any(code != "unsupported_format" for _, code in failed) else 0

@@ -8,6 +8,7 @@ import sys
 
 from ..http import seg
 from . import Call, Subparsers, add_endpoint
+from .inventory import readable_time
 
 
 def register(sub: Subparsers) -> None:
@@ -51,8 +52,10 @@ def cmd_job(args: argparse.Namespace, call: Call) -> int:
         return 2
     base = f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs"
     if args.action == "list":
-        for job in call(args.endpoint, "GET", base)["jobs"]:
-            print(f"{job['created_at']}  {job_line(job)}")
+        jobs = call(args.endpoint, "GET", base)["jobs"]
+        for job in jobs:
+            print(f"{readable_time(job['created_at'])}  {job_line(job)}")
+        print(f"{len(jobs)} job(s) of {args.source} (the latest 20)", file=sys.stderr)
         return 0
     if not getattr(args, "job_id", None):
         raise SystemExit(f"kb job {args.action}: give a JOB_ID")
@@ -68,7 +71,7 @@ def cmd_job(args: argparse.Namespace, call: Call) -> int:
         print("  cancel requested: the job stops after its current batch")
     for key in ("created_at", "started_at", "finished_at"):
         if job[key]:
-            print(f"  {key}: {job[key]}")
+            print(f"  {key}: {readable_time(job[key])}")
     for error in job["errors"]:
         print(f"  {error['doc_id']}: {error['code']}")
     return 0

@@ -29,6 +29,13 @@ const STRINGS = {
     maxBytes: "Max bytes", bytes: "{n} bytes of {max}", pageOf: "Page {n}", total: "Document: {n} bytes",
     chainEnd: "The read chain limit was reached: search again for the rest.",
     searchStatus: "Status {status}, {n} hints, response {bytes} of {max} bytes",
+    "why.title": "Why no hints", "why.noAgent": "Route {route} points at no agent.",
+    "why.noSource": "No source selected: agent {agent} routes {mode} and nothing in this search selects a source.",
+    "why.rule": "The rule for {source} needs {needs}; a search carries no trusted context.",
+    "why.unsearchable": "{source} is not searchable now (unpublished, disabled or inactive).",
+    "why.noMatch": "Sources without a rule are chosen when a query word is in their description or tags.",
+    "why.noDocs": "{source} was searched but holds no ready document of tenant {tenant} (its documents' tenants: {tenants}).",
+    "why.minScore": "{source} was searched ({n} documents of tenant {tenant}) but nothing scored above its minScore {min}.",
     "try.tool": "Run knowledge_search as an agent", operation: "Operation", sourcesArg: "Sources (exact keys, optional)",
     trusted: "Trusted context (JSON)", ancestors: "Ancestors (one per line: invocation_id agent@version)",
     run: "Run", timeline: "Events", references: "References", ledger: "Budgets per chain level",
@@ -68,6 +75,13 @@ const STRINGS = {
     bytes: "{n} / {max} 字节", pageOf: "第 {n} 页", total: "文档共 {n} 字节",
     chainEnd: "已达到阅读链上限：请重新检索以阅读其余部分。",
     searchStatus: "状态 {status}，{n} 条提示，响应 {bytes} / {max} 字节",
+    "why.title": "为什么没有提示", "why.noAgent": "路由 {route} 未指向任何智能体。",
+    "why.noSource": "未选中任何知识库：智能体 {agent} 的路由模式为 {mode}，本次搜索没有选中任何知识库。",
+    "why.rule": "{source} 的规则需要 {needs}；搜索不携带可信上下文。",
+    "why.unsearchable": "{source} 当前不可搜索（未发布、已停用或已吊销）。",
+    "why.noMatch": "没有规则的知识库在查询词出现在其描述或标签中时才会被选中。",
+    "why.noDocs": "已搜索 {source}，但其中没有租户 {tenant} 的就绪文档（文档所属租户：{tenants}）。",
+    "why.minScore": "已搜索 {source}（租户 {tenant} 的文档 {n} 篇），但没有结果高于其 minScore {min}。",
     "try.tool": "以智能体身份运行 knowledge_search", operation: "操作", sourcesArg: "知识库（精确键，可选）",
     trusted: "可信上下文（JSON）", ancestors: "祖先调用（每行：调用 ID 智能体@版本）", run: "运行",
     timeline: "事件", references: "引用", ledger: "调用链各层预算", planned: "已选源", retrieved: "检索结果",
@@ -388,6 +402,52 @@ async function renderAgents(view) {
 
 // --- try it ----------------------------------------------------------------------------------------------------
 
+// Why a search answered no hints, from the admin listings (the protocol's bodies stay as they are): the
+// route's agent and routing as the service plans a search (no trusted context), then the tenant's documents.
+async function whyEmpty(routeName, query, tenant) {
+  const [{ data: ws }, { data: ag }, { data: src }] = await Promise.all(
+    ["/admin/v1/workspaces", "/admin/v1/agents", "/admin/v1/sources"].map((p) => api("GET", p)));
+  const agentKey = (ws.workspaces.find((w) => w.route === routeName) || {}).agent;
+  const agent = ag.agents.find((a) => a.key === agentKey);
+  if (!agent) return [t("why.noAgent", { route: routeName })];
+  const def = agent.definition;
+  const sources = new Map(src.sources.map((s) => [s.key, s]));
+  const allowed = (def.allowedKnowledge || []).map((k) => `${k.id}@${k.version}`);
+  const searchable = allowed.filter((k) => sources.get(k) && sources.get(k).searchable);
+  const routing = def.knowledgeRouting || {};
+  const planned = ["AUTO", "ON_DEMAND"].includes(routing.mode) ? routed(routing, searchable, sources, query) : searchable;
+  if (!planned.length) {
+    const reasons = [t("why.noSource", { agent: agent.key, mode: routing.mode || "legacy" })];
+    allowed.filter((k) => !searchable.includes(k)).forEach((k) => reasons.push(t("why.unsearchable", { source: k })));
+    (routing.rules || []).forEach((rule) => reasons.push(t("why.rule", { source: `${rule.knowledge.id}@${rule.knowledge.version}`,
+      needs: Object.entries(rule.contextEquals || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "—" })));
+    reasons.push(t("why.noMatch"));
+    return reasons;
+  }
+  return Promise.all(planned.map(async (key) => {
+    const { data } = await api("GET", `/admin/v1/sources/${seg(key)}/documents`);
+    const mine = data.documents.filter((d) => d.tenant === tenant && d.status === "ready").length;
+    if (!mine) return t("why.noDocs", { source: key, tenant, tenants: [...new Set(data.documents.map((d) => d.tenant || "—"))].join(", ") || "—" });
+    return t("why.minScore", { source: key, n: mine, tenant, min: sources.get(key).min_score });
+  }));
+}
+
+// The router's AUTO rule (knowledge_core/domain/router.py) for a search, which carries no trusted context.
+function routed(routing, searchable, sources, query) {
+  const lowered = query.toLowerCase();
+  const ruled = new Set((routing.rules || []).map((r) => `${r.knowledge.id}@${r.knowledge.version}`));
+  const byRule = (routing.rules || []).filter((r) => {
+    if (Object.keys(r.contextEquals || {}).length) return false;
+    if (r.always) return true;
+    if (r.queryTerms && r.queryTerms.length && !r.queryTerms.some((q) => lowered.includes(q.toLowerCase()))) return false;
+    return true;
+  }).map((r) => `${r.knowledge.id}@${r.knowledge.version}`).filter((k) => searchable.includes(k));
+  const words = lowered.split(/[^\p{L}\p{N}]+/u).filter((w) => w.length > 1);
+  const byText = searchable.filter((k) => !ruled.has(k) && words.some((w) =>
+    `${sources.get(k).description} ${sources.get(k).tags.join(" ")}`.toLowerCase().includes(w)));
+  return [...byRule, ...byText];
+}
+
 async function consoleToken(routeName, tenant) {
   const key = `${routeName}\u0000${tenant}`;
   if (!tokens.has(key)) {
@@ -399,7 +459,9 @@ async function consoleToken(routeName, tenant) {
 }
 
 function searchPanel(workspaces) {
-  const routeSelect = h("select", { name: "route" }, workspaces.map((w) => h("option", { value: w.route, text: w.route })));
+  // The demo route by default (the seeded one, whose sample query finds something), else the first.
+  const routeSelect = h("select", { name: "route" }, workspaces.map((w) =>
+    h("option", { value: w.route, text: w.route, selected: w.route === "demo" })));
   const tenant = h("input", { name: "tenant", value: "default" });
   const query = h("input", { name: "query", required: true, value: "网关离线怎么排查？" });
   const limit = h("input", { name: "limit", type: "number", min: "1", max: "3", value: "3" });
@@ -440,7 +502,10 @@ function searchPanel(workspaces) {
         h("ol", {}, data.hints.map((hint) => h("li", { class: "card" },
           h("strong", { text: hint.title }), ` · score ${hint.score}`,
           h("p", { text: hint.summary }),
-          h("button", { type: "button", text: t("read"), onclick: () => { fill(reader); readFrom(token, hint.ref, null, 1); } })))));
+          h("button", { type: "button", text: t("read"), onclick: () => { fill(reader); readFrom(token, hint.ref, null, 1); } })))),
+        data.hints.length ? null : h("section", { class: "card", "aria-label": t("why.title") },
+          h("strong", { text: t("why.title") }),
+          h("ul", {}, (await whyEmpty(routeSelect.value, query.value, tenant.value.trim() || "default")).map((r) => h("li", { text: r })))));
     } catch (error) {
       fill(results, errorBox(error));
     }

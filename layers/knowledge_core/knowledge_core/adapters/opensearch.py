@@ -869,7 +869,7 @@ class OpenSearchBackend(SearchBackend):
             "query": {"term": {"source_key": source_key}},
             "size": limit,
             "sort": [{"doc_id": "asc"}],
-            "_source": ["doc_id", "title", "revision", "status", "updated_at", "acl_tenant"],
+            "_source": ["doc_id", "title", "revision", "status", "updated_at", "acl.tenant"],
             "script_fields": {"chars": {"script": {"source": "params._source.body.length()"}}},
         }
         try:
@@ -884,7 +884,7 @@ class OpenSearchBackend(SearchBackend):
                 status=h["_source"]["status"],
                 chars=int(h.get("fields", {}).get("chars", [0])[0]),
                 updated_at=float(h["_source"].get("updated_at", 0)),
-                tenant=(h["_source"].get("acl_tenant") or [None])[0],  # its own tenant comes first
+                tenant=(h["_source"].get("acl") or {}).get("tenant"),
             )
             for h in found["hits"]["hits"]
         ]

@@ -139,11 +139,14 @@ def file_format(name: str) -> str | None:
 
 
 def path_doc_id(name: str) -> str:
-    """A file's doc_id: its name when that is a valid id, else an ASCII slug of it plus a digest of the
-    original (a directory may hold `阀门.md` or `my notes.md`)."""
+    """A file's doc_id: its name when that is a valid id, else a readable ASCII slug of it (transliterated:
+    `阀门检修` -> `FaMenJianXiu`) plus a digest of the original, which keeps two names apart that read alike
+    (a directory may hold `阀门.md` or `my notes.md`)."""
+    from anyascii import anyascii  # a pure-Python table, loaded only when a name needs it
+
     if re.fullmatch(DOC_ID_PATTERN, name):
         return name
-    slug = re.sub(r"[^A-Za-z0-9._:-]+", "-", name).strip("-._:")[:180]
+    slug = re.sub(r"[^A-Za-z0-9._:-]+", "-", anyascii(name)).strip("-._:")[:180]
     digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:12]
     return f"{slug}-{digest}" if slug else digest
 
