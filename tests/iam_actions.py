@@ -341,6 +341,23 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
     )
     assert job["state"] == "completed", job
     _ok(handlers.invoke("AdminFunction", admin_event("GET", jobs, source=source)))
+    # A queued job cancelled (issue 26): the job updated, its open-job pointer deleted.
+    queued = _ok(
+        handlers.invoke(
+            "AdminFunction",
+            admin_event(
+                "POST", jobs, json.loads(load_event("admin/submit-ingestion-job.json")["body"]), source=source
+            ),
+        ),
+        202,
+    )
+    cancel_path = f"{jobs}/{queued['job_id']}/cancel"
+    cancelled = _ok(
+        handlers.invoke(
+            "AdminFunction", admin_event("POST", cancel_path, source=source, job_id=queued["job_id"])
+        )
+    )
+    assert cancelled["state"] == "cancelled", cancelled
 
     for name in ("mcp/initialize.json", "mcp/tools-list.json", "mcp/search.json"):
         assert handlers.invoke("McpFunction", _public(name, principal))["statusCode"] == 200

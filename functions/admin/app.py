@@ -167,6 +167,11 @@ def get_ingestion_job(source: str, job_id: str) -> Response:
     return json_response(bootstrap.container().ingestion.status(_key(source), job_id))
 
 
+@app.post("/admin/v1/sources/<source>/ingestion-jobs/<job_id>/cancel")
+def cancel_ingestion_job(source: str, job_id: str) -> Response:
+    return json_response(bootstrap.container().ingestion.cancel(_key(source), job_id))
+
+
 @app.post("/admin/v1/tokens")
 def issue_token() -> Response:
     request = parse_request(TokenRequest, body_of(app))

@@ -1,5 +1,7 @@
 """`kb serve`'s ingestion worker: a thread of the serve process that claims queued jobs from the same job
-store the admin function writes to (SQLite state file or DynamoDB table) and works them (I-INGEST).
+store the admin function writes to (SQLite state file or DynamoDB table) and works them (I-INGEST). The
+files themselves are extracted in a resource-limited child process (`extraction_sandbox`), so a hostile
+file cannot grow or stall `kb serve`; the thread only waits for it, up to the wall-time bound.
 
 A job is held under a lease that the worker renews while it lives; after a kill -9 the lease runs out and
 the next `kb serve` (or another one sharing `--state`) claims the job and carries on with its queued
@@ -34,6 +36,9 @@ class IngestWorker:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        close = getattr(self._container.extractor, "close", None)
+        if close is not None:  # the extraction child (it would also exit once its pipe closes)
+            close()
 
     def _run(self) -> None:
         service = self._container.ingestion

@@ -459,3 +459,56 @@ def test_i_ingest_job_store_lists_per_source_and_claims_oldest_first(stores: Sta
     assert released is not None
     jobs.release_job(first.job_id, "w")
     assert jobs.claim_job("w2", NOW + 1, 10, job_id=first.job_id) is not None  # released: free at once
+
+
+def test_job_cancel_stops_a_job_on_every_job_store(stores: StateStores) -> None:
+    """Issue 26 (job cancel): a queued job is cancelled at once and never claimed; a running one is asked
+    to stop (its holder finishes it `cancelled` after its batch); counts are kept; a finished job stays."""
+    jobs = stores.jobs
+    queued = _job(total=1)
+    jobs.create_job(queued, [JobDocument(0, "a", {"title": "A", "body": "a"})])
+    cancelled = jobs.cancel_job(queued.job_id, NOW)
+    assert cancelled is not None and cancelled.state == "cancelled" and cancelled.finished_at == NOW
+    assert cancelled.counts["queued"] == 1
+    assert jobs.claim_job("w", NOW + 1, 10, job_id=queued.job_id) is None
+    assert jobs.claim_job("w", NOW + 1, 10) is None  # nor as "the oldest open job"
+
+    running = _job(total=2, created_at=NOW + 1)
+    jobs.create_job(running, [JobDocument(i, f"d{i}", {"title": "t", "body": "b"}) for i in range(2)])
+    assert jobs.claim_job("w", NOW + 2, 10, job_id=running.job_id) is not None
+    assert jobs.record_outcomes(running.job_id, "w", [DocumentOutcome(0, "done", passages=1)], NOW + 2, 10)
+    asked = jobs.cancel_job(running.job_id, NOW + 3)
+    assert asked is not None and asked.state == "running" and asked.cancel_requested
+    assert jobs.finish_job(running.job_id, "w", NOW + 4, state="cancelled") is True
+    stopped = jobs.get_job(running.job_id)
+    assert stopped is not None and stopped.state == "cancelled" and stopped.counts["done"] == 1
+    assert stopped.counts["queued"] == 1 and stopped.passages == 1
+    assert jobs.claim_job("w2", NOW + 100, 10, job_id=running.job_id) is None
+
+    # The holder died before it saw the request: once its lease ran out, cancel ends the job at once.
+    orphan = _job(total=1, created_at=NOW + 2)
+    jobs.create_job(orphan, [JobDocument(0, "a", {"title": "A", "body": "a"})])
+    assert jobs.claim_job("dead", NOW, 10, job_id=orphan.job_id) is not None
+    gone = jobs.cancel_job(orphan.job_id, NOW + 20)
+    assert gone is not None and gone.state == "cancelled"
+    finished = jobs.cancel_job(running.job_id, NOW + 30)
+    assert finished is not None and finished.finished_at == NOW + 4  # left as it was
+    assert jobs.cancel_job("nope", NOW) is None
+
+
+def test_m1_job_store_counts_attempts_per_document_across_workers(stores: StateStores) -> None:
+    """Issue 26 M1: every batch begun counts an attempt on its documents, kept across workers (a kb
+    serve restarted after dying on a document sees how often it was begun), only for the lease holder."""
+    jobs = stores.jobs
+    job = _job(total=2, prefix="p", sync=True, tenant="acme", origin="s3://bucket/docs")
+    jobs.create_job(job, [JobDocument(i, f"d{i}", {"title": "t", "body": "b"}) for i in range(2)])
+    assert jobs.get_job(job.job_id).spec.sync_origin == "s3://bucket/docs"  # type: ignore[union-attr]
+    assert jobs.claim_job("w1", NOW, 10) is not None
+    assert jobs.begin_documents(job.job_id, "w2", [0, 1]) is False  # not the holder
+    assert jobs.begin_documents(job.job_id, "w1", [0, 1]) is True
+    taken = jobs.claim_job("w2", NOW + 11, 10, job_id=job.job_id)  # w1 died on the batch
+    assert taken is not None
+    assert jobs.begin_documents(job.job_id, "w2", [0]) is True
+    assert [d.attempts for d in jobs.job_documents(job.job_id, state="queued")] == [2, 1]
+    assert jobs.begin_documents(job.job_id, "w2", [1], delta=-1) is True  # an attempt taken back
+    assert [d.attempts for d in jobs.job_documents(job.job_id, state="queued")] == [2, 0]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import replace
-from functools import cached_property
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 from .codec import RotatingTokenCodec, SecretSource, TokenCodec
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .adapters.dynamodb import DynamoTable
+    from .extraction import Extracted
     from .services.access import AccessService, RunGuard
     from .services.admin import AdminService
     from .services.ingestion import IngestionService
@@ -264,7 +266,26 @@ class Container:
             queue=self.job_queue,
             allow_directories=self.settings.ingest_directories,
             lease_s=self.settings.ingest_lease_seconds,
+            extractor=self.extractor,
         )
+
+    @cached_property
+    def extractor(self) -> Callable[[str, bytes], Extracted]:
+        """Where a file is extracted (issue 26 M2): a resource-limited child process unless told not to."""
+        from .extraction import DEFAULT_LIMITS, ExtractionLimits, extract
+        from .extraction_sandbox import ProcessExtractor
+
+        s = self.settings
+        limits = ExtractionLimits(
+            **{
+                **asdict(DEFAULT_LIMITS),
+                "wall_seconds": s.ingest_extraction_seconds,
+                "memory_bytes": s.ingest_extraction_memory_mb * 1024 * 1024,
+            }
+        )
+        if s.ingest_extraction == "inline":
+            return partial(extract, limits=limits)
+        return ProcessExtractor(limits)
 
     @cached_property
     def turns(self) -> TurnService:

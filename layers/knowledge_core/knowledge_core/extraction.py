@@ -1,16 +1,24 @@
 """Text extraction for ingestion (I-INGEST): Markdown, plain text, HTML, PDF and DOCX to Markdown with
-headings kept; PDF page starts kept so passages can name their page. A file that cannot be read is a typed
-`ExtractionError` (`unsupported_format`, `corrupt`, `encrypted`, `empty`) carrying no text of the file and
-no library message. The format libraries are imported on first use (cold start)."""
+headings kept; PDF page starts kept so passages can name their page. A file that cannot be read, for any
+reason, is a typed `ExtractionError` (`unsupported_format`, `corrupt`, `encrypted`, `empty`, `too_large`,
+`too_complex`, `timeout`, `extraction_failed`) carrying no text of the file and no library message.
+
+Extraction is bounded before and while it reads (SPEC §7, issue 26 M2): the input size, a DOCX's
+declared decompressed size and compression ratio, a PDF's page count and decoded content, an HTML page's
+nesting depth and element count (scanned before the tree is built), the output size and a wall-time
+deadline checked between pages and blocks. Memory and CPU are bounded by the process this runs in
+(`extraction_sandbox`). The format libraries are imported on first use (cold start)."""
 
 from __future__ import annotations
 
 import io
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .domain.ingestion import ErrorCode, file_format
+from .domain.models import MAX_BODY_BYTES
 
 _BLANK_RUNS = re.compile(r"\n{3,}")
 _SPACES = re.compile(r"[ \t\r\f\v]+")
@@ -30,12 +38,52 @@ _HTML_DROP = (
     "button",
 )
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # an encrypted Office file is an OLE container, not a zip
+_MIB = 1024 * 1024
 
 
 class ExtractionError(Exception):
     def __init__(self, code: ErrorCode) -> None:
         super().__init__(code)
         self.code: ErrorCode = code
+
+
+@dataclass(frozen=True)
+class ExtractionLimits:
+    """The bounds of one extraction. Sizes are bytes; `wall_seconds` is also the CPU bound of the worker
+    process and `memory_bytes` its address-space bound (see `extraction_sandbox`)."""
+
+    max_input_bytes: int = 32 * _MIB
+    max_output_bytes: int = MAX_BODY_BYTES
+    max_unzipped_bytes: int = 64 * _MIB  # DOCX: the sum of the zip entries' declared sizes
+    max_zip_ratio: int = 100  # DOCX: an entry over 1 MiB may not be more than this much compressed
+    max_zip_entries: int = 5_000
+    max_pdf_pages: int = 2_000
+    max_pdf_content_bytes: int = 64 * _MIB  # decoded content streams, all pages together
+    max_html_depth: int = 256
+    max_html_elements: int = 200_000
+    wall_seconds: float = 30.0
+    memory_bytes: int = 1024 * _MIB
+
+
+DEFAULT_LIMITS = ExtractionLimits()
+
+
+class _Budget:
+    """What one extraction may still spend: a deadline (monotonic) and the output size."""
+
+    def __init__(self, limits: ExtractionLimits) -> None:
+        self.limits = limits
+        self._deadline = time.monotonic() + limits.wall_seconds
+
+    def check_time(self) -> None:
+        if time.monotonic() > self._deadline:
+            raise ExtractionError("timeout")
+
+    def check_output(self, chars: int) -> None:
+        # A character is at least one UTF-8 byte: more characters than bytes allowed is too large already.
+        if chars > self.limits.max_output_bytes:
+            raise ExtractionError("too_large")
+        self.check_time()
 
 
 @dataclass(frozen=True)
@@ -49,15 +97,36 @@ class Extracted:
     page_starts: list[int] = field(default_factory=list)
 
 
-def extract(filename: str, data: bytes) -> Extracted:
+def extract(filename: str, data: bytes, limits: ExtractionLimits = DEFAULT_LIMITS) -> Extracted:
+    """`data` as Markdown, or an ExtractionError whatever went wrong: a library's own exception (a
+    RecursionError on deep markup, NotImplementedError on an unknown PDF cipher, MemoryError…) becomes a
+    typed code, so one hostile file never stops the job it is part of."""
+    try:
+        return _extract(filename, data, _Budget(limits))
+    except ExtractionError:
+        raise
+    except RecursionError:
+        raise ExtractionError("too_complex") from None
+    except MemoryError:
+        raise ExtractionError("too_large") from None
+    except Exception:
+        raise ExtractionError("extraction_failed") from None
+
+
+def _extract(filename: str, data: bytes, budget: _Budget) -> Extracted:
     kind = file_format(filename)
     if kind is None:
         raise ExtractionError("unsupported_format")
+    if len(data) > budget.limits.max_input_bytes:
+        raise ExtractionError("too_large")
     if not data.strip():
         raise ExtractionError("empty")
-    extracted = _EXTRACTORS[kind](data)
+    extracted = _EXTRACTORS[kind](data, budget)
     if not extracted.body.strip():
         raise ExtractionError("empty")
+    budget.check_output(len(extracted.body))
+    if len(extracted.body.encode("utf-8")) > budget.limits.max_output_bytes:
+        raise ExtractionError("too_large")
     return extracted
 
 
@@ -76,13 +145,20 @@ def _decode(data: bytes) -> str:
         raise ExtractionError("corrupt") from None
 
 
-def _markdown(data: bytes) -> Extracted:
-    title, body = markdown_title(_decode(data))
+def _plain(data: bytes, budget: _Budget) -> tuple[str | None, str]:
+    # The body is the file itself: a file over the body limit (and a BOM) is refused before decoding.
+    if len(data) > budget.limits.max_output_bytes + 3:
+        raise ExtractionError("too_large")
+    return markdown_title(_decode(data))
+
+
+def _markdown(data: bytes, budget: _Budget) -> Extracted:
+    title, body = _plain(data, budget)
     return Extracted("markdown", title, body)
 
 
-def _text(data: bytes) -> Extracted:
-    title, body = markdown_title(_decode(data))
+def _text(data: bytes, budget: _Budget) -> Extracted:
+    title, body = _plain(data, budget)
     return Extracted("text", title, body)
 
 
@@ -97,12 +173,45 @@ def _join(blocks: list[str]) -> str:
 # --- HTML ---------------------------------------------------------------------------------------------
 
 
-def _html(data: bytes) -> Extracted:
+# Start or end tags, and comments (skipped) as html.parser sees them; void elements never nest.
+_HTML_TAG = re.compile(rb"<!--.*?-->|<(/?)([A-Za-z][A-Za-z0-9:-]*)(?:[^>]*?)(/?)>", re.DOTALL)
+_HTML_VOID = frozenset(b"area base br col embed hr img input link meta param source track wbr keygen".split())
+
+
+def html_shape(data: bytes, limits: ExtractionLimits) -> None:
+    """Refuse markup that would build too deep or too large a tree (`too_complex`), before building it:
+    the tags are scanned the way the tree builder nests them (an end tag closes up to its open twin)."""
+    stack: list[bytes] = []
+    elements = 0
+    for match in _HTML_TAG.finditer(data):
+        name = match.group(2)
+        if name is None:
+            continue
+        name = name.lower()
+        if match.group(1):  # an end tag: close up to the nearest open element of that name
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i] == name:
+                    del stack[i:]
+                    break
+            continue
+        elements += 1
+        if elements > limits.max_html_elements:
+            raise ExtractionError("too_complex")
+        if not match.group(3) and name not in _HTML_VOID:
+            stack.append(name)
+            if len(stack) > limits.max_html_depth:
+                raise ExtractionError("too_complex")
+
+
+def _html(data: bytes, budget: _Budget) -> Extracted:
     from bs4 import BeautifulSoup
 
     if b"\x00" in data[:1024]:
         raise ExtractionError("corrupt")
+    html_shape(data, budget.limits)
+    budget.check_time()
     soup = BeautifulSoup(data, "html.parser")
+    budget.check_time()
     title_tag = soup.find("title")
     title = _clean(title_tag.get_text()) if title_tag else None
     for tag in soup.find_all(list(_HTML_DROP)):
@@ -112,7 +221,7 @@ def _html(data: bytes) -> Extracted:
             tag.decompose()
     root: Any = soup.find("main") or soup.find("article") or soup.find("body") or soup
     blocks: list[str] = []
-    _html_blocks(root, blocks)
+    _html_blocks(root, blocks, budget)
     body = _join(blocks)
     h1 = soup.find("h1")
     if not title and h1:
@@ -125,7 +234,7 @@ def _html(data: bytes) -> Extracted:
 _BLOCK_TAGS = {"p", "div", "section", "article", "main", "blockquote", "dd", "dt", "figcaption", "address"}
 
 
-def _html_blocks(node: Any, blocks: list[str]) -> None:
+def _html_blocks(node: Any, blocks: list[str], budget: _Budget) -> None:
     """Markdown blocks of an element tree: headings as `#`, list items as `-`, code as fences, table rows
     as `|`-separated cells; inline text joined."""
     from bs4 import NavigableString, Tag
@@ -137,6 +246,7 @@ def _html_blocks(node: Any, blocks: list[str]) -> None:
         if text:
             blocks.append(text)
         inline.clear()
+        budget.check_time()
 
     for child in node.children:
         if isinstance(child, NavigableString):
@@ -169,7 +279,7 @@ def _html_blocks(node: Any, blocks: list[str]) -> None:
             inline.append("\n")
         elif name in _BLOCK_TAGS or name == "li":
             flush()
-            _html_blocks(child, blocks)
+            _html_blocks(child, blocks, budget)
         else:
             inline.append(child.get_text(" ") if name not in ("img",) else "")
     flush()
@@ -178,21 +288,16 @@ def _html_blocks(node: Any, blocks: list[str]) -> None:
 # --- PDF ----------------------------------------------------------------------------------------------
 
 
-def _pdf(data: bytes) -> Extracted:
+def _pdf(data: bytes, budget: _Budget) -> Extracted:
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 
     try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            try:  # an owner password only (no user password) still lets anyone read the text
-                if not reader.decrypt(""):
-                    raise ExtractionError("encrypted")
-            except ExtractionError:
-                raise
-            except Exception:
-                raise ExtractionError("encrypted") from None
-        texts = [page.extract_text() or "" for page in reader.pages]
+        reader = _pdf_reader(PdfReader, data)
+        _pdf_unlock(reader)
+        if len(reader.pages) > budget.limits.max_pdf_pages:
+            raise ExtractionError("too_large")
+        texts = _pdf_texts(reader, budget)
         meta_title = reader.metadata.title if reader.metadata else None
     except ExtractionError:
         raise
@@ -209,10 +314,51 @@ def _pdf(data: bytes) -> Extracted:
     return Extracted("pdf", title, body, starts)
 
 
+def _pdf_reader(reader_class: Any, data: bytes) -> Any:
+    """The reader of `data`; a security handler pypdf does not implement (it raises NotImplementedError
+    while reading `/Encrypt`) is `encrypted`, like any file we cannot unlock."""
+    try:
+        return reader_class(io.BytesIO(data))
+    except NotImplementedError:
+        raise ExtractionError("encrypted" if b"/Encrypt" in data else "corrupt") from None
+
+
+def _pdf_unlock(reader: Any) -> None:
+    """An owner password only (no user password) still lets anyone read the text; anything else, an
+    unknown cipher included (pypdf's NotImplementedError), is `encrypted`."""
+    if not reader.is_encrypted:
+        return
+    try:
+        unlocked = reader.decrypt("")
+    except Exception:
+        raise ExtractionError("encrypted") from None
+    if not unlocked:
+        raise ExtractionError("encrypted")
+
+
+def _pdf_texts(reader: Any, budget: _Budget) -> list[str]:
+    """Each page's text, bounded while it reads: the decoded content of all pages together (pages may
+    share one huge content stream), the text produced and the deadline, checked page by page."""
+    texts: list[str] = []
+    content = 0
+    chars = 0
+    for page in reader.pages:
+        budget.check_time()
+        stream = page.get_contents()
+        content += len(stream.get_data()) if stream is not None else 0
+        if content > budget.limits.max_pdf_content_bytes:
+            raise ExtractionError("too_large")
+        text = page.extract_text() or ""
+        chars += len(text)
+        budget.check_output(chars)
+        texts.append(text)
+    return texts
+
+
 # --- DOCX ---------------------------------------------------------------------------------------------
 
 
-def _docx(data: bytes) -> Extracted:
+def _docx(data: bytes, budget: _Budget) -> Extracted:
     import zipfile
 
     if data.startswith(_OLE_MAGIC):
@@ -221,30 +367,52 @@ def _docx(data: bytes) -> Extracted:
         import docx
         from docx.opc.exceptions import PackageNotFoundError
 
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            zip_shape(package.infolist(), budget.limits)
+        budget.check_time()
         document = docx.Document(io.BytesIO(data))
-    except (zipfile.BadZipFile, PackageNotFoundError, KeyError, ValueError, OSError):
+    except ExtractionError:
+        raise
+    except (zipfile.BadZipFile, PackageNotFoundError, KeyError, ValueError, OSError, EOFError):
         raise ExtractionError("corrupt") from None
     except Exception as exc:  # lxml's XMLSyntaxError and friends: a broken package
         if type(exc).__module__.startswith(("lxml", "docx")):
             raise ExtractionError("corrupt") from None
         raise
     title = _clean(document.core_properties.title or "") or None
-    blocks: list[str] = []
-    for block in _docx_blocks(document):
-        blocks.append(block)
+    blocks = _docx_blocks(document, budget)
     if title is None and blocks and blocks[0].startswith("# "):
         title = blocks.pop(0)[2:]
     return Extracted("docx", title, _join(blocks))
 
 
-def _docx_blocks(document: Any) -> list[str]:
+def zip_shape(entries: list[Any], limits: ExtractionLimits) -> None:
+    """Refuse a zip bomb before inflating anything (`too_large`): too many entries, a declared total over
+    the bound, or a large entry compressed beyond any real document. zipfile never inflates an entry past
+    its declared size (it stops and fails the CRC), so the declared sizes bound what is read."""
+    if len(entries) > limits.max_zip_entries:
+        raise ExtractionError("too_large")
+    total = 0
+    for entry in entries:
+        total += entry.file_size
+        if total > limits.max_unzipped_bytes:
+            raise ExtractionError("too_large")
+        if entry.file_size > _MIB and entry.file_size > limits.max_zip_ratio * max(entry.compress_size, 1):
+            raise ExtractionError("too_large")
+
+
+def _docx_blocks(document: Any, budget: _Budget) -> list[str]:
     """Paragraphs and tables in document order: `Heading N` styles as Markdown headings, `Title` as `#`,
     list styles as `-` items, table rows as `|`-separated cells."""
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
     blocks: list[str] = []
+    chars = counted = 0
     for item in document.iter_inner_content():
+        chars += sum(len(b) for b in blocks[counted:])
+        counted = len(blocks)
+        budget.check_output(chars)
         if isinstance(item, Paragraph):
             text = _clean(item.text)
             if not text:

@@ -334,6 +334,16 @@ _OPERATIONS: list[
     ),
     (
         "post",
+        "/admin/v1/sources/{source}/ingestion-jobs/{job_id}/cancel",
+        "cancelIngestionJob",
+        "Cancel an ingestion job: it stops after its current batch (state cancelled, counts kept)",
+        None,
+        aw.JobStatus,
+        200,
+        (400, 404, 503),
+    ),
+    (
+        "post",
         "/admin/v1/runs/{run_id}/end",
         "endRun",
         "Complete, cancel or fail a run",

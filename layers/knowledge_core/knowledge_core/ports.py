@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from .domain.budget import ChainLink, Citation, CitationDraft, CitationMark, LedgerEntry
 from .domain.errors import SourceFailure
 from .domain.fusion import Hit
-from .domain.ingestion import DocState, DocumentOutcome, IngestionJob, JobDocument
+from .domain.ingestion import DocState, DocumentOutcome, IngestionJob, JobDocument, JobState
 from .domain.models import (
     AgentDefinition,
     Document,
@@ -419,8 +419,23 @@ class JobStore(ABC):
         while `worker` holds the job (the lease is renewed); False otherwise, and nothing changes."""
 
     @abstractmethod
-    def finish_job(self, job_id: str, worker: str, now: float, deleted: int = 0) -> bool:
-        """queued/running -> completed (with the documents a sync deleted), only for the holder."""
+    def finish_job(
+        self, job_id: str, worker: str, now: float, deleted: int = 0, state: JobState = "completed"
+    ) -> bool:
+        """running -> completed (with the documents a sync deleted) or cancelled, only for the holder."""
+
+    @abstractmethod
+    def begin_documents(self, job_id: str, worker: str, seqs: list[int], delta: int = 1) -> bool:
+        """Count one more attempt on these queued documents before working them (a worker that dies on
+        a document leaves its count behind: a poison document ends failed, never retried forever);
+        `delta=-1` takes an attempt back (it ended cleanly, the search backend was down). False, and
+        nothing changes, when `worker` no longer holds the job."""
+
+    @abstractmethod
+    def cancel_job(self, job_id: str, now: float) -> IngestionJob | None:
+        """Ask an unfinished job to stop: with no live lease holder it is `cancelled` at once, else its
+        holder stops after the batch it is on. Counts are kept; a finished job is left as it is. None
+        when there is no such job."""
 
     @abstractmethod
     def release_job(self, job_id: str, worker: str) -> None:

@@ -46,6 +46,11 @@ class Settings(BaseModel):
     ingest_queue_url: str | None = None
     ingest_directories: bool = False
     ingest_lease_seconds: float = Field(15.0, ge=1, le=900)
+    # Extraction of one file (issue 26 M2): in a resource-limited child process ("process") or, where no
+    # child can be started, in this one ("inline": the in-process bounds only); its time and memory bounds.
+    ingest_extraction: Literal["process", "inline"] = "process"
+    ingest_extraction_seconds: float = Field(30.0, ge=1, le=600)
+    ingest_extraction_memory_mb: int = Field(1024, ge=256, le=65536)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

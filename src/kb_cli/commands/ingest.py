@@ -197,7 +197,7 @@ def _wait_for_jobs(args: argparse.Namespace, call: Call, job_ids: list[str], tot
         while len(finished) < len(job_ids):
             jobs = [finished.get(j) or call(args.endpoint, "GET", base + seg(j)) for j in job_ids]
             for job in jobs:
-                if job["state"] == "completed":
+                if job["state"] in ("completed", "cancelled"):
                     finished[job["job_id"]] = job
             handled = sum(
                 j["counts"]["done"] + j["counts"]["unchanged"] + j["counts"]["failed"] for j in jobs

@@ -1,4 +1,4 @@
-"""`kb job status|list`: ingestion jobs of a source."""
+"""`kb job status|list|cancel`: ingestion jobs of a source."""
 
 from __future__ import annotations
 
@@ -12,19 +12,21 @@ from .inventory import readable_time
 
 
 def register(sub: Subparsers) -> None:
-    p = sub.add_parser("job", help="ingestion jobs: status of one, or the latest of a source")
+    p = sub.add_parser("job", help="ingestion jobs: status of one, the latest of a source, or cancel one")
     add_endpoint(p)
     p.add_argument("--source", help="exact id@version")
     p.add_argument("--json", action="store_true", help="status: the whole job as JSON")
-    actions = p.add_subparsers(dest="action", required=True, metavar="{status,list}")
+    actions = p.add_subparsers(dest="action", required=True, metavar="{status,list,cancel}")
     # Flags before or after the action (`kb job status --source S JOB_ID`, the README's order, included):
     # each action takes them too, without a default of its own that would hide the job parser's.
-    for action in ("status", "list"):
-        a = actions.add_parser(
-            action,
-            help="one job's counts, errors, timestamps" if action == "status" else "the source's latest jobs",
-        )
-        if action == "status":
+    helps = {
+        "status": "one job's counts, errors, timestamps",
+        "list": "the source's latest jobs",
+        "cancel": "stop a job after its current batch (state cancelled, counts kept)",
+    }
+    for action, help_text in helps.items():
+        a = actions.add_parser(action, help=help_text)
+        if action != "list":
             a.add_argument("job_id", nargs="?")
         a.add_argument(
             "--endpoint", default=argparse.SUPPRESS, help="kb serve / API base URL (env KB_ENDPOINT)"
@@ -56,12 +58,17 @@ def cmd_job(args: argparse.Namespace, call: Call) -> int:
         print(f"{len(jobs)} job(s) of {args.source} (the latest 20)", file=sys.stderr)
         return 0
     if not getattr(args, "job_id", None):
-        raise SystemExit("kb job status: give a JOB_ID")
-    job = call(args.endpoint, "GET", f"{base}/{seg(args.job_id)}")
+        raise SystemExit(f"kb job {args.action}: give a JOB_ID")
+    if args.action == "cancel":  # issue 26: stops after its current batch, counts kept
+        job = call(args.endpoint, "POST", f"{base}/{seg(args.job_id)}/cancel")
+    else:
+        job = call(args.endpoint, "GET", f"{base}/{seg(args.job_id)}")
     if args.json:
         print(json.dumps(job, ensure_ascii=False, indent=2))
         return 0
     print(job_line(job))
+    if job.get("cancel_requested") and job["state"] != "cancelled":
+        print("  cancel requested: the job stops after its current batch")
     for key in ("created_at", "started_at", "finished_at"):
         if job[key]:
             print(f"  {key}: {readable_time(job[key])}")

@@ -19,10 +19,12 @@ from ..domain.ingestion import (
     IngestionJob,
     JobDocument,
     JobSpec,
+    JobState,
     decode_payload,
     encode_payload,
     initial_counts,
     outcome_deltas,
+    spec_json,
 )
 from ..ports import JobStore
 from .dynamodb import TTL_ATTRIBUTE, TableAdapter, _n, _s
@@ -71,6 +73,7 @@ class DynamoJobStore(TableAdapter, JobStore):
             finished_at=num("finished_at"),
             worker=item.get("worker", {}).get("S"),
             lease_until=num("lease_until") or 0.0,
+            cancel_requested=item.get("cancel_requested", {}).get("BOOL", False),
         )
 
     def _write_batch(self, items: list[dict]) -> None:
@@ -113,11 +116,10 @@ class DynamoJobStore(TableAdapter, JobStore):
             doc_items.append(item)
         self._write_batch(doc_items)
         counts = initial_counts(documents)
-        spec = {"directory": job.spec.directory, "prefix": job.spec.prefix, "sync": job.spec.sync}
         meta = {
             **self._key(pk, "META"),
             "source_key": _s(job.source_key),
-            "spec": _s(json.dumps(spec)),
+            "spec": _s(spec_json(job.spec)),
             "state": _s("queued"),
             "total": _n(len(documents)),
             **{name: _n(counts.get(name, 0)) for name in _COUNTERS},
@@ -210,6 +212,7 @@ class DynamoJobStore(TableAdapter, JobStore):
                         state=item["state"]["S"],
                         error=item.get("error", {}).get("S"),
                         passages=int(item["passages"]["N"]),
+                        attempts=int(item.get("attempts", {}).get("N", 0)),
                     )
                 )
             if "LastEvaluatedKey" not in resp:
@@ -227,11 +230,13 @@ class DynamoJobStore(TableAdapter, JobStore):
                 Key=self._key(_pk(candidate), "META"),
                 UpdateExpression="SET #st = :running, worker = :w, lease_until = :until, "
                 "started_at = if_not_exists(started_at, :now), updated_at = :now",
-                ConditionExpression="attribute_exists(pk) AND #st <> :completed AND lease_until < :now",
+                ConditionExpression="attribute_exists(pk) AND NOT #st IN (:completed, :cancelled) "
+                "AND lease_until < :now",
                 ExpressionAttributeNames={"#st": "state"},
                 ExpressionAttributeValues={
                     ":running": _s("running"),
                     ":completed": _s("completed"),
+                    ":cancelled": _s("cancelled"),
                     ":w": _s(worker),
                     ":until": _n(now + lease_s),
                     ":now": _n(now),
@@ -322,7 +327,9 @@ class DynamoJobStore(TableAdapter, JobStore):
                 return False
         return True
 
-    def finish_job(self, job_id: str, worker: str, now: float, deleted: int = 0) -> bool:
+    def finish_job(
+        self, job_id: str, worker: str, now: float, deleted: int = 0, state: JobState = "completed"
+    ) -> bool:
         job = self.get_job(job_id)
         if job is None:
             return False
@@ -332,10 +339,10 @@ class DynamoJobStore(TableAdapter, JobStore):
                     "Update": {
                         "TableName": self._table,
                         "Key": self._key(_pk(job_id), "META"),
-                        "UpdateExpression": "SET #st = :completed, deleted = :del, finished_at = :now, "
+                        "UpdateExpression": "SET #st = :final, deleted = :del, finished_at = :now, "
                         "updated_at = :now, lease_until = :zero",
                         "ExpressionAttributeValues": {
-                            ":completed": _s("completed"),
+                            ":final": _s(state),
                             ":del": _n(deleted),
                             ":now": _n(now),
                             ":zero": _n(0),
@@ -349,6 +356,76 @@ class DynamoJobStore(TableAdapter, JobStore):
             ]
         )
         return refused is None
+
+    def begin_documents(self, job_id: str, worker: str, seqs: list[int], delta: int = 1) -> bool:
+        pk = _pk(job_id)
+        for i in range(0, len(seqs), _TRANSACT_MAX - 1):
+            held = {  # a no-op write under the holder's condition (the worker's policy has no ConditionCheck)
+                "Update": {
+                    "TableName": self._table,
+                    "Key": self._key(pk, "META"),
+                    "UpdateExpression": "SET worker = :w",
+                    "ExpressionAttributeValues": {":w": _s(worker), ":running": _s("running")},
+                    **self._held(),
+                }
+            }
+            docs = [
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": self._key(pk, _doc_sk(seq)),
+                        "UpdateExpression": "ADD attempts :delta",
+                        "ExpressionAttributeValues": {":delta": _n(delta)},
+                    }
+                }
+                for seq in seqs[i : i + _TRANSACT_MAX - 1]
+            ]
+            if self._transact([held, *docs]) is not None:
+                return False
+        return True
+
+    def cancel_job(self, job_id: str, now: float) -> IngestionJob | None:
+        job = self.get_job(job_id)
+        if job is None or job.finished:
+            return job
+        requested = self._conditional(
+            "update_item",
+            Key=self._key(_pk(job_id), "META"),
+            UpdateExpression="SET cancel_requested = :yes, updated_at = :now",
+            ConditionExpression="NOT #st IN (:completed, :cancelled)",
+            ExpressionAttributeNames={"#st": "state"},
+            ExpressionAttributeValues={
+                ":yes": {"BOOL": True},
+                ":now": _n(now),
+                ":completed": _s("completed"),
+                ":cancelled": _s("cancelled"),
+            },
+        )
+        if requested is not None:
+            # No live holder (queued, or its worker died): cancelled now; else the holder stops.
+            self._transact(
+                [
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": self._key(_pk(job_id), "META"),
+                            "UpdateExpression": "SET #st = :cancelled, finished_at = :now, "
+                            "lease_until = :zero",
+                            "ConditionExpression": "NOT #st IN (:completed, :cancelled) "
+                            "AND lease_until < :now",
+                            "ExpressionAttributeNames": {"#st": "state"},
+                            "ExpressionAttributeValues": {
+                                ":cancelled": _s("cancelled"),
+                                ":completed": _s("completed"),
+                                ":now": _n(now),
+                                ":zero": _n(0),
+                            },
+                        }
+                    },
+                    {"Delete": {"TableName": self._table, "Key": self._key(_OPEN, _pointer_sk(job))}},
+                ]
+            )
+        return self.get_job(job_id)
 
     def release_job(self, job_id: str, worker: str) -> None:
         self._conditional(

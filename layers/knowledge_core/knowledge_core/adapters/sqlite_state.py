@@ -38,10 +38,12 @@ from ..domain.ingestion import (
     IngestionJob,
     JobDocument,
     JobSpec,
+    JobState,
     decode_payload,
     encode_payload,
     initial_counts,
     outcome_deltas,
+    spec_json,
 )
 from ..domain.models import (
     AgentDefinition,
@@ -141,7 +143,18 @@ def _schema_v3(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS = [_schema_v1, _schema_v2, _schema_v3]
+def _schema_v4(conn: sqlite3.Connection) -> None:
+    """Ingestion jobs can be cancelled, and a document counts the batches begun with it (issue 26 M1)."""
+    statements(
+        conn,
+        """
+        ALTER TABLE ingestion_jobs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE ingestion_documents ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+        """,
+    )
+
+
+MIGRATIONS = [_schema_v1, _schema_v2, _schema_v3, _schema_v4]
 _EXPIRING = (
     "sessions",
     "runs",
@@ -642,13 +655,13 @@ class SqliteJobStore(SqliteStore, JobStore):
 
     _JOB = (
         "job_id, source_key, spec, state, total, queued, done, unchanged, failed, deleted, passages, "
-        "created_at, started_at, updated_at, finished_at, worker, lease_until"
+        "created_at, started_at, updated_at, finished_at, worker, lease_until, cancel_requested"
     )
 
     @staticmethod
     def _job(row: tuple) -> IngestionJob:
         (job_id, source_key, spec, state, total, queued, done, unchanged, failed, deleted, passages,
-         created_at, started_at, updated_at, finished_at, worker, lease_until) = row  # fmt: skip
+         created_at, started_at, updated_at, finished_at, worker, lease_until, cancel) = row  # fmt: skip
         return IngestionJob(
             job_id=job_id,
             source_key=source_key,
@@ -669,18 +682,19 @@ class SqliteJobStore(SqliteStore, JobStore):
             finished_at=finished_at,
             worker=worker,
             lease_until=lease_until,
+            cancel_requested=bool(cancel),
         )
 
     def create_job(self, job: IngestionJob, documents: list[JobDocument]) -> None:
         counts = initial_counts(documents)
         expires_at = int(job.created_at) + JOB_TTL_SECONDS
-        spec = json.dumps({"directory": job.spec.directory, "prefix": job.spec.prefix, "sync": job.spec.sync})
+        spec = spec_json(job.spec)
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM ingestion_jobs WHERE job_id = ?", (job.job_id,)).fetchone():
                 raise Conflict("job already exists")
             conn.execute(
                 f"INSERT INTO ingestion_jobs ({self._JOB}, expires_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?)",
                 (
                     job.job_id,
                     job.source_key,
@@ -703,7 +717,8 @@ class SqliteJobStore(SqliteStore, JobStore):
                 ),
             )
             conn.executemany(
-                "INSERT INTO ingestion_documents VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT INTO ingestion_documents "
+                "(job_id, seq, doc_id, payload, state, error, passages, expires_at) VALUES (?,?,?,?,?,?,?,?)",
                 [
                     (
                         job.job_id,
@@ -741,13 +756,13 @@ class SqliteJobStore(SqliteStore, JobStore):
         only = "" if state is None else " AND state = ?"
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT seq, doc_id, payload, state, error, passages FROM ingestion_documents "
+                "SELECT seq, doc_id, payload, state, error, passages, attempts FROM ingestion_documents "
                 f"WHERE job_id = ? AND seq > ?{only} ORDER BY seq LIMIT ?",
                 (job_id, after_seq, *((state,) if state else ()), limit),
             ).fetchall()
         return [
-            JobDocument(seq, doc_id, decode_payload(payload), doc_state, error, passages)
-            for seq, doc_id, payload, doc_state, error, passages in rows
+            JobDocument(seq, doc_id, decode_payload(payload), doc_state, error, passages, attempts)
+            for seq, doc_id, payload, doc_state, error, passages, attempts in rows
         ]
 
     def claim_job(
@@ -756,7 +771,8 @@ class SqliteJobStore(SqliteStore, JobStore):
         which = "" if job_id is None else " AND job_id = ?"
         with self._write() as conn:
             row = conn.execute(
-                f"SELECT job_id FROM ingestion_jobs WHERE state != 'completed' AND lease_until < ?{which} "
+                "SELECT job_id FROM ingestion_jobs WHERE state NOT IN ('completed', 'cancelled') "
+                f"AND lease_until < ?{which} "
                 "ORDER BY created_at, job_id LIMIT 1",
                 (now, *((job_id,) if job_id else ())),
             ).fetchone()
@@ -815,16 +831,52 @@ class SqliteJobStore(SqliteStore, JobStore):
                 raise Conflict("job documents already handled")
         return True
 
-    def finish_job(self, job_id: str, worker: str, now: float, deleted: int = 0) -> bool:
+    def finish_job(
+        self, job_id: str, worker: str, now: float, deleted: int = 0, state: JobState = "completed"
+    ) -> bool:
         with self._write() as conn:
             return (
                 conn.execute(
-                    "UPDATE ingestion_jobs SET state = 'completed', deleted = ?, finished_at = ?, "
+                    "UPDATE ingestion_jobs SET state = ?, deleted = ?, finished_at = ?, "
                     "updated_at = ?, lease_until = 0 WHERE job_id = ? AND worker = ? AND state = 'running'",
-                    (deleted, now, now, job_id, worker),
+                    (state, deleted, now, now, job_id, worker),
                 ).rowcount
                 > 0
             )
+
+    def begin_documents(self, job_id: str, worker: str, seqs: list[int], delta: int = 1) -> bool:
+        with self._write() as conn:
+            held = conn.execute(
+                "SELECT 1 FROM ingestion_jobs WHERE job_id = ? AND worker = ? AND state = 'running'",
+                (job_id, worker),
+            ).fetchone()
+            if held is None:
+                return False
+            conn.executemany(
+                "UPDATE ingestion_documents SET attempts = max(attempts + ?, 0) "
+                "WHERE job_id = ? AND seq = ? AND state = 'queued'",
+                [(delta, job_id, seq) for seq in seqs],
+            )
+        return True
+
+    def cancel_job(self, job_id: str, now: float) -> IngestionJob | None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE ingestion_jobs SET cancel_requested = 1, updated_at = ? "
+                "WHERE job_id = ? AND state NOT IN ('completed', 'cancelled')",
+                (now, job_id),
+            )
+            # No live holder (queued, or its worker died): cancelled now; else the holder stops.
+            conn.execute(
+                "UPDATE ingestion_jobs SET state = 'cancelled', finished_at = ?, lease_until = 0 "
+                "WHERE job_id = ? AND cancel_requested = 1 AND state NOT IN ('completed', 'cancelled') "
+                "AND lease_until < ?",
+                (now, job_id, now),
+            )
+            row = conn.execute(
+                f"SELECT {self._JOB} FROM ingestion_jobs WHERE job_id = ?", (job_id,)
+            ).fetchone()
+        return self._job(row) if row else None
 
     def release_job(self, job_id: str, worker: str) -> None:
         with self._write() as conn:

@@ -347,6 +347,7 @@ class JobStatus(WireModel):
     errors: list[JobDocumentError]
     errors_truncated: bool
     sync: bool
+    cancel_requested: bool = False  # asked to stop: it does after the batch it is on (state `cancelled`)
     created_at: str
     started_at: str | None
     updated_at: str | None

@@ -8,18 +8,40 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from .models import DOC_ID_PATTERN
+from .models import DOC_ID_PATTERN, Document
+
+# A document's identity; every other field it has is what is stored, compared on re-ingest.
+_IDENTITY = {"source_key", "doc_id"}
 
 # A document's outcome in a job. `queued` until a worker has handled it.
 DocState = Literal["queued", "done", "unchanged", "failed"]
 FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
-# Per-document error codes (typed; never the document's text or a library's message).
+# Per-document error codes (typed; never the document's text or a library's message). `too_large`: over
+# a size bound (input, decompressed, pages, output, memory); `too_complex`: markup nested too deep or too
+# many elements; `timeout`: over the extraction time bound; `extraction_failed`: the extractor failed in
+# any other way; `not_a_file`: the path is no longer a regular file (a symlink, FIFO, device, directory);
+# `attempts_exhausted`: the document was begun MAX_DOCUMENT_ATTEMPTS times and never finished (a worker
+# died on it each time).
 ErrorCode = Literal[
-    "unsupported_format", "corrupt", "encrypted", "empty", "too_large", "invalid_document", "not_found"
+    "unsupported_format",
+    "corrupt",
+    "encrypted",
+    "empty",
+    "too_large",
+    "invalid_document",
+    "not_found",
+    "too_complex",
+    "timeout",
+    "extraction_failed",
+    "not_a_file",
+    "attempts_exhausted",
 ]
-JobState = Literal["queued", "running", "completed"]
+ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
+JobState = Literal["queued", "running", "completed", "cancelled"]
+FINISHED_JOB_STATES: tuple[JobState, ...] = ("completed", "cancelled")
+MAX_DOCUMENT_ATTEMPTS = 3  # a document whose batch was begun this often and never recorded fails
 # File suffixes a job extracts (SPEC §7); anything else is `unsupported_format`.
 FORMATS: dict[str, str] = {
     ".md": "markdown",
@@ -43,6 +65,7 @@ class JobDocument:
     state: DocState = "queued"
     error: ErrorCode | None = None
     passages: int = 0
+    attempts: int = 0  # batches begun with this document in them (a worker may die on one)
 
 
 @dataclass(frozen=True)
@@ -56,11 +79,19 @@ class DocumentOutcome:
 @dataclass(frozen=True)
 class JobSpec:
     """How a job was asked for: inline documents, or a directory to read (and, with `sync`, to mirror:
-    the source's documents under `prefix` that are not in the directory are deleted at the end)."""
+    the documents under `prefix` that are not in the directory, of `tenant`, and written by a sync of
+    this same origin, are deleted at the end; SPEC §7). `origin` names what is mirrored (the directory,
+    or `s3://bucket/prefix`); None means the directory."""
 
     directory: str | None = None
     prefix: str = ""
     sync: bool = False
+    tenant: str | None = None
+    origin: str | None = None
+
+    @property
+    def sync_origin(self) -> str | None:
+        return self.origin or self.directory
 
 
 @dataclass(frozen=True)
@@ -78,9 +109,14 @@ class IngestionJob:
     finished_at: float | None = None
     worker: str | None = None
     lease_until: float = 0.0
+    cancel_requested: bool = False
 
     def count(self, name: str) -> int:
         return self.counts.get(name, 0)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_JOB_STATES
 
 
 def initial_counts(documents: list[JobDocument]) -> dict[str, int]:
@@ -121,6 +157,38 @@ def directory_doc_id(prefix: str, relative: PurePath) -> str:
     under any prefix."""
     own = path_doc_id("-".join(relative.with_suffix("").parts))
     return path_doc_id(f"{prefix}-{own}") if prefix else own
+
+
+def stored_unchanged(stored: Document | None, document: Document) -> bool:
+    """A re-ingest is "unchanged" (skipped) only when everything stored is equal (SPEC §1): title, body,
+    ACL, status and structured source, not only the revision (a tenant or ACL change is an update)."""
+    return stored is not None and stored.model_dump(exclude=_IDENTITY) == document.model_dump(
+        exclude=_IDENTITY
+    )
+
+
+def sync_origin_tag(origin: str) -> str:
+    """What a sync records in each document it writes (`structured_source.sync_origin`): a digest of its
+    origin, so the sweep can tell its own documents apart, and agents never see this machine's paths."""
+    return "sha256:" + hashlib.sha256(origin.encode("utf-8")).hexdigest()
+
+
+def written_by_sync(structured_source: dict[str, Any] | None, origin: str) -> bool:
+    """Whether a stored document was written by a sync of `origin` (SPEC §7: only those are swept)."""
+    return bool(structured_source) and structured_source.get("sync_origin") == sync_origin_tag(origin)  # type: ignore[union-attr]
+
+
+def spec_json(spec: JobSpec) -> str:
+    """A job's spec as the job stores keep it (every field; old rows without the new ones still load)."""
+    return json.dumps(
+        {
+            "directory": spec.directory,
+            "prefix": spec.prefix,
+            "sync": spec.sync,
+            "tenant": spec.tenant,
+            "origin": spec.origin,
+        }
+    )
 
 
 def encode_payload(payload: dict[str, Any] | None) -> bytes | None:

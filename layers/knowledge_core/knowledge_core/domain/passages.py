@@ -59,12 +59,16 @@ def page_starts_of(structured_source: dict[str, Any] | None) -> list[int]:
     return [int(s) for s in starts] if isinstance(starts, list) else []
 
 
+_NOT_FOR_HITS = ("page_starts", "sync_origin")
+
+
 def hit_source(structured_source: dict[str, Any] | None, pages: list[int] | None) -> dict[str, Any] | None:
     """What a hit (and a citation) carries of its document's `structured_source`: without the page
-    offsets, with the pages of the passage that matched (`"pages": [12]`)."""
+    offsets and the sync's origin digest (bookkeeping of ingestion, never an agent's business), with the
+    pages of the passage that matched (`"pages": [12]`)."""
     if structured_source is None:
         return None
-    out = {k: v for k, v in structured_source.items() if k != "page_starts"}
+    out = {k: v for k, v in structured_source.items() if k not in _NOT_FOR_HITS}
     if pages:
         out["pages"] = pages
     return out

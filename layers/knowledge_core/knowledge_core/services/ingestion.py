@@ -1,7 +1,9 @@
 """Ingestion jobs (I-INGEST): accept a batch of documents or a directory at once, then work it through
 under a lease — extract, skip unchanged content, write each batch whole, record outcomes, and for a sync
-delete the documents that left the directory. Plain Python: the admin function submits and reports, the
-worker (an SQS-triggered function on AWS, a thread of `kb serve`) calls `work`."""
+delete the documents that left the directory (only those a sync of that origin wrote for that tenant).
+Plain Python: the admin function submits, reports and cancels, the worker (an SQS-triggered function on
+AWS, a thread of `kb serve`) calls `work`; extraction itself runs where the container puts it (a
+resource-limited child process, `extraction_sandbox`), and nothing it raises stops the job."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import base64
 import binascii
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path, PurePath
 
@@ -26,6 +28,7 @@ from ..domain.admin_wire import (
 )
 from ..domain.errors import InvalidRequest, NotFound, SourceFailure
 from ..domain.ingestion import (
+    MAX_DOCUMENT_ATTEMPTS,
     DocumentOutcome,
     IngestionJob,
     JobDocument,
@@ -33,10 +36,14 @@ from ..domain.ingestion import (
     directory_doc_id,
     encode_payload,
     file_format,
+    stored_unchanged,
+    sync_origin_tag,
+    written_by_sync,
 )
-from ..domain.models import Document, DocumentAcl
+from ..domain.models import MAX_BODY_BYTES, Document, DocumentAcl
 from ..domain.passages import split_passages
-from ..extraction import ExtractionError, extract
+from ..extraction import DEFAULT_LIMITS, Extracted, ExtractionError, extract
+from ..local_files import read_regular_file
 from ..ports import Clock, JobQueue, JobStore, Registry, SearchBackend
 
 BATCH_DOCUMENTS = 50  # one atomic write (SearchBackend.put_documents) per batch
@@ -45,12 +52,29 @@ LEASE_SECONDS = 15.0
 MAX_ERRORS_SHOWN = 100
 MAX_DIRECTORY_FILES = 10_000
 BACKEND_RETRY_SECONDS = 30
+Extractor = Callable[[str, bytes], Extracted]
 
 
 def _iso(ts: float | None) -> str | None:
     if ts is None:
         return None
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _file_of(payload: dict) -> tuple[str, bytes]:
+    """A job document's file name and bytes: read from its directory without following links (never a
+    file the job cannot take), or decoded from the request."""
+    if "path" in payload:
+        path = PurePath(payload["path"])
+        if file_format(path.name) is None:
+            raise ExtractionError("unsupported_format")
+        uri = str(payload.get("uri") or path.name)
+        root = payload.get("root") or str(path.parents[len(PurePath(uri).parts) - 1])
+        return path.name, read_regular_file(root, uri, DEFAULT_LIMITS.max_input_bytes)
+    try:
+        return payload["filename"], base64.b64decode(payload["content_base64"], validate=True)
+    except (binascii.Error, ValueError):
+        raise ExtractionError("corrupt") from None
 
 
 class IngestionService:
@@ -64,6 +88,7 @@ class IngestionService:
         *,
         allow_directories: bool = False,
         lease_s: float = LEASE_SECONDS,
+        extractor: Extractor | None = None,
     ) -> None:
         self._registry = registry
         self._jobs = jobs
@@ -72,6 +97,7 @@ class IngestionService:
         self._queue = queue
         self._allow_directories = allow_directories
         self._lease_s = lease_s
+        self._extract: Extractor = extractor or extract
 
     # --- admin API ------------------------------------------------------------------------------------
     def submit(self, source_key: str, request: IngestionJobRequest) -> JobAccepted:
@@ -82,8 +108,18 @@ class IngestionService:
             spec = JobSpec()
         else:
             assert request.directory is not None and request.acl is not None
-            documents = self._directory(request.directory, request.doc_id_prefix, request.acl.to_acl())
-            spec = JobSpec(directory=request.directory, prefix=request.doc_id_prefix, sync=request.sync)
+            if request.sync and not request.doc_id_prefix:
+                # SPEC §7: an empty prefix would make every document of the source the sync's to delete.
+                raise InvalidRequest("doc_id_prefix: required with sync (non-empty)", field="doc_id_prefix")
+            acl = request.acl.to_acl()
+            documents = self._directory(request.directory, request.doc_id_prefix, acl)
+            spec = JobSpec(
+                directory=request.directory,
+                prefix=request.doc_id_prefix,
+                sync=request.sync,
+                tenant=acl.tenant,
+                origin=request.directory,
+            )
         if len({d.doc_id for d in documents}) != len(documents):
             origin = "documents" if request.documents is not None else "directory"
             what = (
@@ -112,6 +148,9 @@ class IngestionService:
         return document
 
     def _inline(self, seq: int, request: JobDocumentRequest) -> JobDocument:
+        """A body over the 5 MiB limit fails here, at submit, not after a worker has queued it."""
+        if request.body is not None and len(request.body.encode("utf-8")) > MAX_BODY_BYTES:
+            return JobDocument(seq, request.doc_id, None, "failed", "too_large")
         payload = request.model_dump(mode="json", exclude_none=True, exclude={"doc_id"})
         return self._sized(JobDocument(seq, request.doc_id, payload))
 
@@ -137,7 +176,7 @@ class IngestionService:
             JobDocument(
                 seq,
                 directory_doc_id(prefix, PurePath(p.relative_to(root))),
-                {"path": str(p), "uri": p.relative_to(root).as_posix(), "acl": acl_json},
+                {"path": str(p), "root": str(root), "uri": p.relative_to(root).as_posix(), "acl": acl_json},
             )
             for seq, p in enumerate(files)
         ]
@@ -165,6 +204,7 @@ class IngestionService:
             errors=errors[:MAX_ERRORS_SHOWN],
             errors_truncated=len(errors) > MAX_ERRORS_SHOWN,
             sync=job.spec.sync,
+            cancel_requested=job.cancel_requested,
             created_at=_iso(job.created_at) or "",
             started_at=_iso(job.started_at),
             updated_at=_iso(job.updated_at),
@@ -173,6 +213,15 @@ class IngestionService:
 
     def status(self, source_key: str, job_id: str) -> JobStatus:
         return self._status(self._job(source_key, job_id))
+
+    def cancel(self, source_key: str, job_id: str) -> JobStatus:
+        """Stop a job after the batch it is on (at once when no worker holds it): state `cancelled`,
+        counts kept, a sync's sweep not run. A finished job is answered as it is."""
+        self._job(source_key, job_id)
+        job = self._jobs.cancel_job(job_id, self._clock.now())
+        if job is None:
+            raise NotFound("ingestion job not found", field="job_id")
+        return self._status(job)
 
     def list_jobs(self, source_key: str, limit: int = 20) -> JobList:
         return JobList(
@@ -216,38 +265,61 @@ class IngestionService:
             if deadline is not None and self._clock.now() > deadline:
                 self._jobs.release_job(job.job_id, worker)
                 return False
-            queued = self._jobs.job_documents(
-                job.job_id, state="queued", after_seq=after, limit=BATCH_DOCUMENTS
-            )
+            if self._cancelled(job.job_id):
+                self._jobs.finish_job(job.job_id, worker, self._clock.now(), state="cancelled")
+                return True
+            queued = self._next_batch(job.job_id, after)
             if not queued:
                 break
-            outcomes, writes = self._prepare(job, queued)
-            if writes:
-                self._backend.put_documents(writes)
-            if not self._jobs.record_outcomes(job.job_id, worker, outcomes, self._clock.now(), self._lease_s):
+            seqs = [d.seq for d in queued]
+            if not self._jobs.begin_documents(job.job_id, worker, seqs):
                 return True  # another worker holds the job now: it carries on
+            try:
+                outcomes, writes = self._prepare(job, queued, deadline)
+                if writes:
+                    self._backend.put_documents(writes)
+            except SourceFailure:
+                # The search backend is down: not these documents' fault, so the attempt does not count.
+                self._jobs.begin_documents(job.job_id, worker, seqs, delta=-1)
+                raise
+            if not self._jobs.record_outcomes(job.job_id, worker, outcomes, self._clock.now(), self._lease_s):
+                return True
             after = outcomes[-1].seq  # a batch cut short by its size leaves the rest for the next round
         deleted = self._sweep(job) if job.spec.sync else 0
         self._jobs.finish_job(job.job_id, worker, self._clock.now(), deleted)
         return True
 
+    def _cancelled(self, job_id: str) -> bool:
+        current = self._jobs.get_job(job_id)
+        return current is None or current.cancel_requested
+
+    def _next_batch(self, job_id: str, after: int) -> list[JobDocument]:
+        """The next queued documents. A document begun before and never recorded (its worker died on
+        it) is worked alone, so a poison document fails by itself (`attempts_exhausted` once begun
+        MAX_DOCUMENT_ATTEMPTS times) and never takes its batch down with it."""
+        queued = self._jobs.job_documents(job_id, state="queued", after_seq=after, limit=BATCH_DOCUMENTS)
+        return queued[:1] if queued and queued[0].attempts > 0 else queued
+
     def _prepare(
-        self, job: IngestionJob, queued: list[JobDocument]
+        self, job: IngestionJob, queued: list[JobDocument], deadline: float | None = None
     ) -> tuple[list[DocumentOutcome], list[Document]]:
         """Each queued document as an outcome; those to write (new or changed) as Documents, cut so one
-        write stays within BATCH_BODY_CHARS (the rest waits for the next round)."""
+        write stays within BATCH_BODY_CHARS and the worker's deadline (the rest waits for the next
+        round; the first document is always handled, so every round moves on)."""
         outcomes: list[DocumentOutcome] = []
         writes: list[Document] = []
         chars = 0
         for item in queued:
+            if outcomes and deadline is not None and self._clock.now() > deadline:
+                break
             try:
-                document = self.document(job.source_key, item)
+                document = self._document_of(job, item)
             except ExtractionError as exc:
                 outcomes.append(DocumentOutcome(item.seq, "failed", exc.code))
                 continue
             passages = len(split_passages(document.body))
             stored = self._backend.get_document(job.source_key, item.doc_id)
-            if stored is not None and stored.revision == document.revision:
+            if stored_unchanged(stored, document):
                 outcomes.append(DocumentOutcome(item.seq, "unchanged", passages=passages))
                 continue
             if writes and chars + len(document.body) > BATCH_BODY_CHARS:
@@ -257,36 +329,49 @@ class IngestionService:
             outcomes.append(DocumentOutcome(item.seq, "done", passages=passages))
         return outcomes, writes
 
+    def _document_of(self, job: IngestionJob, item: JobDocument) -> Document:
+        """The Document of a job document, or ExtractionError — whatever failed while making it (SPEC §7:
+        one document's failure, of any kind, is that document's typed error and the job goes on)."""
+        if item.attempts >= MAX_DOCUMENT_ATTEMPTS:
+            raise ExtractionError("attempts_exhausted")
+        origin = job.spec.sync_origin if job.spec.sync else None
+        try:
+            return self.document(job.source_key, item, extractor=self._extract, sync_origin=origin)
+        except ExtractionError:
+            raise
+        except RecursionError:
+            raise ExtractionError("too_complex") from None
+        except MemoryError:
+            raise ExtractionError("too_large") from None
+        except Exception:
+            raise ExtractionError("extraction_failed") from None
+
     @staticmethod
-    def document(source_key: str, item: JobDocument) -> Document:
-        """The Document a job document stands for; ExtractionError when it cannot be made."""
+    def document(
+        source_key: str,
+        item: JobDocument,
+        *,
+        extractor: Extractor = extract,
+        sync_origin: str | None = None,
+    ) -> Document:
+        """The Document a job document stands for; ExtractionError when it cannot be made. A sync records
+        its origin (as a digest) in `structured_source.sync_origin`: its sweep deletes only those."""
         payload = dict(item.payload or {})
         structured: dict = dict(payload.get("structured_source") or {})
         if "body" in payload:
             title, body = payload["title"], payload["body"]
         else:
+            name, data = _file_of(payload)
             if "path" in payload:
-                path = Path(payload["path"])
-                name = path.name
                 structured.setdefault("uri", payload.get("uri", name))
-                if file_format(name) is None:  # never read a file the job cannot take
-                    raise ExtractionError("unsupported_format")
-                try:
-                    data = path.read_bytes()
-                except OSError:
-                    raise ExtractionError("not_found") from None
-            else:
-                name = payload["filename"]
-                try:
-                    data = base64.b64decode(payload["content_base64"], validate=True)
-                except (binascii.Error, ValueError):
-                    raise ExtractionError("corrupt") from None
-            extracted = extract(name, data)
+            extracted = extractor(name, data)
             title = payload.get("title") or extracted.title or PurePath(name).stem or item.doc_id
             body = extracted.body
             structured["format"] = extracted.format
             if extracted.page_starts:
                 structured["page_starts"] = extracted.page_starts
+        if sync_origin is not None:
+            structured["sync_origin"] = sync_origin_tag(sync_origin)
         try:
             return Document(
                 source_key=source_key,
@@ -301,13 +386,29 @@ class IngestionService:
             raise ExtractionError("too_large") from None
 
     def _sweep(self, job: IngestionJob) -> int:
-        """A sync's last step (idempotent, so a resumed job repeats it safely): delete the source's
-        documents under the prefix that are not in the job."""
+        """A sync's last step (idempotent, so a resumed job repeats it safely)."""
+        origin = job.spec.sync_origin
+        if not origin or not job.spec.prefix or not job.spec.tenant:
+            return 0  # a job from before sync scoping: it never recorded what it wrote, so it deletes nothing
         keep = {d.doc_id for d in self._all_documents(job.job_id)}
-        prefix = f"{job.spec.prefix}-" if job.spec.prefix else ""
+        return self.sweep_sync(job.source_key, origin, job.spec.prefix, job.spec.tenant, keep)
+
+    def sweep_sync(self, source_key: str, origin: str, prefix: str, tenant: str, keep: set[str]) -> int:
+        """Delete what left a synced origin (SPEC §7): documents of `source_key` under `prefix-`, of
+        `tenant`, that a sync of `origin` (a directory, `s3://bucket/prefix`) wrote, and not in `keep`.
+        Never another tenant's, never one ingested another way; an empty prefix deletes nothing."""
+        if not prefix:
+            return 0
         deleted = 0
-        for doc_id in self._backend.document_ids(job.source_key, prefix):
-            if doc_id not in keep and self._backend.delete_document(job.source_key, doc_id):
+        for doc_id in self._backend.document_ids(source_key, f"{prefix}-"):
+            if doc_id in keep:
+                continue
+            stored = self._backend.get_document(source_key, doc_id)
+            if stored is None or stored.acl.tenant != tenant:
+                continue
+            if written_by_sync(stored.structured_source, origin) and self._backend.delete_document(
+                source_key, doc_id
+            ):
                 deleted += 1
         return deleted
 

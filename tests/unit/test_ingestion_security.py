@@ -1,0 +1,461 @@
+"""Issue 26, ingestion half (SPEC §7 I-INGEST): hostile files that jam or exhaust ingestion, directory sync
+races, sync that deletes across tenants, and job cancel. Each test is named after its finding and fails on
+the code before the fix. Every hostile file is generated here (`tests/bombs.py`), small on disk."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import resource
+import time
+from pathlib import Path
+
+import pytest
+from knowledge_core.bootstrap import Container
+from knowledge_core.domain.admin_wire import IngestionJobRequest
+from knowledge_core.domain.errors import InvalidRequest
+from knowledge_core.domain.models import Document, DocumentAcl, SourceDefinition
+from knowledge_core.domain.wire import parse_request
+from knowledge_core.extraction import ExtractionError, ExtractionLimits, extract
+from knowledge_core.services.ingestion import IngestionService
+
+from tests import bombs
+from tests.conftest import FakeClock, embedded_container
+
+SOURCE = "manuals@1.0.0"
+ACL = {"tenant": "acme"}
+
+
+@pytest.fixture
+def c(tmp_path: Path, clock: FakeClock) -> Container:
+    container = embedded_container(tmp_path, clock, ingest_directories=True)
+    container.admin.publish_source(SourceDefinition.model_validate({"id": "manuals", "version": "1.0.0"}))
+    return container
+
+
+@pytest.fixture(scope="session")
+def docx_bomb(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return bombs.docx_of_spaces(tmp_path_factory.mktemp("bombs") / "spaces.docx").read_bytes()
+
+
+def request(body: dict) -> IngestionJobRequest:
+    body = dict(body)
+    if "documents" in body:
+        body["documents"] = [{"acl": ACL, **d} for d in body["documents"]]
+    else:
+        body.setdefault("acl", ACL)
+    return parse_request(IngestionJobRequest, json.dumps(body))
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def errors_of(c: Container, job_id: str) -> dict[str, str]:
+    return {e.doc_id: e.code for e in c.ingestion.status(SOURCE, job_id).errors}
+
+
+# --- M1: any extraction failure is typed; the job goes on ---------------------------------------------
+
+
+def test_m1_recursion_error_is_typed_and_job_goes_on(c: Container) -> None:
+    """~1 MB of nested <div> raised RecursionError out of the job (it stayed `running`, the good
+    documents of its batch were never written); an unknown PDF cipher raised NotImplementedError."""
+    accepted = c.ingestion.submit(
+        SOURCE,
+        request(
+            {
+                "documents": [
+                    {"doc_id": "good", "title": "Good", "body": "pumpernickel"},
+                    {"doc_id": "divs", "filename": "d.html", "content_base64": b64(bombs.nested_divs())},
+                    {
+                        "doc_id": "cipher",
+                        "filename": "c.pdf",
+                        "content_base64": b64(bombs.pdf_unknown_cipher()),
+                    },
+                    {"doc_id": "after", "filename": "a.md", "content_base64": b64(b"# After\n\nrye bread")},
+                ]
+            }
+        ),
+    )
+    assert c.ingestion.work("w") == accepted.job_id
+    status = c.ingestion.status(SOURCE, accepted.job_id)
+    assert status.state == "completed" and (status.counts.done, status.counts.failed) == (2, 2)
+    assert errors_of(c, accepted.job_id) == {"divs": "too_complex", "cipher": "encrypted"}
+    assert c.backend.document_ids(SOURCE) == ["after", "good"]
+
+
+@pytest.mark.parametrize(
+    ("raised", "code"),
+    [
+        (MemoryError(), "too_large"),
+        (RecursionError(), "too_complex"),
+        (NotImplementedError(), "extraction_failed"),
+    ],
+)
+def test_m1_any_extractor_exception_is_a_typed_error(c: Container, raised: BaseException, code: str) -> None:
+    def broken(name: str, data: bytes) -> object:
+        raise raised
+
+    service = IngestionService(c.state.registry, c.state.jobs, c.backend, c.clock, extractor=broken)  # type: ignore[arg-type]
+    docs = [
+        {"doc_id": "file", "filename": "f.html", "content_base64": b64(b"<p>x</p>")},
+        {"doc_id": "text", "title": "T", "body": "still written"},
+    ]
+    accepted = service.submit(SOURCE, request({"documents": docs}))
+    service.work("w")
+    status = service.status(SOURCE, accepted.job_id)
+    assert status.state == "completed" and {(e.doc_id, e.code) for e in status.errors} == {("file", code)}
+    assert c.backend.document_ids(SOURCE) == ["text"]
+
+
+def test_m1_poison_document_ends_failed_after_bounded_attempts(
+    c: Container, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A document that kills its worker every time (kill -9 while on it, also across restarts) is begun
+    at most MAX_DOCUMENT_ATTEMPTS times, then fails `attempts_exhausted`; the rest of the job is done."""
+    docs = [{"doc_id": f"d{i}", "title": f"T{i}", "body": f"body {i}"} for i in range(5)]
+    docs[2] = {"doc_id": "poison", "filename": "p.md", "content_base64": b64(b"# kills the worker")}
+    accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
+    real = c.ingestion._extract
+
+    def dies_on_poison(name: str, data: bytes) -> object:
+        if name == "p.md":
+            raise SystemExit("worker killed")  # not an Exception: the worker process dies here
+        return real(name, data)
+
+    monkeypatch.setattr(c.ingestion, "_extract", dies_on_poison)
+    for restart in range(10):
+        try:
+            c.ingestion.work(f"w{restart}")
+            break
+        except SystemExit:
+            clock.advance(c.settings.ingest_lease_seconds + 1)  # the next kb serve takes the job over
+    else:
+        pytest.fail("the job never finished: a poison document is retried forever")
+    status = c.ingestion.status(SOURCE, accepted.job_id)
+    assert status.state == "completed" and status.counts.done == 4
+    assert errors_of(c, accepted.job_id) == {"poison": "attempts_exhausted"}
+    assert restart == 3  # three deaths, then the fourth worker fails it and finishes
+
+
+def test_m1_a_search_backend_outage_costs_no_attempts(
+    c: Container, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend down for many retries is nobody's document's fault: once it is back, every document
+    is written (none ends `attempts_exhausted`)."""
+    from knowledge_core.domain.errors import SourceFailure
+    from knowledge_core.services import ingestion
+
+    docs = [{"doc_id": f"d{i}", "title": f"T{i}", "body": f"body {i}"} for i in range(3)]
+    accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
+
+    def down(documents: list) -> None:
+        raise SourceFailure("unavailable")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(c.backend, "put_documents", down)
+        for _ in range(6):
+            assert c.ingestion.work("w") == accepted.job_id
+            clock.advance(ingestion.BACKEND_RETRY_SECONDS + 1)
+    assert [d.attempts for d in c.state.jobs.job_documents(accepted.job_id)] == [0, 0, 0]
+    assert c.ingestion.work("w") == accepted.job_id
+    status = c.ingestion.status(SOURCE, accepted.job_id)
+    assert status.state == "completed" and status.counts.done == 3 and not status.errors
+
+
+# --- M2: bounded before and while reading, in a worker process with resource limits --------------------
+
+
+def _hwm_mib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("bomb", "name", "code", "seconds"),
+    [
+        ("docx", "spaces.docx", "too_large", 20),
+        ("tables", "tables.html", "too_complex", 20),
+        ("divs", "divs.html", "too_complex", 20),
+        ("pdf", "pages.pdf", "timeout", 20),
+    ],
+)
+def test_m2_bombs_end_typed_within_bounds_and_never_grow_the_server(
+    c: Container, docx_bomb: bytes, bomb: str, name: str, code: str, seconds: float
+) -> None:
+    """The four bombs of the review (1 GiB of spaces in a 1 MB DOCX; 2,000 nested tables in 66 KB of
+    HTML; ~1 MB of nested divs; a small PDF whose 200 pages share one huge content stream) end in a
+    typed error within the wall bound, extracted in a child process: the serving process stays small."""
+    from knowledge_core.extraction_sandbox import ProcessExtractor
+
+    data = {
+        "docx": docx_bomb,
+        "tables": bombs.nested_tables(),
+        "divs": bombs.nested_divs(),
+        "pdf": bombs.pdf_shared_stream(),
+    }[bomb]
+    extractor = ProcessExtractor(ExtractionLimits(wall_seconds=5))
+    before = _hwm_mib()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ExtractionError) as caught:
+            extractor(name, data)
+    finally:
+        extractor.close()
+    assert caught.value.code == code
+    assert time.monotonic() - started < seconds
+    assert _hwm_mib() - before < 64  # the 1 GiB inflates (if at all) in the child, never here
+
+
+@pytest.mark.timeout(60)
+def test_m2_the_extraction_child_runs_with_resource_limits_and_no_parent_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from knowledge_core.extraction_sandbox import ProcessExtractor
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "parent-secret")
+    extractor = ProcessExtractor(ExtractionLimits(memory_bytes=512 * 1024 * 1024, wall_seconds=7))
+    try:
+        assert extractor("a.html", b"<h1>T</h1><p>body</p>").body.strip() == "body"
+        child = extractor._child
+        assert child is not None
+        limits = Path(f"/proc/{child.pid}/limits").read_text()
+        address = next(line for line in limits.splitlines() if line.startswith("Max address space"))
+        assert address.split()[3] == str(512 * 1024 * 1024)
+        cpu = next(line for line in limits.splitlines() if line.startswith("Max cpu time"))
+        assert int(cpu.split()[3]) <= 7 + 1 + 5  # this document's budget on top of what it used
+        assert b"parent-secret" not in Path(f"/proc/{child.pid}/environ").read_bytes()
+    finally:
+        extractor.close()
+
+
+def test_m2_the_kb_serve_worker_extracts_in_a_child_process(c: Container) -> None:
+    """The container's default: not a thread of the serving process (issue 26 M2)."""
+    from knowledge_core.extraction_sandbox import ProcessExtractor
+
+    assert isinstance(c.extractor, ProcessExtractor)
+    assert c.ingestion._extract is c.extractor
+
+
+def test_m2_the_size_checks_come_before_any_decoding(c: Container) -> None:
+    """A body over 5 MiB is refused at submit (never queued); a text file over it before decoding (it
+    is `too_large`, not `corrupt`, even when it is not UTF-8); an input over the bound before parsing."""
+    huge = "x" * (5 * 1024 * 1024 + 1)
+    accepted = c.ingestion.submit(
+        SOURCE, request({"documents": [{"doc_id": "big", "title": "B", "body": huge}]})
+    )
+    queued = c.ingestion.status(SOURCE, accepted.job_id)
+    assert queued.counts.failed == 1 and queued.errors[0].code == "too_large"
+    with pytest.raises(ExtractionError) as caught:
+        extract("big.md", b"\xff" * (5 * 1024 * 1024 + 8))
+    assert caught.value.code == "too_large"
+    with pytest.raises(ExtractionError) as caught:
+        extract("big.html", b"<p>" * 100, ExtractionLimits(max_input_bytes=200))
+    assert caught.value.code == "too_large"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "limits", "code"),
+    [
+        ("deep.html", b"<div>" * 300 + b"x", ExtractionLimits(), "too_complex"),
+        ("wide.html", b"<p>x</p>" * 50, ExtractionLimits(max_html_elements=40), "too_complex"),
+        (
+            "pages.pdf",
+            bombs.pdf_shared_stream(pages=20, repeats=10),
+            ExtractionLimits(max_pdf_pages=10),
+            "too_large",
+        ),
+        (
+            "content.pdf",
+            bombs.pdf_shared_stream(pages=20, repeats=1000),
+            ExtractionLimits(max_pdf_content_bytes=100_000),
+            "too_large",
+        ),
+        (
+            "out.pdf",
+            bombs.pdf_shared_stream(pages=20, repeats=1000),
+            ExtractionLimits(max_output_bytes=500),
+            "too_large",
+        ),
+    ],
+)
+def test_m2_each_bound_is_a_typed_error(name: str, data: bytes, limits: ExtractionLimits, code: str) -> None:
+    with pytest.raises(ExtractionError) as caught:
+        extract(name, data, limits)
+    assert caught.value.code == code
+
+
+def test_m2_docx_zip_bounds_refuse_before_inflating(docx_bomb: bytes) -> None:
+    from tests.unit.test_extraction import make_docx
+
+    started = time.monotonic()
+    with pytest.raises(ExtractionError) as caught:
+        extract("spaces.docx", docx_bomb)
+    assert caught.value.code == "too_large" and time.monotonic() - started < 5
+    with pytest.raises(ExtractionError) as caught:  # the total of declared sizes
+        extract("v.docx", make_docx(), ExtractionLimits(max_unzipped_bytes=10_000))
+    assert caught.value.code == "too_large"
+    assert extract("v.docx", make_docx()).title == "Valve manual"  # a real document passes
+
+
+# --- M3: files opened without following links, regular files only ------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_m3_file_swapped_for_symlink_or_fifo_is_a_typed_error(c: Container, tmp_path: Path) -> None:
+    """After the scan, a file becomes a symlink to a file outside, another a FIFO, a folder a symlink to
+    a folder outside: each is `not_a_file`, nothing outside is read, the worker never hangs."""
+    folder, outside = tmp_path / "docs", tmp_path / "outside"
+    (folder / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.md").write_text("# Secret\n\nouter-space-secret", "utf-8")
+    (outside / "d.md").write_text("# D\n\nouter-space-secret", "utf-8")
+    for name in ("a.md", "b.md", "c.md", "sub/d.md"):
+        (folder / name).write_text(f"# {name}\n\ninside text", "utf-8")
+    accepted = c.ingestion.submit(SOURCE, request({"directory": str(folder), "doc_id_prefix": "kb"}))
+    (folder / "a.md").unlink()
+    (folder / "a.md").symlink_to(outside / "secret.md")
+    (folder / "b.md").unlink()
+    os.mkfifo(folder / "b.md")
+    (folder / "sub" / "d.md").unlink()
+    (folder / "sub").rmdir()
+    (folder / "sub").symlink_to(outside)
+    c.ingestion.work("w")
+    status = c.ingestion.status(SOURCE, accepted.job_id)
+    assert status.state == "completed" and status.counts.done == 1
+    assert errors_of(c, accepted.job_id) == {
+        "kb-a": "not_a_file",
+        "kb-b": "not_a_file",
+        "kb-sub-d": "not_a_file",
+    }
+    assert c.backend.document_ids(SOURCE) == ["kb-c"]
+
+
+# --- M4 + SPEC §7: sync scope ---------------------------------------------------------------------------
+
+
+def test_m4_sync_with_an_empty_doc_id_prefix_is_refused(c: Container, tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A\n\na", "utf-8")
+    with pytest.raises(InvalidRequest) as caught:
+        c.ingestion.submit(SOURCE, request({"directory": str(tmp_path), "sync": True}))
+    assert caught.value.field == "doc_id_prefix" and "doc_id_prefix" in caught.value.message
+
+
+def test_m4_sync_deletes_only_what_a_sync_of_that_origin_wrote_for_that_tenant(
+    c: Container, tmp_path: Path
+) -> None:
+    """Two tenants and a bulk-ingested document under the same prefix survive a sync; so do the
+    documents another directory's sync wrote under it. Only what left this directory goes."""
+    mine, theirs, elsewhere = tmp_path / "mine", tmp_path / "theirs", tmp_path / "elsewhere"
+    for folder, names in ((mine, ["a", "b"]), (theirs, ["t"]), (elsewhere, ["e"])):
+        folder.mkdir()
+        for name in names:
+            (folder / f"{name}.md").write_text(f"# {name}\n\n{name} text", "utf-8")
+
+    def sync(folder: Path, tenant: str = "acme") -> str:
+        body = {"directory": str(folder), "doc_id_prefix": "kb", "sync": True, "acl": {"tenant": tenant}}
+        job_id = c.ingestion.submit(SOURCE, request(body)).job_id
+        c.ingestion.work("w")
+        return job_id
+
+    sync(mine)
+    sync(theirs, tenant="globex")  # another tenant's sync, same source and prefix
+    sync(elsewhere)  # the same tenant, another origin
+    c.admin.put_documents(  # ingested another way, under the prefix: acme's and another tenant's
+        [
+            Document(
+                source_key=SOURCE, doc_id="kb-bulk", title="B", body="bulk", acl=DocumentAcl(tenant="acme")
+            ),
+            Document(
+                source_key=SOURCE, doc_id="kb-other", title="O", body="o", acl=DocumentAcl(tenant="initech")
+            ),
+        ]
+    )
+    assert len(c.backend.document_ids(SOURCE, "kb-")) == 6
+    (mine / "a.md").unlink()
+    (mine / "b.md").unlink()
+    (mine / "c.md").write_text("# c\n\nc text", "utf-8")
+    last = sync(mine)
+    assert c.backend.document_ids(SOURCE, "kb-") == ["kb-bulk", "kb-c", "kb-e", "kb-other", "kb-t"]
+    assert c.ingestion.status(SOURCE, last).counts.deleted == 2
+    stored = c.backend.get_document(SOURCE, "kb-c")
+    assert stored is not None and str(tmp_path) not in json.dumps(stored.structured_source)
+
+
+# --- job cancel -----------------------------------------------------------------------------------------
+
+
+def test_job_cancel_stops_after_the_current_batch_and_keeps_counts(
+    c: Container, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = [{"doc_id": f"d{i}", "title": f"T{i}", "body": f"body {i}"} for i in range(120)]
+    accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
+    real_put = c.backend.put_documents
+
+    def cancel_during_first_batch(documents: list) -> None:
+        asked = c.ingestion.cancel(SOURCE, accepted.job_id)
+        assert asked.state == "running" and asked.cancel_requested
+        real_put(documents)
+
+    monkeypatch.setattr(c.backend, "put_documents", cancel_during_first_batch)
+    c.ingestion.work("w")
+    status = c.ingestion.status(SOURCE, accepted.job_id)
+    assert status.state == "cancelled" and status.finished_at is not None
+    assert (status.counts.done, status.counts.queued) == (50, 70)
+    assert len(c.backend.document_ids(SOURCE)) == 50
+    assert c.ingestion.work("w2") is None  # never claimed again
+    queued = c.ingestion.submit(SOURCE, request({"documents": docs[:1]}))
+    assert c.ingestion.cancel(SOURCE, queued.job_id).state == "cancelled"  # no worker yet: at once
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_job_cancel_admin_route(tmp_path: Path, clock: FakeClock) -> None:
+    """`POST /admin/v1/sources/{source}/ingestion-jobs/{job_id}/cancel` (template.yaml, admin function)."""
+    from knowledge_core import bootstrap
+
+    from kb_cli import demo
+    from kb_cli.events import load_event
+    from kb_cli.gateway import Handlers
+
+    c = embedded_container(tmp_path, clock)
+    demo.seed(c, with_token=False)
+    event = load_event("admin/submit-ingestion-job.json")
+
+    def post(path: str) -> dict:
+        e = json.loads(json.dumps(event))
+        e["routeKey"] = e["requestContext"]["routeKey"] = "POST " + path
+        e["rawPath"] = e["requestContext"]["http"]["path"] = path
+        e["body"] = None
+        return Handlers().invoke("AdminFunction", e)
+
+    bootstrap.reset(c)
+    try:
+        job_id = json.loads(Handlers().invoke("AdminFunction", event)["body"])["job_id"]
+        base = "/admin/v1/sources/demo-docs@1.0.0/ingestion-jobs"
+        cancelled = post(f"{base}/{job_id}/cancel")
+        body = json.loads(cancelled["body"])
+        assert cancelled["statusCode"] == 200 and body["state"] == "cancelled" and body["cancel_requested"]
+        missing = post(f"{base}/nope/cancel")
+        assert missing["statusCode"] == 404 and json.loads(missing["body"])["error"]["code"] == "not_found"
+    finally:
+        bootstrap.reset(None)
+    route = "/admin/v1/sources/{source}/ingestion-jobs/{job_id}/cancel"
+    assert route in Path("template.yaml").read_text("utf-8")
+
+
+def test_m4_the_sync_origin_digest_never_reaches_a_hit_or_citation() -> None:
+    from knowledge_core.domain.ingestion import sync_origin_tag
+    from knowledge_core.domain.passages import hit_source
+
+    stored = {
+        "uri": "a.md",
+        "format": "markdown",
+        "sync_origin": sync_origin_tag("/srv/docs"),
+        "page_starts": [0],
+    }
+    assert hit_source(stored, [1]) == {"uri": "a.md", "format": "markdown", "pages": [1]}
