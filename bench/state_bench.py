@@ -113,7 +113,7 @@ class Serve:
 
 def raw_query(state: Path) -> Any:
     """The backend query one tool call makes (demo-docs, top 5), on the same index file."""
-    from knowledge_core.adapters.sqlite_fts import SqliteFtsBackend
+    from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
     from knowledge_core.domain.models import Viewer
     from knowledge_core.ports import SourceQuery
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from knowledge_core.adapters.sqlite_state import sqlite_stores
+from knowledge_core.adapters.sqlite import sqlite_stores
 from knowledge_core.domain.budget import ChainLink, CitationDraft, Limits
 from knowledge_core.domain.errors import BudgetExceeded, Conflict, ProtocolError
 from knowledge_core.domain.ingestion import DocumentOutcome, IngestionJob, JobDocument, JobSpec

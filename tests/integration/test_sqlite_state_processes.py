@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from knowledge_core.adapters.sqlite_state import sqlite_stores
+from knowledge_core.adapters.sqlite import sqlite_stores
 
 from tests.contract.test_state_contract import check_shared_root, spend_as_child
 

@@ -28,7 +28,7 @@ def _search(container, tenant: str, query: str) -> list[str]:  # hint titles
 
 
 def test_issue21_p5_cli_functions_are_at_most_60_lines():
-    modules = [KB_CLI / "main.py", KB_CLI / "mcp_server.py", KB_CLI / "local_env.py"]
+    modules = [KB_CLI / "main.py", KB_CLI / "mcp_stdio.py", KB_CLI / "local_env.py"]
     modules += sorted((KB_CLI / "commands").glob("*.py"))
     long = [
         f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
@@ -39,7 +39,7 @@ def test_issue21_p5_cli_functions_are_at_most_60_lines():
     assert long == []
 
 
-def test_issue21_p5_main_and_mcp_server_do_not_import_each_other():
+def test_issue21_p5_main_and_mcp_stdio_do_not_import_each_other():
     def imports(path: Path) -> set[str]:
         found = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -48,8 +48,8 @@ def test_issue21_p5_main_and_mcp_server_do_not_import_each_other():
                 found.update(f"{'.' * node.level}{node.module or ''}.{a.name}" for a in node.names)
         return found
 
-    assert not {".main", "kb_cli.main", "..main"} & imports(KB_CLI / "mcp_server.py")
-    assert not any("mcp_server" in name for name in imports(KB_CLI / "main.py"))
+    assert not {".main", "kb_cli.main", "..main"} & imports(KB_CLI / "mcp_stdio.py")
+    assert not any("mcp_stdio" in name for name in imports(KB_CLI / "main.py"))
 
 
 # --- issue 22 point 1: one default tenant -----------------------------------------------------------------

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from knowledge_core.adapters.embedding import CachedEmbedder
 from knowledge_core.adapters.private_files import private_path
-from knowledge_core.adapters.sqlite_fts import SqliteFtsBackend
-from knowledge_core.adapters.sqlite_state import open_state_database
+from knowledge_core.adapters.sqlite import open_state_database
+from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
 
 from tests.unit.test_hybrid import CountingEmbedder
 

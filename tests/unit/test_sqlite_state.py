@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from knowledge_core.adapters.sqlite_state import sqlite_stores
+from knowledge_core.adapters.sqlite import sqlite_stores
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.errors import StateUnavailable
 from knowledge_core.domain.models import AgentDefinition, Principal

@@ -99,7 +99,7 @@ class Container:
             if self.table is not None:
                 stores = self.table.stores()
             else:
-                from .adapters.sqlite_state import sqlite_stores
+                from .adapters.sqlite import sqlite_stores
 
                 stores = sqlite_stores(self.settings.state_path)
         return stores if self._ledger is None else replace(stores, ledger=self._ledger)
@@ -172,7 +172,7 @@ class Container:
         if self._backend is not None:
             return self._backend
         if self.settings.search_backend == "sqlite":
-            from .adapters.sqlite_fts import SqliteFtsBackend
+            from .adapters.sqlite.search import SqliteFtsBackend
 
             return SqliteFtsBackend(self.settings.sqlite_path, embedder=self.embedder)
         from .adapters.opensearch import OpenSearchBackend

@@ -131,7 +131,7 @@ def _resolve_ranking(args: argparse.Namespace) -> LocalRanking | None:
 def _open_state(args: argparse.Namespace, state: Path, ranking: LocalRanking) -> Container | None:
     """The container on the state directory (or table), opened and migrated now; None (after one line on
     stderr) when the state file cannot be used."""
-    from knowledge_core.adapters.sqlite_db import SchemaError
+    from knowledge_core.adapters.sqlite.db import SchemaError
 
     try:
         container = local_container(

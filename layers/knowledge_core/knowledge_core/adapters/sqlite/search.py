@@ -17,11 +17,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..domain.analyzer import index_terms, query_terms
-from ..domain.errors import SourceFailure
-from ..domain.models import Document, DocumentAcl, DocumentState, Viewer
-from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
-from ..ports import (
+from ...domain.analyzer import index_terms, query_terms
+from ...domain.errors import SourceFailure
+from ...domain.models import Document, DocumentAcl, DocumentState, Viewer
+from ...domain.passages import hit_source, page_starts_of, passage_pages, split_passages
+from ...ports import (
     DocumentInfo,
     Embedder,
     Hit,
@@ -31,8 +31,8 @@ from ..ports import (
     SourceResult,
     Vector,
 )
-from .embedding import VectorMatrix, document_vectors, matching_cosines, passage_text
-from .sqlite_db import SqliteDatabase, statements
+from ..embedding import VectorMatrix, document_vectors, matching_cosines, passage_text
+from .db import SqliteDatabase, statements
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..domain.budget import (
+from ...domain.budget import (
     ChainLink,
     Citation,
     CitationDraft,
@@ -37,10 +37,10 @@ from ..domain.budget import (
     retrieval_refusal,
     with_chars,
 )
-from ..domain.errors import BudgetExceeded, ProtocolError, StateUnavailable
-from ..domain.models import AgentDefinition
-from ..ports import BudgetLedger, ChainSnapshot
-from .dynamodb import TableAdapter, _n, _s, agent_from
+from ...domain.errors import BudgetExceeded, ProtocolError, StateUnavailable
+from ...domain.models import AgentDefinition
+from ...ports import BudgetLedger, ChainSnapshot
+from .table import TableAdapter, _n, _s, agent_from
 
 LEDGER_TTL_SECONDS = 7 * 86400
 MAX_ATTEMPTS = 64

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import zlib
 
-from ..domain.errors import StateUnavailable
-from ..ports import TurnRecord, TurnStore
-from .dynamodb import TTL_ATTRIBUTE, TableAdapter, _n, _s
+from ...domain.errors import StateUnavailable
+from ...ports import TurnRecord, TurnStore
+from .table import TTL_ATTRIBUTE, TableAdapter, _n, _s
 
 _SK = "TURN"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..domain.errors import Conflict
-from ..domain.ingestion import (
+from ...domain.errors import Conflict
+from ...domain.ingestion import (
     JOB_TTL_SECONDS,
     DocState,
     DocumentOutcome,
@@ -26,8 +26,8 @@ from ..domain.ingestion import (
     outcome_deltas,
     spec_json,
 )
-from ..ports import JobStore
-from .dynamodb import TTL_ATTRIBUTE, TableAdapter, _n, _s
+from ...ports import JobStore
+from .table import TTL_ATTRIBUTE, TableAdapter, _n, _s
 
 _OPEN = "JOBS#OPEN"
 _COUNTERS = ("queued", "done", "unchanged", "failed", "deleted", "passages")

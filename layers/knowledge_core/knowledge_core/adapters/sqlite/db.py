@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from .private_files import private_path
+from ..private_files import private_path
 
 BUSY_TIMEOUT_S = 10.0
 # sqlite3.OperationalError covers a locked database past the busy timeout, a full disk, I/O errors and a
