@@ -56,8 +56,9 @@ def configure_local_env(
         # Every function runs in its own processes here: without a registry cache, a disabled source or an
         # ended run is seen by the next request (local reads are cheap); on Lambda the default is 2 s.
         "KB_REGISTRY_CACHE_SECONDS": os.environ.get("KB_REGISTRY_CACHE_SECONDS", "0"),
-        # The admin API answers on loopback only here, so an ingestion job may name a local directory.
-        "KB_INGEST_DIRECTORIES": "true",
+        # The admin API answers on loopback only here, so an ingestion job may name a local directory
+        # (unless the caller says otherwise: the fuzz run reads none of this machine's files).
+        "KB_INGEST_DIRECTORIES": os.environ.get("KB_INGEST_DIRECTORIES", "true"),
         "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_METRICS_NAMESPACE": "AgentKnowledge",
