@@ -7,14 +7,16 @@ PORT ?= 3000
 
 .PHONY: venv dev serve test unit lint sam openapi fuzz semantic-layer bench services-start services-stop clean
 
+# pip, setuptools and wheel current (the venv's own setuptools 65 is in CVE-2024-6345's and CVE-2025-47273's range).
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
 
 venv: $(BIN)/python
 	$(BIN)/pip install -q -e '.[semantic]'
 
 dev: $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
 	$(BIN)/pip install -q -e '.[dev]'
 
 # Hybrid ranking by default: the models are fetched once into the per-user cache (Maven Central) when Java and
