@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from pydantic import (
     BaseModel,
@@ -22,6 +23,7 @@ VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$"
 ROUTE_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 DOC_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
 MAX_BODY_BYTES = 5 * 1024 * 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 Version = Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]
@@ -301,6 +303,16 @@ class Document(BaseModel):
     structured_source: dict[str, Any] | None = None
     acl: DocumentAcl = DocumentAcl()
     status: DocStatus = "ready"
+
+    @field_validator("structured_source")
+    @classmethod
+    def _uri_without_controls(cls, source: dict[str, Any] | None) -> dict[str, Any] | None:
+        """I1: a `uri` reaches agents, logs and terminals: its control characters (C0, DEL, C1) are
+        percent-encoded on the way in (and on the way out of a store written before this rule)."""
+        uri = source.get("uri") if source else None
+        if source is None or not isinstance(uri, str) or not _CONTROL.search(uri):
+            return source
+        return {**source, "uri": _CONTROL.sub(lambda m: quote(m.group(), safe=""), uri)}
 
     @field_validator("body")
     @classmethod
