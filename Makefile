@@ -12,8 +12,13 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
 
-venv: $(BIN)/python
-	$(BIN)/pip install -q -e '.[semantic]'
+# Installed again only when pyproject.toml changed (the stamp is newer otherwise); setuptools' notice box
+# about editable installs is silenced.
+$(VENV)/.installed-semantic: pyproject.toml | $(BIN)/python
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[semantic]'
+	@touch $@
+
+venv: $(VENV)/.installed-semantic
 
 dev: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip setuptools wheel

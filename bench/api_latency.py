@@ -25,7 +25,7 @@ from knowledge_core.bootstrap import Container  # noqa: E402
 from knowledge_core.codec import identity_digest  # noqa: E402
 from knowledge_core.domain.models import Principal, Viewer  # noqa: E402
 from knowledge_core.domain.wire import ReadRequest, SearchRequest  # noqa: E402
-from knowledge_core.ports import SourceQuery, SystemClock  # noqa: E402
+from knowledge_core.ports import QueryAnalysis, SourceQuery, SystemClock  # noqa: E402
 from knowledge_core.settings import Settings  # noqa: E402
 
 from kb_cli import demo  # noqa: E402
@@ -58,13 +58,13 @@ def main() -> int:
         c = Container(settings=settings, clock=SystemClock())
         demo.seed(c, with_token=False)
         principal = Principal(
-            client_id="bench", session_id="s1", subject="u1", tenant="demo", routes=["demo"]
+            client_id="bench", session_id="s1", subject="u1", tenant="default", routes=["demo"]
         )
         svc, backend = c.knowledge, c.backend
         scope = c.scopes.resolve("demo")
         source = scope.searchable()[0]
         query = SourceQuery(source.key, source.definition.top_k, source.definition.min_score)
-        viewer = Viewer(tenant="demo", subject="u1")
+        viewer = Viewer(tenant="default", subject="u1")
         i = iter(range(10**9))
 
         def search() -> None:
@@ -73,7 +73,7 @@ def main() -> int:
         j = iter(range(10**9))
 
         def raw_search() -> None:
-            backend.search([query], QUERIES[next(j) % len(QUERIES)], viewer)
+            backend.search([query], QueryAnalysis(QUERIES[next(j) % len(QUERIES)]), viewer)
 
         results = []
         s, b = interleaved(search, raw_search, args.rounds)

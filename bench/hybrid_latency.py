@@ -81,7 +81,7 @@ def main() -> int:
     args = parser.parse_args()
     model_dir = args.model_dir or str(models.fetch_defaults())
     lexicon_dir = args.lexicon_dir or str(models.fetch_lexicon())
-    principal = Principal(client_id="bench", session_id="s1", subject="u1", tenant="demo", routes=["demo"])
+    principal = Principal(client_id="bench", session_id="s1", subject="u1", tenant="default", routes=["demo"])
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         plain, plain_s, passages = seeded(tmp, "plain", None)

@@ -89,7 +89,7 @@ class Agent(HttpUser):
         event = {
             "operation": "knowledge_search",
             "invocation": {
-                "tenant": "demo",
+                "tenant": "default",
                 "app": "load",
                 "subject": "demo-user",
                 "agent": "demo-router@1.0.0",

@@ -118,7 +118,7 @@ def raw_query(state: Path) -> Any:
     from knowledge_core.ports import SourceQuery
 
     backend = SqliteFtsBackend(state / "search.sqlite3")
-    viewer = Viewer(tenant="demo", subject="demo-user")
+    viewer = Viewer(tenant="default", subject="demo-user")
     counter = iter(range(10**9))
 
     def query() -> None:

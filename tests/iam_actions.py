@@ -237,7 +237,7 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
         (
             "PUT",
             doc_path,
-            {"title": "IAM", "body": "iam probe body", "acl": {"tenant": "demo"}},
+            {"title": "IAM", "body": "iam probe body", "acl": {"tenant": "default"}},
             {"source": source, "doc_id": "iam-doc"},
         ),
         (
@@ -245,7 +245,7 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
             f"/admin/v1/sources/{source}/documents",
             {
                 "documents": [
-                    {"doc_id": "iam-doc-2", "title": "IAM 2", "body": "x", "acl": {"tenant": "demo"}}
+                    {"doc_id": "iam-doc-2", "title": "IAM 2", "body": "x", "acl": {"tenant": "default"}}
                 ]
             },
             {"source": source},
@@ -256,7 +256,7 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
         ("POST", f"/admin/v1/sources/{source}/disable", {}, {"source": source}),
         ("POST", f"/admin/v1/sources/{source}/enable", {}, {"source": source}),
         ("PUT", "/admin/v1/workspaces/demo", {"agent": "demo-agent@1.0.0"}, {"route": "demo"}),
-        ("POST", f"/admin/v1/sources/{source}/tenant-migration", {"tenant": "demo"}, {"source": source}),
+        ("POST", f"/admin/v1/sources/{source}/tenant-migration", {"tenant": "default"}, {"source": source}),
     ]
     for method, path, body, params in admin:
         raw = body if isinstance(body, str) or body is None else json.dumps(body)
@@ -269,7 +269,7 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
             admin_event(
                 "POST",
                 "/admin/v1/tokens",
-                {"routes": ["demo"], "client_id": "demo-client", "subject": "demo-user", "tenant": "demo"},
+                {"routes": ["demo"], "client_id": "demo-client", "subject": "demo-user", "tenant": "default"},
             ),
         ),
         201,

@@ -28,7 +28,9 @@ AGENT = {
     "modelProfile": {"candidates": [{"model": "model-a", "toolCalling": True}]},
     "allowedKnowledge": [{"id": "demo-docs", "version": "1.0.0"}],
 }
-PRINCIPAL = {"client_id": "demo-client", "subject": "demo-user", "tenant": "demo"}
+DEFAULT_TENANT = "default"  # SPEC §1: the demo workspace's, its token's, and every command's default
+LEGACY_TENANT = "demo"  # what a .kb-state seeded before the default tenant holds
+PRINCIPAL = {"client_id": "demo-client", "subject": "demo-user", "tenant": DEFAULT_TENANT}
 _TOOL_MODEL = {"candidates": [{"model": "model-a", "toolCalling": True}]}
 # Agents of the agent_tools examples (events/agent_tools/): definitions only, so route `demo` is unchanged.
 TOOL_AGENTS = [
@@ -111,9 +113,29 @@ def seed_if_absent(container: Container) -> bool:
     """Seed the demo workspace unless route `demo` already exists (then nothing is touched: a user's
     changes to it survive a restart). True when it was seeded now."""
     if container.state.registry.get_workspace_agent(ROUTE) is not None:
+        adopt_default_tenant(container)
         return False
     seed(container, with_token=False)
     return True
+
+
+def adopt_default_tenant(container: Container) -> int:
+    """A state seeded before the default tenant keeps working: the demo source's documents of the old demo
+    tenant move to `default` (same title and body, so the same revision), which the demo token, `kb ingest`
+    and the console use now. Idempotent; returns how many moved."""
+    key = f"{SOURCE['id']}@{SOURCE['version']}"
+    backend = container.backend
+    legacy = [d.doc_id for d in backend.list_documents(key, 10_000) if d.tenant == LEGACY_TENANT]
+    for i in range(0, len(legacy), 50):
+        docs = [backend.get_document(key, doc_id) for doc_id in legacy[i : i + 50]]
+        container.admin.put_documents(
+            [
+                d.model_copy(update={"acl": d.acl.model_copy(update={"tenant": DEFAULT_TENANT})})
+                for d in docs
+                if d is not None and d.acl.tenant == LEGACY_TENANT
+            ]
+        )
+    return len(legacy)
 
 
 def seed(container: Container, *, with_token: bool = True, ttl_seconds: int = 7 * 86400) -> str | None:

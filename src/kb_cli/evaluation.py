@@ -374,6 +374,9 @@ class EvalResult:
     per_query: list[dict[str, Any]] = field(default_factory=list)
     ranking: str = "bm25"
     hybrid: dict[str, Any] | None = None  # the HybridRanking knobs, when ranking is hybrid
+    # What a caller of POST …/knowledge/search sees (its <= 3 hints, the same pipeline at the source's own
+    # depth): R@3 and MRR@3 are the public figure beside the deep ranking's.
+    public: Metrics | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -558,6 +561,7 @@ def measure(
 
     started = time.perf_counter()
     rankings: list[list[str]] = []
+    public: list[list[str]] = []
     latencies: list[float] = []
     for query in tqdm(
         collection.queries, unit="q", desc=f"query {collection.name}", disable=not progress, file=sys.stderr
@@ -566,6 +570,7 @@ def measure(
         ranked = container.knowledge.rank(ingested.principal, ingested.route, query.text, depth)
         latencies.append((time.perf_counter() - t0) * 1000)
         rankings.append([doc_id for key, doc_id, _ in ranked if key == ingested.source_key])
+        public.append(searched(container, ingested, query.text))
     query_seconds = sum(latencies) / 1000
     qrels = [q.relevant for q in collection.queries]
 
@@ -603,7 +608,20 @@ def measure(
         per_query=per_query if keep_per_query else [],
         ranking=ranking_of(container),
         hybrid=hybrid_of(container),
+        public=Metrics.over(public, qrels),
     )
+
+
+def searched(container: Any, ingested: Ingested, text: str) -> list[str]:
+    """The documents of the hints POST …/knowledge/search answers (K-PIPE: the same retrieval as `rank`,
+    at the source's own depth, at most 3), named through their signed refs."""
+    from knowledge_core.codec import identity_digest
+    from knowledge_core.domain.wire import SearchRequest
+
+    principal, route = ingested.principal, ingested.route
+    body = container.knowledge.search(principal, route, SearchRequest(query=text))
+    identity = identity_digest(principal, route, None)
+    return [container.codec.open_ref(h.ref, identity=identity).doc_id for h in body.hints]
 
 
 def evaluate(
@@ -663,21 +681,23 @@ METRIC_COLUMNS = (
 
 
 def format_table(results: list[EvalResult]) -> str:
-    """One row per result: the service's R@3, MRR@3, nDCG@10 and R@100, then the same-run baseline's."""
+    """One row per result: the service's R@3, MRR@3, nDCG@10 and R@100 (deep ranking), the same-run
+    baseline's, then the R@3 of what the public search answers (API R@3)."""
     width = max([18, *(len(r.collection) for r in results)])
     service = " ".join(f"{label:>7}" for label, _ in METRIC_COLUMNS)
     base = " ".join(f"{'b ' + label:>9}" for label, _ in METRIC_COLUMNS)
     head = (
         f"{'collection':<{width}} {'backend':<10} {'docs':>5} {'queries':>7} {service}  {base} "
-        f"{'p50 ms':>7} {'wall s':>7}"
+        f"{'API R@3':>8} {'p50 ms':>7} {'wall s':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in results:
         ours = " ".join(f"{getattr(r.metrics, key):>7.4f}" for _, key in METRIC_COLUMNS)
+        api = f"{r.public.recall_at_3:>8.4f}" if r.public else f"{'-':>8}"
         theirs = " ".join(f"{getattr(r.baseline, key):>9.4f}" for _, key in METRIC_COLUMNS)
         lines.append(
             f"{r.collection:<{width}} {r.backend:<10} {r.documents:>5} {r.queries:>7} {ours}  {theirs} "
-            f"{r.query_ms_p50:>7.2f} {r.wall_seconds:>7.1f}"
+            f"{api} {r.query_ms_p50:>7.2f} {r.wall_seconds:>7.1f}"
         )
     for r in results:
         lines.append(f"  {r.collection}: ranking = {r.ranking}; baseline = {r.baseline_name}")

@@ -20,6 +20,18 @@ class ApiError(Exception):
         super().__init__(f"HTTP {status}: {error.get('code', '')} {error.get('message', body)}".strip())
 
 
+class EndpointUnreachable(Exception):
+    """No server answered at the endpoint: says which one and how to start or point at one."""
+
+    def __init__(self, endpoint: str, reason: object) -> None:
+        why = getattr(reason, "strerror", None) or str(reason)
+        super().__init__(
+            f"cannot reach {endpoint} ({why}): start the service with `make serve` (or `kb serve`), or "
+            "point at a running one with --endpoint URL or KB_ENDPOINT"
+        )
+        self.endpoint = endpoint
+
+
 def call(
     endpoint: str,
     method: str,
@@ -45,6 +57,10 @@ def call(
         except ValueError:
             payload = raw.decode("utf-8", "replace")
         raise ApiError(exc.code, payload) from None
+    except urllib.error.URLError as exc:
+        raise EndpointUnreachable(endpoint, exc.reason) from None
+    except (ConnectionError, TimeoutError) as exc:
+        raise EndpointUnreachable(endpoint, exc) from None
     return json.loads(raw) if raw else None
 
 

@@ -22,6 +22,9 @@ from knowledge_core.mcp_server import KnowledgeDoor
 
 from knowledge_client import ApiError, KnowledgeClient, KnowledgeClientError
 
+from .local_env import LocalRanking
+from .models import ModelError
+
 
 class RemoteError(KnowledgeError):
     """A typed refusal the service answered over HTTP, carried as is to the MCP client."""
@@ -63,16 +66,21 @@ class ClientDoor:
         return self._call("read", request.model_dump(exclude_none=True))
 
 
-def embedded_door(state: Path, route: str, token: str | None, seed_demo: bool) -> KnowledgeDoor:
-    """The core services in this process, on the state `kb serve --state` keeps. With a token, its principal;
-    without one, the local operator of the state directory (trusted, as with `kb serve`) as the demo user."""
+def embedded_door(
+    state: Path, route: str, token: str | None, seed_demo: bool, ranking: LocalRanking | None = None
+) -> KnowledgeDoor:
+    """The core services in this process, on the state `kb serve --state` keeps, ranked with the models and
+    lexicon `kb serve` would use (one line on stderr says which). With a token, its principal; without one,
+    the local operator of the state directory (trusted, as with `kb serve`) as the demo user."""
     from knowledge_core.domain.models import Principal
     from knowledge_core.mcp_server import ServiceDoor
 
     from . import demo
-    from .main import local_container
+    from .local_env import local_container
 
-    container = local_container(state)
+    ranking = ranking or LocalRanking.resolve()
+    print(f"kb mcp --embedded: {ranking.banner()}", file=sys.stderr, flush=True)
+    container = local_container(state, ranking=ranking)
     if seed_demo:
         demo.seed_if_absent(container)
     if token is not None:
@@ -125,9 +133,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         token = args.token or os.environ.get("KB_TOKEN") or None
         try:
             with _stdout_to_stderr():
-                door = embedded_door(Path(args.state), route or "demo", token, seed_demo=not args.no_demo)
+                ranking = LocalRanking.resolve(args.embedding_model, args.query_translation)
+                door = embedded_door(Path(args.state), route or "demo", token, not args.no_demo, ranking)
         except KnowledgeError as exc:
             raise SystemExit(f"kb mcp: {exc.code}: {exc.message}") from None
+        except ModelError as exc:
+            raise SystemExit(f"kb mcp: {exc}") from None
     else:
         token = args.token or os.environ.get("KB_TOKEN")
         if not token:
@@ -146,3 +157,14 @@ def add_arguments(p: argparse.ArgumentParser, default_endpoint: str, default_sta
     p.add_argument("--embedded", action="store_true", help="serve the embedded default in this process")
     p.add_argument("--state", default=default_state, help="--embedded: state directory")
     p.add_argument("--no-demo", action="store_true", help="--embedded: do not seed the demo workspace")
+    p.add_argument(
+        "--embedding-model",
+        default="auto",
+        help="--embedded: as kb serve's (a model directory, 'none' for BM25, or 'auto', the default)",
+    )
+    p.add_argument(
+        "--query-translation",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--embedded: as kb serve's (default: on when the lexicon is there)",
+    )

@@ -20,8 +20,17 @@ from pathlib import Path
 
 import pytest
 from knowledge_core.bootstrap import Container
-from knowledge_core.domain.models import AgentDefinition, Document, DocumentAcl, Principal, SourceDefinition
+from knowledge_core.domain.models import (
+    AgentDefinition,
+    Document,
+    DocumentAcl,
+    Principal,
+    SourceDefinition,
+    Viewer,
+)
 from knowledge_core.domain.wire import ReadRequest, SearchRequest
+from knowledge_core.ports import Hit
+from knowledge_core.services.retrieval import Retrieval, SourceAsk
 from knowledge_core.settings import Settings
 
 from tests.conftest import TEST_SECRET, FakeClock, embedded_container
@@ -165,6 +174,22 @@ class World:
             cursor = page["next_cursor"]
             if cursor is None:
                 return content, pages
+
+
+def ranked(
+    retrieval: Retrieval,
+    key: str,
+    top_k: int,
+    query: str,
+    viewer: Viewer,
+    min_score: float = 0.0,
+    expansion: str | None = None,
+) -> list[Hit]:
+    """One source's ranked, live-checked hits through the retrieval step every door runs (K-PIPE)."""
+    analysed = retrieval.analyse(query, expansion)
+    [outcome] = retrieval.run([SourceAsk(key, top_k, min_score)], analysed, viewer, 15.0).outcomes
+    assert outcome.error is None, outcome.error
+    return outcome.hits
 
 
 def doc(key: str, doc_id: str, title: str, body: str, **acl: object) -> Document:

@@ -15,7 +15,7 @@ from knowledge_core.domain.errors import (
 from knowledge_core.domain.models import Document, DocumentAcl, Principal, Viewer
 from knowledge_core.domain.passages import split_passages
 from knowledge_core.domain.text import excerpt
-from knowledge_core.ports import SourceQuery
+from knowledge_core.ports import QueryAnalysis, SourceQuery
 
 from tests.contract.conftest import PRINCIPAL, World, doc
 
@@ -207,9 +207,9 @@ def _scored_world(world: World, fields: dict[str, dict]) -> list[str]:
 
 def test_a_search_min_score_drops_hits_and_is_never_lowered(world):
     (probe,) = _scored_world(world, {"probe": {"minScore": 0}})
-    hits = world.c.backend.search([SourceQuery(probe, 5, 0.0)], "quokka", Viewer(tenant="acme", subject="a"))[
-        0
-    ].hits
+    hits = world.c.backend.search(
+        [SourceQuery(probe, 5, 0.0)], QueryAnalysis("quokka"), Viewer(tenant="acme", subject="a")
+    )[0].hits
     scores = {h.doc_id: h.score for h in hits}
     assert scores["strong"] > scores["weak"] > 0
     between = (scores["strong"] + scores["weak"]) / 2
@@ -227,12 +227,14 @@ def test_a_search_top_k_per_source_counts_parent_documents(world):
         doc(key, "long", "Pangolin report", long_body),
         *(doc(key, f"d{i}", f"Pangolin note {i}", f"pangolin sighting number {i}") for i in range(4)),
     )
-    hits = world.c.backend.search([SourceQuery(key, 2, 0.0)], "pangolin", Viewer(tenant="acme", subject="a"))[
-        0
-    ].hits
+    hits = world.c.backend.search(
+        [SourceQuery(key, 2, 0.0)], QueryAnalysis("pangolin"), Viewer(tenant="acme", subject="a")
+    )[0].hits
     assert len(hits) == 2 and len({h.doc_id for h in hits}) == 2  # rolled up: one hit per parent document
     assert len(world.search("pangolin")["hints"]) == 2
-    wide = world.c.backend.search([SourceQuery(key, 10, 0.0)], "pangolin", Viewer(tenant="acme", subject="a"))
+    wide = world.c.backend.search(
+        [SourceQuery(key, 10, 0.0)], QueryAnalysis("pangolin"), Viewer(tenant="acme", subject="a")
+    )
     assert sorted(h.doc_id for h in wide[0].hits) == ["d0", "d1", "d2", "d3", "long"]
 
 
@@ -245,7 +247,9 @@ def test_a_search_multi_source_merge_by_raw_score(world):
         doc(b, "b1", "Beta okapi facts", "okapi facts: the okapi is related to the giraffe"),
     )
     viewer = Viewer(tenant="acme", subject="alice", groups=["eng"])
-    per_source = world.c.backend.search([SourceQuery(a, 2, 0.0), SourceQuery(b, 2, 0.0)], "okapi", viewer)
+    per_source = world.c.backend.search(
+        [SourceQuery(a, 2, 0.0), SourceQuery(b, 2, 0.0)], QueryAnalysis("okapi"), viewer
+    )
     assert [r.key for r in per_source] == [a, b] and all(r.error is None for r in per_source)
     assert len(per_source[0].hits) == 2 and len(per_source[1].hits) == 1
     expected = sorted(
@@ -279,7 +283,10 @@ def acl_world(world: World) -> World:
 def _visible(world: World, viewer: Viewer) -> set[str]:
     key = world.key("acl")
     return {
-        h.doc_id for h in world.c.backend.search([SourceQuery(key, 10, 0.0)], "lynx memo", viewer)[0].hits
+        h.doc_id
+        for h in world.c.backend.search([SourceQuery(key, 10, 0.0)], QueryAnalysis("lynx memo"), viewer)[
+            0
+        ].hits
     }
 
 
@@ -310,7 +317,7 @@ def test_S3_a_document_without_a_tenant_is_visible_to_no_one_until_migrated(worl
     world.ingest(legacy, doc(key, "owned", "Owned okapi memo", "okapi memo of acme"))
     for tenant in ("acme", "globex", ""):
         found = world.c.backend.search(
-            [SourceQuery(key, 10, 0.0)], "okapi memo", Viewer(tenant=tenant, subject="a")
+            [SourceQuery(key, 10, 0.0)], QueryAnalysis("okapi memo"), Viewer(tenant=tenant, subject="a")
         )
         assert "legacy" not in {h.doc_id for h in found[0].hits}
     assert world.c.backend.untenanted_documents(key) == ["legacy"]
@@ -319,7 +326,7 @@ def test_S3_a_document_without_a_tenant_is_visible_to_no_one_until_migrated(worl
     assert world.c.admin.migrate_tenant(key, "acme", apply=True) == ["legacy"]
     assert world.c.backend.untenanted_documents(key) == []
     found = world.c.backend.search(
-        [SourceQuery(key, 10, 0.0)], "okapi memo", Viewer(tenant="acme", subject="a")
+        [SourceQuery(key, 10, 0.0)], QueryAnalysis("okapi memo"), Viewer(tenant="acme", subject="a")
     )
     assert {h.doc_id for h in found[0].hits} == {"legacy", "owned"}
     migrated = world.c.backend.get_document(key, "legacy")
@@ -411,7 +418,9 @@ def test_i_ingest_pdf_passages_name_their_pages_in_hints_and_sources(world):
     hint = world.search("zygomorphic flange")["hints"][0]
     assert hint["summary"].startswith("p. 3: ")
     [result] = world.c.backend.search(
-        [SourceQuery(key, 1, 0.0)], "zygomorphic flange", Viewer(tenant=PRINCIPAL.tenant, subject="s")
+        [SourceQuery(key, 1, 0.0)],
+        QueryAnalysis("zygomorphic flange"),
+        Viewer(tenant=PRINCIPAL.tenant, subject="s"),
     )
     assert result.hits[0].structured_source == {"uri": "file:///m.pdf", "format": "pdf", "pages": [3]}
     stored = world.c.backend.get_document(key, "manual")

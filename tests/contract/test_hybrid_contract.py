@@ -9,9 +9,9 @@ from pathlib import Path
 from knowledge_core.adapters.embedding import OnnxEmbedder
 from knowledge_core.adapters.sqlite_fts import SqliteFtsBackend
 from knowledge_core.domain.models import Document, DocumentAcl, Viewer
-from knowledge_core.ports import SourceQuery
+from knowledge_core.services.retrieval import Retrieval
 
-from tests.contract.conftest import World, doc
+from tests.contract.conftest import World, doc, ranked
 
 VIEWER = Viewer(tenant="acme", subject="alice", groups=["eng"])
 LAPTOP = ("Laptop battery", "The notebook's battery drains quickly: lower the screen brightness.")
@@ -31,7 +31,7 @@ def _battery_world(world: World) -> str:
 def test_a_search_hybrid_ranks_meaning_over_repeated_words(hybrid_world: World) -> None:
     """BM25 alone prefers the document that repeats "battery"; the blend puts the laptop first."""
     key = _battery_world(hybrid_world)
-    hits = hybrid_world.c.backend.search([SourceQuery(key, 5, 0.0)], QUERY, VIEWER)[0].hits
+    hits = ranked(hybrid_world.c.retrieval, key, 5, QUERY, VIEWER)
     assert [h.doc_id for h in hits] == ["laptop", "artillery"]
     titles = [h["title"] for h in hybrid_world.search(QUERY)["hints"]]
     assert titles == ["Laptop battery", "Artillery battery"]
@@ -44,7 +44,7 @@ def test_a_search_hybrid_min_score_applies_to_the_blend(hybrid_world: World) -> 
     hybrid_world.c.backend.put_documents(
         [doc(k, d, *text) for k in keys for d, text in (("laptop", LAPTOP), ("artillery", ARTILLERY))]
     )
-    hits = hybrid_world.c.backend.search([SourceQuery(keys[0], 5, 0.0)], QUERY, VIEWER)[0].hits
+    hits = ranked(hybrid_world.c.retrieval, keys[0], 5, QUERY, VIEWER)
     top, second = hits[0].score, hits[1].score
     assert top > second > 0
     hybrid_world.publish({"kit2": {"topK": 5, "minScore": (top + second) / 2}})
@@ -62,13 +62,10 @@ def test_a_search_hybrid_leaves_uncovered_scripts_to_bm25(english_world: World) 
         doc(key, "a", "电池保养", "笔记本电脑的电池续航：降低屏幕亮度。电池 电池"),
         doc(key, "b", "炮兵连", "炮兵连的电池？不，这里的连指部队。"),
     )
-    backend = hybrid_world.c.backend
-    hybrid = backend.search([SourceQuery(key, 5, 0.0)], "电池续航", VIEWER)[0].hits
-    embedder, backend._embedder = backend._embedder, None  # the same index, ranked by BM25 alone
-    try:
-        plain = backend.search([SourceQuery(key, 5, 0.0)], "电池续航", VIEWER)[0].hits
-    finally:
-        backend._embedder = embedder
+    hybrid = ranked(hybrid_world.c.retrieval, key, 5, "电池续航", VIEWER)
+    plain = ranked(
+        Retrieval(hybrid_world.c.backend), key, 5, "电池续航", VIEWER
+    )  # the same index, BM25 alone
     assert [(h.doc_id, h.score) for h in hybrid] == [(h.doc_id, h.score) for h in plain]
     assert hybrid and hybrid[0].doc_id == "a"
 
@@ -83,8 +80,9 @@ def test_a_search_hybrid_embeds_an_index_written_before_the_model(
             for d, (t, b) in (("laptop", LAPTOP), ("artillery", ARTILLERY))
         ]
     )
-    reopened = SqliteFtsBackend(path, embedder=OnnxEmbedder(embedding_model_dir))
-    hits = reopened.search([SourceQuery("s@1", 5, 0.0)], QUERY, Viewer(tenant="t", subject="s"))[0].hits
+    embedder = OnnxEmbedder(embedding_model_dir)
+    reopened = Retrieval(SqliteFtsBackend(path, embedder=embedder), embedder=embedder)
+    hits = ranked(reopened, "s@1", 5, QUERY, Viewer(tenant="t", subject="s"))
     assert [h.doc_id for h in hits] == ["laptop", "artillery"]
 
 
@@ -101,18 +99,13 @@ def test_a_search_dense_stage_finds_what_bm25_cannot(hybrid_world: World) -> Non
     hybrid_world.ingest(
         doc(key, "notebook", *NOTEBOOK), doc(key, "notebook-zh", *NOTEBOOK_ZH), doc(key, "parade", *PARADE)
     )
-    backend = hybrid_world.c.backend
     for query, expected in (
         ("portable computer runs out of charge fast", "notebook"),
         ("手提电脑没电太快", "notebook-zh"),
     ):
-        hits = backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits
+        hits = ranked(hybrid_world.c.retrieval, key, 5, query, VIEWER)
         assert hits and hits[0].doc_id == expected, query
-        embedder, backend._embedder = backend._embedder, None
-        try:
-            assert backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits == []  # BM25 alone
-        finally:
-            backend._embedder = embedder
+        assert ranked(Retrieval(hybrid_world.c.backend), key, 5, query, VIEWER) == []  # BM25 alone
     hints = hybrid_world.search("portable computer runs out of charge fast")["hints"]
     assert hints[0]["title"] == "Laptop battery"
 
@@ -127,7 +120,7 @@ def test_a_search_dense_stage_keeps_tenant_acl_and_status_filters(hybrid_world: 
     )
     hybrid_world.c.backend.set_document_status(key, "disabled", "disabled")
     query = "portable computer runs out of charge fast"
-    hits = hybrid_world.c.backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits
+    hits = ranked(hybrid_world.c.retrieval, key, 5, query, VIEWER)
     assert [h.doc_id for h in hits] == ["parade"]  # the only document this viewer may see
 
 
@@ -136,14 +129,14 @@ def test_a_search_dense_stage_follows_writes(hybrid_world: World) -> None:
     cached vectors follow the index)."""
     (key,) = hybrid_world.publish({"kit": {"topK": 5}})
     query = "portable computer runs out of charge fast"
-    backend = hybrid_world.c.backend
+    backend, retrieval = hybrid_world.c.backend, hybrid_world.c.retrieval
     hybrid_world.ingest(doc(key, "parade", *PARADE))
-    assert [h.doc_id for h in backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits] == ["parade"]
+    assert [h.doc_id for h in ranked(retrieval, key, 5, query, VIEWER)] == ["parade"]
     hybrid_world.ingest(doc(key, "notebook", *NOTEBOOK))
-    assert backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits[0].doc_id == "notebook"
+    assert ranked(retrieval, key, 5, query, VIEWER)[0].doc_id == "notebook"
     hybrid_world.ingest(doc(key, "notebook", *PARADE))  # replaced: no longer about batteries
     backend.delete_document(key, "parade")
-    hits = backend.search([SourceQuery(key, 5, 0.0)], query, VIEWER)[0].hits
+    hits = ranked(retrieval, key, 5, query, VIEWER)
     assert [h.doc_id for h in hits] == ["notebook"] and "regiment" in hits[0].passage
 
 
@@ -154,10 +147,10 @@ def test_a_search_dense_stage_never_mixes_models(hybrid_world: World) -> None:
     query (Chinese model) finds it."""
     zh_key, en_key = hybrid_world.publish({"zh": {"topK": 5}, "en": {"topK": 5}})
     hybrid_world.ingest(doc(zh_key, "notebook-zh", *NOTEBOOK_ZH), doc(en_key, "notebook", *NOTEBOOK))
-    backend = hybrid_world.c.backend
+    retrieval = hybrid_world.c.retrieval
     english, chinese = "portable computer runs out of charge fast", "手提电脑没电太快"
-    assert backend.search([SourceQuery(zh_key, 5, 0.0)], english, VIEWER)[0].hits == []
-    zh_hits = backend.search([SourceQuery(zh_key, 5, 0.0)], chinese, VIEWER)[0].hits
+    assert ranked(retrieval, zh_key, 5, english, VIEWER) == []
+    zh_hits = ranked(retrieval, zh_key, 5, chinese, VIEWER)
     assert [h.doc_id for h in zh_hits] == ["notebook-zh"]
-    en_hits = backend.search([SourceQuery(en_key, 5, 0.0)], english, VIEWER)[0].hits
+    en_hits = ranked(retrieval, en_key, 5, english, VIEWER)
     assert [h.doc_id for h in en_hits] == ["notebook"]

@@ -7,7 +7,7 @@ and vectors of two models are never compared."""
 from __future__ import annotations
 
 from knowledge_core.domain.models import Viewer
-from knowledge_core.ports import SourceQuery
+from knowledge_core.ports import QueryAnalysis, SourceQuery
 
 from tests.contract.conftest import World, doc
 
@@ -66,7 +66,9 @@ def test_a_search_translation_keeps_min_score_and_acls(translated_world: World) 
     translated_world.ingest(
         doc(key, "refund-secret", "Refund approvals", "Refunds above 1000 need approval.", groups=["finance"])
     )
-    hits = translated_world.c.backend.search([SourceQuery(key, 4, 0.0)], ZH_QUESTION, VIEWER)[0].hits
+    hits = translated_world.c.backend.search([SourceQuery(key, 4, 0.0)], QueryAnalysis(ZH_QUESTION), VIEWER)[
+        0
+    ].hits
     assert hits == []  # the backend alone sees no translation: the service expands
     titles = _titles(translated_world, ZH_QUESTION)
     assert "Refund approvals" not in titles
@@ -81,10 +83,10 @@ def test_a_search_translation_leaves_monolingual_order(translated_world: World) 
     translated_world.ingest(doc(key, "gateway-zh", *GATEWAY_ZH), doc(key, "invoice-zh", *INVOICE_ZH))
     question = "网关离线了怎么办"
     query = [SourceQuery(key, 4, 0.0)]
-    plain = translated_world.c.backend.search(query, question, VIEWER)[0].hits
+    plain = translated_world.c.backend.search(query, QueryAnalysis(question), VIEWER)[0].hits
     expansion = translated_world.c.translator.expand(question)
     assert expansion and all(not ("\u4e00" <= ch <= "\u9fff") for ch in expansion)
-    expanded = translated_world.c.backend.search(query, question, VIEWER, expansion=expansion)[0].hits
+    expanded = translated_world.c.backend.search(query, QueryAnalysis(question, expansion), VIEWER)[0].hits
     assert [(h.doc_id, round(h.score, 6)) for h in expanded] == [(h.doc_id, round(h.score, 6)) for h in plain]
 
 

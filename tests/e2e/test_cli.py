@@ -49,7 +49,7 @@ def test_kb_ingest_file_then_delete(kb_server, tmp_path):
     )
     assert titles(kb_server, term) == []
     done = kb_server.kb(
-        "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", f"cli-{term}", str(path)
+        "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", f"cli-{term}", str(path)
     )
     assert done.returncode == 0, done.stderr
     assert titles(kb_server, term) == [f"Pump maintenance {term}"]
@@ -75,14 +75,16 @@ def test_kb_ingest_directory(kb_server, tmp_path):
     (tmp_path / "guides" / "nested" / "阀门.txt").write_text(f"阀门检修 {term} 每季度一次。\n", "utf-8")
     (tmp_path / "guides" / "ignored.bin").write_bytes(b"\x00\x01")
     done = kb_server.kb(
-        "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")
+        "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")
     )
     assert done.returncode == 0, done.stderr
     assert "2 document(s)" in done.stdout
     found = sorted(titles(kb_server, term))
-    # A file without a heading is titled by its doc_id; a non-ASCII path still yields a valid doc_id.
-    assert len(found) == 2 and found[0] == "Valve guide" and found[1].startswith(f"{term}-nested-")
-    nested_id = found[1]
+    # A file without a heading is titled by its file name (issue 22 point 7); a non-ASCII path still yields
+    # a valid doc_id.
+    assert found == ["Valve guide", "阀门"]
+    listed = json.loads(kb_server.kb("doc", "list", "--source", SOURCE, "--json").stdout)["documents"]
+    nested_id = next(d["doc_id"] for d in listed if d["doc_id"].startswith(f"{term}-nested-"))
     assert nested_id.isascii()
     # Replacing a document: its old ref answers 409, search shows the new text.
     old = kb_server.knowledge("demo", "search", {"query": f"{term} torque"}).json["hints"][0]
@@ -91,7 +93,7 @@ def test_kb_ingest_directory(kb_server, tmp_path):
     )
     assert (
         kb_server.kb(
-            "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")
+            "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", term, str(tmp_path / "guides")
         ).returncode
         == 0
     )

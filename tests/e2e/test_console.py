@@ -219,3 +219,46 @@ def test_console_is_loopback_and_same_origin_only(console: KbServer) -> None:
     )
     with urllib.request.urlopen(same, timeout=30) as resp:
         assert resp.status == 200
+
+
+# --- issue 22: uploads extracted through jobs (point 3), Try it explains no hints (point 9), favicon (8) ---
+
+PDF = ROOT / "examples" / "manuals" / "compressor-oil.pdf"
+
+
+def test_issue22_p3_console_pdf_upload_is_extracted_through_a_job(page: Any, console: KbServer) -> None:
+    open_view(page, console, "sources")
+    page.set_input_files("input[name=file]", str(PDF))
+    page.click("form button[type=submit]")
+    page.wait_for_selector("text=Ingested compressor-oil into demo-docs@1.0.0", timeout=60_000)
+    hints = console.knowledge("demo", "search", {"query": "compressor oil ISO 46"}).json["hints"]
+    assert hints and hints[0]["title"] == "Compressor oil change"
+    content = console.knowledge("demo", "read", {"ref": hints[0]["ref"]}).json["content"]
+    assert "litres of ISO 46 oil" in content and "%PDF" not in content and "/BaseFont" not in content
+
+
+def test_issue22_p9_console_try_it_defaults_to_demo_and_explains_no_hints(
+    page: Any, console: KbServer
+) -> None:
+    open_view(page, console, "try")
+    panel = page.locator("section[aria-labelledby=try-search]")
+    assert panel.locator("select[name=route]").input_value() == "demo"
+    panel.locator("button[type=submit]").click()
+    page.wait_for_selector("text=Status ok")
+    assert not panel.get_by_text("Why no hints").count()
+    panel.locator("input[name=tenant]").fill("nobody")
+    panel.locator("button[type=submit]").click()
+    panel.get_by_text("Why no hints").wait_for()
+    assert "holds no ready document of tenant nobody" in panel.inner_text()
+
+
+def test_issue22_p8_console_asks_for_no_missing_favicon(browser: Any, console: KbServer) -> None:
+    context = browser.new_context()
+    page = context.new_page()
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    page.goto(f"{console.endpoint}/console/")
+    page.wait_for_selector("main h2")
+    page.wait_for_timeout(500)
+    context.close()
+    assert not [u for u in asked if "favicon" in u], asked

@@ -18,7 +18,7 @@ EVENT_PRINCIPAL = {
     "session_id": "e2e-session",
     "subject": "demo-user",
     "on_behalf_of": None,
-    "tenant": "demo",
+    "tenant": "default",
     "routes": ["demo"],
     "groups": [],
 }
@@ -32,7 +32,7 @@ def issue_token(server: KbServer, route: str) -> str:
     response = server.request(
         "POST",
         "/admin/v1/tokens",
-        {"routes": [route], "client_id": "e2e", "subject": "demo-user", "tenant": "demo"},
+        {"routes": [route], "client_id": "e2e", "subject": "demo-user", "tenant": "default"},
     )
     assert response.status == 201, response.raw
     return response.json["token"]

@@ -22,7 +22,7 @@ def test_S7_revoked_token_is_refused_over_http(kb_server: KbServer) -> None:
         kb_server.endpoint,
         "POST",
         "/admin/v1/tokens",
-        {"routes": ["demo"], "client_id": "e2e-revoke", "subject": "u", "tenant": "demo"},
+        {"routes": ["demo"], "client_id": "e2e-revoke", "subject": "u", "tenant": "default"},
     )
     assert kb_server.knowledge("demo", "search", {"query": "网关"}, token=issued["token"]).status == 200
     assert kb_server.kb("token", "revoke", issued["token_id"]).returncode == 0

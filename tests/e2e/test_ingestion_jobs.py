@@ -58,7 +58,7 @@ def test_i_ingest_kill_9_mid_job_then_restart_completes_it_exactly_once(tmp_path
     state.mkdir()
     with own_group_kb_serve(state) as (kb, proc):
         submitted = kb.kb(
-            "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", term, "--no-wait", str(corpus)
+            "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", term, "--no-wait", str(corpus)
         )
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.strip()
@@ -100,9 +100,9 @@ def test_i_ingest_kb_ingest_syncs_a_mixed_directory_with_progress_lines(tmp_path
     state.mkdir()
     with own_group_kb_serve(state) as (kb, _):
         done = kb.kb(
-            "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", term, "--sync", str(corpus)
+            "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", term, "--sync", str(corpus)
         )
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 1, done.stderr  # issue 22 point 5: non-zero when any document failed
         files = len(list(corpus.iterdir()))
         assert f"ingested {files - 2} document(s)" in done.stdout and "completed" in done.stdout
         assert f"{term}-broken: corrupt" in done.stderr and f"{term}-sheet: unsupported_format" in done.stderr
@@ -111,8 +111,8 @@ def test_i_ingest_kb_ingest_syncs_a_mixed_directory_with_progress_lines(tmp_path
         assert hints and hints[0]["summary"].startswith("p. 2: "), hints
         (corpus / "doc-0000.md").unlink()
         again = kb.kb(
-            "ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", term, "--sync", str(corpus)
+            "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", term, "--sync", str(corpus)
         )
-        assert again.returncode == 0, again.stderr
+        assert again.returncode == 1, again.stderr
         assert f"({files - 3} unchanged, 2 failed, 1 deleted)" in again.stdout
         assert kb.knowledge("demo", "search", {"query": f"{term}x0"}).json["hints"] == []

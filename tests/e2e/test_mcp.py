@@ -42,7 +42,7 @@ def issue_token(server: KbServer, routes: list[str], subject: str = "demo-user")
     response = server.request(
         "POST",
         "/admin/v1/tokens",
-        {"routes": routes, "client_id": "mcp-e2e", "subject": subject, "tenant": "demo"},
+        {"routes": routes, "client_id": "mcp-e2e", "subject": subject, "tenant": "default"},
     )
     assert response.status == 201, response.raw
     return response.json["token"]

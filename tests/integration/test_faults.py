@@ -29,7 +29,7 @@ from knowledge_core import bootstrap
 from knowledge_core.adapters.opensearch import OpenSearchBackend
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.models import Document, Viewer
-from knowledge_core.ports import SourceQuery, Vector
+from knowledge_core.ports import QueryAnalysis, SourceQuery, Vector
 from knowledge_core.settings import Settings
 
 from kb_cli import demo
@@ -236,7 +236,7 @@ def test_a_search_one_source_failing_in_msearch_is_partial(two_sources, how):
     queries = [SourceQuery(left, 5, 0.0, 3.0), SourceQuery(right, 5, 0.0, 3.0)]
     raw = backend.msearch(backend.search_body(queries, "capybara", viewer), 5.0)["responses"]
     assert "error" not in raw[0] and ("error" in raw[1] or raw[1]["_shards"]["failed"])  # OpenSearch says so
-    results = backend.search(queries, "capybara", viewer)
+    results = backend.search(queries, QueryAnalysis("capybara"), viewer)
     assert results[0].error is None and [h.doc_id for h in results[0].hits] == ["l1"]
     assert results[1].error is not None and results[1].error.kind == "unavailable" and results[1].hits == []
     body = world.search("capybara")
@@ -271,7 +271,7 @@ def test_a_search_connection_refused_fails_every_source_quickly():
     started = time.monotonic()
     results = backend.search(
         [SourceQuery("a@1", 3, 0.0, 1.0), SourceQuery("b@1", 3, 0.0, 1.0)],
-        "x",
+        QueryAnalysis("x"),
         Viewer(tenant="t", subject="s"),
     )
     assert [r.error.kind for r in results if r.error] == ["unavailable", "unavailable"]

@@ -12,7 +12,9 @@ import pytest
 from knowledge_core.adapters.embedding import OnnxEmbedder
 from knowledge_core.adapters.opensearch import OpenSearchBackend, knn_field
 from knowledge_core.domain.models import Document, DocumentAcl, Viewer
-from knowledge_core.ports import SourceQuery
+from knowledge_core.services.retrieval import Retrieval
+
+from tests.contract.conftest import ranked
 
 VIEWER = Viewer(tenant="acme", subject="alice")
 KEY = "kit@1.0.0"
@@ -50,9 +52,9 @@ def _old_indices(backend: OpenSearchBackend, passages_index: str) -> None:
 
 
 def _ids(backend: OpenSearchBackend, query: str) -> list[str]:
-    (result,) = backend.search([SourceQuery(KEY, 5, 0.0)], query, VIEWER)
-    assert result.error is None
-    return [h.doc_id for h in result.hits]
+    """The ranked documents of the retrieval step every door runs, over this backend and its model."""
+    retrieval = Retrieval(backend, embedder=backend._embedder)  # type: ignore[attr-defined]
+    return [h.doc_id for h in ranked(retrieval, KEY, 5, query, VIEWER)]
 
 
 def test_a_search_dense_prepare_upgrades_an_older_passages_index(backend: OpenSearchBackend) -> None:

@@ -112,9 +112,11 @@ def test_format_table_shows_every_metric_for_service_and_baseline():
         query_ms_p50=1.0,
         query_ms_p95=2.0,
         wall_seconds=3.0,
+        public=Metrics(0.85, 0.8, 0.7, 0.85, 612),
     )
     head, _, row, *_ = format_table([result]).splitlines()
-    for label in ("R@3", "MRR@3", "nDCG@10", "R@100", "b R@3", "b MRR@3", "b nDCG@10", "b R@100"):
+    assert row.split()[12] == "0.8500"  # K-PIPE: what the public search answers, beside the deep ranking
+    for label in ("R@3", "MRR@3", "nDCG@10", "R@100", "b R@3", "b MRR@3", "b nDCG@10", "b R@100", "API R@3"):
         assert label in head
     assert row.split()[4:12] == [
         "0.9000",

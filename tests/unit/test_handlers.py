@@ -21,7 +21,7 @@ from tests.conftest import FakeClock, installed_demo
 # A request that records no metric (a 404, a refused request) makes Powertools warn; that is expected here.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 EVENT_PRINCIPAL = Principal(
-    client_id="demo-client", session_id="demo-session", subject="demo-user", tenant="demo", routes=["demo"]
+    client_id="demo-client", session_id="demo-session", subject="demo-user", tenant="default", routes=["demo"]
 )
 LIMITS = {
     "search_max_results": 3,
@@ -238,7 +238,11 @@ def authorizer_event(token: str | None) -> dict:
 
 def test_authorizer_valid_token_yields_the_principal(handlers, container):
     token, session = container.access.issue_token(
-        routes=["demo"], client_id="demo-client", subject="demo-user", tenant="demo", on_behalf_of="end-user"
+        routes=["demo"],
+        client_id="demo-client",
+        subject="demo-user",
+        tenant="default",
+        on_behalf_of="end-user",
     )
     result = handlers.invoke("AuthorizerFunction", authorizer_event(token))
     assert result["isAuthorized"] is True
@@ -248,7 +252,7 @@ def test_authorizer_valid_token_yields_the_principal(handlers, container):
         session_id=session.session_id,
         subject="demo-user",
         on_behalf_of="end-user",
-        tenant="demo",
+        tenant="default",
         routes=["demo"],
     )
     # The context feeds the function as API Gateway would pass it.
@@ -271,7 +275,7 @@ def test_authorizer_bad_token_yields_empty_context_then_401(handlers, token):
 
 def test_authorizer_expired_token_yields_empty_context(handlers, container, clock):
     token, _ = container.access.issue_token(
-        routes=["demo"], client_id="c", subject="u", tenant="demo", ttl_seconds=60
+        routes=["demo"], client_id="c", subject="u", tenant="default", ttl_seconds=60
     )
     assert handlers.invoke("AuthorizerFunction", authorizer_event(token))["context"]
     clock.advance(60)
@@ -279,7 +283,7 @@ def test_authorizer_expired_token_yields_empty_context(handlers, container, cloc
 
 
 def test_authorizer_scheme_must_be_bearer(handlers, container):
-    token, _ = container.access.issue_token(routes=["demo"], client_id="c", subject="u", tenant="demo")
+    token, _ = container.access.issue_token(routes=["demo"], client_id="c", subject="u", tenant="default")
     event = authorizer_event(token)
     event["headers"]["authorization"] = f"Basic {token}"
     assert not handlers.invoke("AuthorizerFunction", event).get("context")

@@ -22,7 +22,7 @@ from tests.iam_actions import admin_event
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 PRINCIPAL = Principal(
-    client_id="demo-client", session_id="demo-session", subject="demo-user", tenant="demo", routes=["demo"]
+    client_id="demo-client", session_id="demo-session", subject="demo-user", tenant="default", routes=["demo"]
 )
 
 
@@ -225,7 +225,7 @@ def test_S1_traces_and_logs_hold_no_token_or_document_text(traced_and_logged, co
         rawPath="/admin/v1/tokens",
         routeKey="POST /admin/v1/tokens",
         body=json.dumps(
-            {"routes": ["demo"], "client_id": "demo-client", "subject": "demo-user", "tenant": "demo"}
+            {"routes": ["demo"], "client_id": "demo-client", "subject": "demo-user", "tenant": "default"}
         ),
     )
     admin["requestContext"]["http"].update(path="/admin/v1/tokens", method="POST")
@@ -362,7 +362,7 @@ def test_S3_run_ownership_compares_tenants(container):
             client_id=PRINCIPAL.client_id,
             route="demo",
             state="context_ready",
-            tenant="demo",
+            tenant="default",
         )
     )
     assert container.run_guard.check(PRINCIPAL, "demo", run_id) is not None
@@ -397,14 +397,16 @@ def test_S3_admin_ingest_requires_a_tenant(handlers):
     assert status == 400 and code(body) == "invalid_request" and body["error"]["message"].startswith("acl")
     status, body = put({"title": "t", "body": "b", "acl": {"subjects": ["x"]}})
     assert status == 400 and body["error"]["message"].startswith("acl.tenant")
-    status, body = put({"title": "t", "body": "b", "acl": {"tenant": "demo", "shared_tenants": ["partner"]}})
+    status, body = put(
+        {"title": "t", "body": "b", "acl": {"tenant": "default", "shared_tenants": ["partner"]}}
+    )
     assert status == 200, body
 
 
 def test_S3_demo_documents_and_kb_ingest_name_a_tenant(monkeypatch, tmp_path):
     from kb_cli import main
 
-    assert all(d.acl.tenant == "demo" for d in demo.demo_documents())
+    assert all(d.acl.tenant == "default" for d in demo.demo_documents())
     sent: list[dict] = []
     monkeypatch.setattr(
         main, "call", lambda endpoint, method, path, body=None: sent.append(json.loads(json.dumps(body)))
@@ -442,7 +444,7 @@ def authorizer_event(token: str) -> dict:
 def test_S7_token_list_and_revoke_through_the_admin_api(handlers, container):
     from knowledge_core.services.access import token_hash
 
-    body = {"routes": ["demo"], "client_id": "revoke-me", "subject": "u", "tenant": "demo"}
+    body = {"routes": ["demo"], "client_id": "revoke-me", "subject": "u", "tenant": "default"}
     status, issued = run(handlers, "AdminFunction", admin_event("POST", "/admin/v1/tokens", body))
     assert status == 201 and issued["token_id"].startswith("tok_")
     token = issued["token"]
@@ -486,7 +488,7 @@ def test_S7_expired_tokens_are_not_listed_and_cannot_be_revoked(container, clock
     from knowledge_core.services.access import token_hash
 
     token, _ = container.access.issue_token(
-        routes=["demo"], client_id="short", subject="u", tenant="demo", ttl_seconds=60
+        routes=["demo"], client_id="short", subject="u", tenant="default", ttl_seconds=60
     )
     token_id = token_id_of(token_hash(token))
     assert token_id in {t.token_id for t in container.access.list_tokens()}
@@ -514,7 +516,7 @@ def test_S7_kb_token_list_and_revoke(monkeypatch, capsys):
                         "session_id": "s",
                         "subject": "u",
                         "on_behalf_of": None,
-                        "tenant": "demo",
+                        "tenant": "default",
                         "routes": ["demo"],
                         "expires_at": 1,
                         "revoked": False,

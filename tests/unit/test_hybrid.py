@@ -137,7 +137,7 @@ def test_r_hybrid_bad_model_directories_are_one_line_errors(tmp_path: Path) -> N
 
 
 def test_r_hybrid_a_failing_model_leaves_the_query_to_bm25(tmp_path: Path) -> None:
-    from knowledge_core.adapters.embedding import query_vector
+    from knowledge_core.services.retrieval import query_vector
 
     corrupt = OnnxEmbedder(_model_dir(tmp_path, "m1", {"id": "m1", "dimensions": 384}))
     assert query_vector(corrupt, "battery life") is None

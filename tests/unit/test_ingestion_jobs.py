@@ -299,7 +299,7 @@ def test_i_ingest_admin_routes_answer_202_then_the_job(tmp_path: Path, clock: Fa
         missing = get(f"{base}/nope")
         assert missing["statusCode"] == 404 and json.loads(missing["body"])["error"]["code"] == "not_found"
         bad = json.loads(json.dumps(event))
-        document = {"doc_id": "x", "title": "t", "body": "b", "acl": {"tenant": "demo"}, "kb_ids": []}
+        document = {"doc_id": "x", "title": "t", "body": "b", "acl": {"tenant": "default"}, "kb_ids": []}
         bad["body"] = json.dumps({"documents": [document]})
         refused = Handlers().invoke("AdminFunction", bad)
         assert refused["statusCode"] == 400 and "kb_ids" in json.loads(refused["body"])["error"]["message"]

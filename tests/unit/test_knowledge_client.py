@@ -95,7 +95,7 @@ class GatewayTransport:
 def served(demo_container):
     bootstrap.reset(demo_container)
     token, _ = demo_container.access.issue_token(
-        routes=["demo"], client_id="host", subject="u", tenant="demo"
+        routes=["demo"], client_id="host", subject="u", tenant="default"
     )
     transport = GatewayTransport()
     client = KnowledgeClient(ENDPOINT, "demo", token, transport=transport, retry_pause=0)
@@ -259,7 +259,7 @@ def test_a_turn_client_isolates_accounts(served):
     container, client, transport, _ = served
     client.start_turn("网关离线")
     client.search("网关离线")
-    other, _ = container.access.issue_token(routes=["demo"], client_id="host", subject="v", tenant="demo")
+    other, _ = container.access.issue_token(routes=["demo"], client_id="host", subject="v", tenant="default")
     client.set_credentials(other)
     assert client.current_turn is None
     with pytest.raises(NoActiveTurn):

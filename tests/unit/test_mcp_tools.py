@@ -29,7 +29,7 @@ from tests.conftest import FakeClock, installed_demo
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 PRINCIPAL = Principal(
-    client_id="demo-client", session_id="demo-session", subject="demo-user", tenant="demo", routes=["demo"]
+    client_id="demo-client", session_id="demo-session", subject="demo-user", tenant="default", routes=["demo"]
 )
 SOURCE = "demo-docs@1.0.0"
 LONG_DOC = "long-manual"
@@ -53,7 +53,7 @@ def container(tmp_path_factory: pytest.TempPathFactory, clock: FakeClock) -> Ite
                     title="Long manual",
                     body=LONG_BODY,
                     # the demo principal's tenant (a document always names one)
-                    acl=DocumentAcl(tenant="demo"),
+                    acl=DocumentAcl(tenant="default"),
                 )
             ]
         )

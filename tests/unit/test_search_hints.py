@@ -19,7 +19,7 @@ from knowledge_core.domain.models import (
     Viewer,
 )
 from knowledge_core.domain.wire import ReadRequest, SearchRequest
-from knowledge_core.ports import SearchBackend, SourceQuery, SourceResult
+from knowledge_core.ports import QueryAnalysis, SearchBackend, SourceQuery, SourceResult
 from knowledge_core.services.knowledge import KnowledgeService
 
 from tests.conftest import FakeClock, embedded_container
@@ -79,10 +79,8 @@ class FailingBackend(SearchBackend):
         self.inner = inner
         self.failing = failing
 
-    def search(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
-    ) -> list[SourceResult]:
-        real = {r.key: r for r in self.inner.search(queries, text, viewer, expansion)}
+    def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
+        real = {r.key: r for r in self.inner.search(queries, query, viewer)}
         return [
             SourceResult(q.key, error=SourceFailure("unavailable"))
             if self.failing is None or q.key in self.failing
@@ -92,6 +90,12 @@ class FailingBackend(SearchBackend):
 
     def get_document(self, source_key, doc_id):
         return self.inner.get_document(source_key, doc_id)
+
+    def get_documents(self, keys):
+        return self.inner.get_documents(keys)
+
+    def document_states(self, keys):
+        return self.inner.document_states(keys)
 
     def put_documents(self, documents):
         return self.inner.put_documents(documents)
@@ -333,7 +337,7 @@ def test_search_expired_lease_is_unavailable_not_empty(demo_container, clock):
     key = "demo-docs@1.0.0"
     demo_container.state.registry.update_source_state(key, SourceState(lease_until="2000-01-01T00:00:00Z"))
     demo_container.scopes.invalidate()
-    principal = Principal(client_id="c", session_id="s", subject="u", tenant="demo", routes=["demo"])
+    principal = Principal(client_id="c", session_id="s", subject="u", tenant="default", routes=["demo"])
     result = demo_container.knowledge.search(principal, "demo", SearchRequest(query="网关离线")).wire()
     assert result["status"] == "unavailable" and result["hints"] == []
     demo_container.state.registry.update_source_state(key, SourceState(lease_until="2999-01-01T00:00:00Z"))

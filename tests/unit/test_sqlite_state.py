@@ -49,7 +49,7 @@ def test_state_locked_turn_request_is_503_without_a_half_written_run(
     container = Container(
         seeded.settings, clock=clock, state=sqlite_stores(seeded.settings.state_path, busy_timeout_s=0.2)
     )
-    principal = Principal(client_id="c", session_id="s", subject="u", tenant="demo", routes=["demo"])
+    principal = Principal(client_id="c", session_id="s", subject="u", tenant="default", routes=["demo"])
     request = parse_request(TurnRequest, '{"turn_id": "t-1", "message": "网关离线"}')
     holder = sqlite3.connect(seeded.settings.state_path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")

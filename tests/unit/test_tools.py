@@ -4,6 +4,7 @@ timeouts, unavailability, throttling, denials) over the real registry and ledger
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -13,12 +14,13 @@ from knowledge_core.domain.models import (
     AgentDefinition,
     Document,
     DocumentAcl,
+    DocumentState,
     SourceDefinition,
     SourceState,
     Viewer,
 )
 from knowledge_core.domain.tool_wire import parse_envelope
-from knowledge_core.ports import Hit, SearchBackend, SourceQuery, SourceResult
+from knowledge_core.ports import Hit, QueryAnalysis, SearchBackend, SourceQuery, SourceResult
 from knowledge_core.services.tools import ToolsService
 
 TOOL_MODEL = {"candidates": [{"model": "m", "toolCalling": True}]}
@@ -32,6 +34,7 @@ class FakeBackend(SearchBackend):
         self.failures: dict[str, SourceFailure] = {}
         self.docs: dict[tuple[str, str], Document] = {}
         self.queries: list[SourceQuery] = []
+        self.document_reads: list[list[tuple[str, str]]] = []  # one entry per batched live check
 
     def add(
         self,
@@ -57,9 +60,7 @@ class FakeBackend(SearchBackend):
             Hit(key, doc_id, doc.title, doc.revision, score, body, structured)
         )
 
-    def search(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
-    ) -> list[SourceResult]:
+    def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
         self.queries.extend(queries)
         out = []
         for q in queries:
@@ -72,6 +73,16 @@ class FakeBackend(SearchBackend):
 
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
         return self.docs.get((source_key, doc_id))
+
+    def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
+        return {k: self.docs[k] for k in keys if k in self.docs}
+
+    def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
+        self.document_reads.append(list(keys))
+        return {
+            k: DocumentState(d.source_key, d.doc_id, d.status, d.acl, d.revision)
+            for k, d in self.get_documents(keys).items()
+        }
 
     def put_documents(self, documents: list[Document]) -> None:  # pragma: no cover - not used
         raise NotImplementedError
@@ -342,6 +353,25 @@ def test_r_tool_live_document_checks(world: World) -> None:
         agent, {"query": "退款", "sources": ["gamma@2.0.0"]}, subject="boss", invocation_id="inv-b"
     )
     assert [r["source"]["docId"] for r in boss["references"]] == ["g-private", "g1"]
+
+
+def test_k_pipe_live_check_is_one_batched_read(world: World) -> None:
+    """K-PIPE: every hit of every selected source is checked in one read (never one per hit); a second
+    batch only replaces hits that failed the check."""
+    for i in range(6):
+        world.backend.add("alpha@1.0.0", f"a-more-{i}", f"安装 installation note {i}", 3.0 - i / 10)
+        world.backend.add("beta@1.0.0", f"b-more-{i}", f"gateway offline 网关离线 note {i}", 0.8 - i / 10)
+    agent = world.agent("auto", {"mode": "AUTO", "topK": 6})
+    world.backend.document_reads.clear()
+    result = world.call(agent, {"query": "安装 gateway", "sources": ["alpha@1.0.0", "beta@1.0.0"]})
+    assert len(result["references"]) == 6
+    assert len(world.backend.document_reads) == 1
+    assert {k for k, _ in world.backend.document_reads[0]} == {"alpha@1.0.0", "beta@1.0.0"}
+    world.backend.docs.pop(("alpha@1.0.0", "a1"))  # a hit whose document is gone: the next one moves up
+    world.backend.document_reads.clear()
+    again = world.call(agent, {"query": "安装 gateway", "sources": ["alpha@1.0.0"]}, invocation_id="inv-2")
+    assert "a1" not in [r["source"]["docId"] for r in again["references"]]
+    assert len(again["references"]) == 3 and len(world.backend.document_reads) == 2
 
 
 # --- R-FAIL ------------------------------------------------------------------------------------------------

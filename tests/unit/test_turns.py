@@ -25,8 +25,8 @@ from knowledge_core.services.turns import TURN_TTL_SECONDS, turn_key
 from tests.conftest import stored_runs
 
 ROUTE = "demo"
-PRINCIPAL = Principal(client_id="c", session_id="s", subject="u", tenant="demo", routes=[ROUTE, "lab"])
-OTHER_SESSION = Principal(client_id="c", session_id="s2", subject="u", tenant="demo", routes=[ROUTE])
+PRINCIPAL = Principal(client_id="c", session_id="s", subject="u", tenant="default", routes=[ROUTE, "lab"])
+OTHER_SESSION = Principal(client_id="c", session_id="s2", subject="u", tenant="default", routes=[ROUTE])
 
 
 def turn(container, body: dict, principal: Principal = PRINCIPAL, route: str = ROUTE) -> dict:

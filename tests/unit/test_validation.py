@@ -167,7 +167,7 @@ def make_run(
     client: str = CLIENT,
     route: str = ROUTE,
     state: str = "context_ready",
-    tenant: str = "demo",
+    tenant: str = "default",
 ) -> str:
     run_id = str(uuid.uuid4())
     container.state.runs.create_run(

@@ -141,10 +141,16 @@ class DownBackend(SearchBackend):
     def __init__(self, inner: SearchBackend) -> None:
         self.inner = inner
 
-    def search(self, queries, text, viewer, expansion=""):
-        return self.inner.search(queries, text, viewer, expansion)
+    def search(self, queries, query, viewer):
+        return self.inner.search(queries, query, viewer)
 
     def get_document(self, source_key, doc_id):
+        raise SourceFailure("unavailable", "connection refused to search-node-7.internal:9200")
+
+    def get_documents(self, keys):
+        raise SourceFailure("unavailable", "connection refused to search-node-7.internal:9200")
+
+    def document_states(self, keys):
         raise SourceFailure("unavailable", "connection refused to search-node-7.internal:9200")
 
     def put_documents(self, documents):

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .services.admin import AdminService
     from .services.ingestion import IngestionService
     from .services.knowledge import KnowledgeService
+    from .services.retrieval import Retrieval
     from .services.scope import ScopeResolver
     from .services.tools import ToolsService
     from .services.turns import TurnService
@@ -171,7 +172,7 @@ class Container:
         if self.settings.search_backend == "sqlite":
             from .adapters.sqlite_fts import SqliteFtsBackend
 
-            return SqliteFtsBackend(self.settings.sqlite_path, embedder=self.embedder, hybrid=self.hybrid)
+            return SqliteFtsBackend(self.settings.sqlite_path, embedder=self.embedder)
         from .adapters.opensearch import OpenSearchBackend
 
         if not self.settings.opensearch_url:
@@ -181,7 +182,6 @@ class Container:
             region=self.settings.region,
             index_prefix=self.settings.opensearch_index_prefix,
             embedder=self.embedder,
-            hybrid=self.hybrid,
         )
 
     @cached_property
@@ -199,6 +199,15 @@ class Container:
         )
 
     # --- services ---------------------------------------------------------------------------------
+    @cached_property
+    def retrieval(self) -> Retrieval:
+        """The one retrieval step every door runs (K-PIPE): this backend, translator, models and fusion."""
+        from .services.retrieval import Retrieval
+
+        return Retrieval(
+            self.backend, translator=self.translator, embedder=self.embedder, ranking=self.hybrid
+        )
+
     @cached_property
     def scopes(self) -> ScopeResolver:
         from .services.scope import ScopeResolver
@@ -227,7 +236,7 @@ class Container:
             codec=self.codec,
             runs=self.run_guard,
             clock=self.clock,
-            translator=self.translator,
+            retrieval=self.retrieval,
         )
 
     @cached_property
@@ -275,7 +284,13 @@ class Container:
     def tools(self) -> ToolsService:
         from .services.tools import ToolsService
 
-        return ToolsService(agents=self.scopes, backend=self.backend, ledger=self.ledger, clock=self.clock)
+        return ToolsService(
+            agents=self.scopes,
+            backend=self.backend,
+            ledger=self.ledger,
+            clock=self.clock,
+            retrieval=self.retrieval,
+        )
 
 
 def token_secret_source(settings: Settings) -> SecretSource:

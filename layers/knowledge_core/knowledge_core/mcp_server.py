@@ -300,6 +300,21 @@ def build_server(door: KnowledgeDoor) -> Server:
             ]
         )
 
+    async def list_resource_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        # Issue 22 point 10: clients that ask for templates get the capabilities resource (any workspace).
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    uri_template=capabilities_uri("{route}"),
+                    name="capabilities",
+                    title="Knowledge capabilities of a workspace",
+                    description="Protocol, knowledge scope revision and the fixed limits of search and read "
+                    f"(bailing.agent-knowledge-capabilities.v1); this connection reads {uri}.",
+                    mime_type="application/json",
+                )
+            ]
+        )
+
     async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         if str(params.uri) != uri:
             raise refused(UNKNOWN_RESOURCE, types.INVALID_PARAMS)
@@ -320,6 +335,7 @@ def build_server(door: KnowledgeDoor) -> Server:
         on_call_tool=call,
         on_list_resources=list_resources,
         on_read_resource=read_resource,
+        on_list_resource_templates=list_resource_templates,
     )
 
 

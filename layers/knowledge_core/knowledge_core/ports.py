@@ -14,6 +14,7 @@ from .domain.ingestion import DocState, DocumentOutcome, IngestionJob, JobDocume
 from .domain.models import (
     AgentDefinition,
     Document,
+    DocumentState,
     Run,
     Session,
     Source,
@@ -104,11 +105,42 @@ class RunStore(ABC):
 
 
 @dataclass(frozen=True)
+class Vector:
+    """One text's unit vector (int8, see adapters.embedding) and the model that made it: vectors of two
+    models are never compared."""
+
+    model: str
+    data: bytes
+
+
+@dataclass(frozen=True)
 class SourceQuery:
+    """What one source is asked for (K-PIPE: the retrieval step sets the depths; the adapter only fetches).
+
+    `top_k` lexical candidates (documents, best passage each) scoring at least `min_score`; with query
+    vectors, also `dense_k` nearest documents per query vector's model (0: no dense stage)."""
+
     key: str
     top_k: int
     min_score: float
     timeout_s: float = 15.0
+    dense_k: int = 0
+
+
+@dataclass(frozen=True)
+class QueryAnalysis:
+    """A query analysed once for every source and every door (K-PIPE): its text, the words of its
+    translation (`QueryTranslator`, matched by BM25 as if they were in the text) and one vector per model
+    (the text's own model first, then the translation's in the other language's model)."""
+
+    text: str
+    expansion: str = ""
+    vectors: tuple[Vector, ...] = ()
+
+    @property
+    def lexical(self) -> str:
+        """What BM25 matches: the text and its translation."""
+        return f"{self.text} {self.expansion}" if self.expansion else self.text
 
 
 @dataclass(frozen=True)
@@ -121,23 +153,23 @@ class DocumentInfo:
     status: str
     chars: int
     updated_at: float
+    tenant: str | None = None  # the document's own tenant (None: stored before documents named one)
 
 
 @dataclass
 class SourceResult:
+    """One source's candidates, as the backend found them (no ranking policy: `services.retrieval` fuses).
+
+    `hits`: lexical candidates, best BM25 first, one per document; `cosines`: per lexical hit, its passage's
+    cosine with the first query vector of a model the passage has a vector of (None: none); `dense`: the
+    dense stage's documents, best cosine first, with that cosine. A failing source has `error` instead."""
+
     key: str
     hits: list[Hit] = field(default_factory=list)
     error: SourceFailure | None = None
     ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class Vector:
-    """One text's unit vector (int8, see adapters.embedding) and the model that made it: vectors of two
-    models are never compared."""
-
-    model: str
-    data: bytes
+    cosines: list[float | None] = field(default_factory=list)
+    dense: list[tuple[Hit, float]] = field(default_factory=list)
 
 
 class QueryTranslator(ABC):
@@ -187,17 +219,27 @@ class SearchBackend(ABC):
     live_hits: bool = False
 
     @abstractmethod
-    def search(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
-    ) -> list[SourceResult]:
-        """One result per query, same order; a failing source reports its error instead of hits.
-        `expansion` holds more words, a cross-lingual translation of `text` (QueryTranslator): BM25 matches
-        them as if they were in `text`, and the dense stage also embeds them with the other language's model
-        (adapters.embedding.query_vectors)."""
+    def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
+        """One result per source query, same order, in one round trip where the backend allows: each
+        source's lexical candidates (BM25 over `query.lexical`, filtered by source, tenant/ACL and status
+        before ranking), their passages' cosines with `query.vectors`, and its dense candidates. A failing
+        source reports its error instead of hits."""
 
     @abstractmethod
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
         """Raises SourceFailure when the backend cannot answer."""
+
+    @abstractmethod
+    def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
+        """The stored documents of (source_key, doc_id) keys in one read (one `_mget`, one SQL statement):
+        the live check of every hit of a retrieval. Absent keys are missing from the result. Raises
+        SourceFailure when the backend cannot answer."""
+
+    @abstractmethod
+    def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
+        """Source, status, ACL and revision (no body) of the stored documents of (source_key, doc_id) keys,
+        in one read: the live check of every hit of a retrieval. Absent keys are missing from the result.
+        Raises SourceFailure when the backend cannot answer."""
 
     @abstractmethod
     def put_documents(self, documents: list[Document]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -47,36 +48,29 @@ class Settings(BaseModel):
     ingest_lease_seconds: float = Field(15.0, ge=1, le=900)
 
     @classmethod
-    def from_env(cls) -> Settings:
-        env = os.environ
-        values = {
-            "table_name": env.get("KB_TABLE_NAME"),
-            "state_backend": env.get("KB_STATE_BACKEND"),
-            "state_path": env.get("KB_STATE_PATH"),
-            "dynamodb_endpoint": env.get("KB_DYNAMODB_ENDPOINT"),
-            "search_backend": env.get("KB_SEARCH_BACKEND"),
-            "sqlite_path": env.get("KB_SQLITE_PATH"),
-            "opensearch_url": env.get("KB_OPENSEARCH_URL"),
-            "opensearch_index_prefix": env.get("KB_OPENSEARCH_INDEX_PREFIX"),
-            "token_secret": env.get("KB_TOKEN_SECRET"),
-            "token_secret_arn": env.get("KB_TOKEN_SECRET_ARN"),
-            "token_secret_previous": env.get("KB_TOKEN_SECRET_PREVIOUS"),
-            "token_secret_file": env.get("KB_TOKEN_SECRET_FILE"),
-            "secret_refresh_seconds": env.get("KB_SECRET_REFRESH_SECONDS"),
-            "registry_cache_seconds": env.get("KB_REGISTRY_CACHE_SECONDS"),
-            "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
-            "embedding_model_dir": env.get("KB_EMBEDDING_MODEL_DIR"),
-            "embedding_cache": env.get("KB_EMBEDDING_CACHE"),
-            "embedding_cross_script": env.get("KB_EMBEDDING_CROSS_SCRIPT"),
-            "query_translation": env.get("KB_QUERY_TRANSLATION"),
-            "lexicon_dir": env.get("KB_LEXICON_DIR"),
-            "semantic_weight": env.get("KB_SEMANTIC_WEIGHT"),
-            "semantic_pool": env.get("KB_SEMANTIC_POOL"),
-            "semantic_dense": env.get("KB_SEMANTIC_DENSE"),
-            "semantic_fusion": env.get("KB_SEMANTIC_FUSION"),
-            "semantic_rrf_k": env.get("KB_SEMANTIC_RRF_K"),
-            "ingest_queue_url": env.get("KB_INGEST_QUEUE_URL"),
-            "ingest_directories": env.get("KB_INGEST_DIRECTORIES"),
-            "ingest_lease_seconds": env.get("KB_INGEST_LEASE_SECONDS"),
-        }
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings the environment names (`ENV`); unset and empty variables keep the defaults."""
+        env = os.environ if env is None else env
+        values = {field: _first(env, names) for field, names in ENV.items()}
         return cls.model_validate({k: v for k, v in values.items() if v not in (None, "")})
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that makes `from_env` give these settings back: how `kb serve` hands them to
+        the worker processes that run its functions (the one use of the environment locally)."""
+        dumped = self.model_dump()
+        env: dict[str, str] = {}
+        for field, names in ENV.items():
+            value = dumped[field]
+            if value is not None:
+                env[names[0]] = str(value).lower() if isinstance(value, bool) else str(value)
+        return env
+
+
+def _first(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    return next((env[n] for n in names if env.get(n)), None)
+
+
+# The one table of setting -> environment variable(s) (the first is the one written; later ones are read too).
+ENV: dict[str, tuple[str, ...]] = {
+    field: (f"KB_{field.upper()}",) for field in Settings.model_fields if field != "region"
+} | {"region": ("AWS_REGION", "AWS_DEFAULT_REGION")}

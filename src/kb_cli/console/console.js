@@ -12,8 +12,8 @@ const STRINGS = {
     documents: "Documents", enable: "Enable", disable: "Disable", delete: "Delete", yes: "yes", no: "no",
     "docs.title": "Documents of {source}", docId: "Doc id", title: "Title", revision: "Revision",
     size: "Size (chars)", updated: "Updated", truncatedList: "Only the first {n} documents are listed.",
-    "upload.title": "Ingest a file", source: "Source", file: "File (.md, .txt)", tenant: "Tenant",
-    upload: "Upload", uploaded: "Ingested {doc} into {source}", "confirm.delete": "Delete {doc} from {source}?",
+    "upload.title": "Ingest a file", source: "Source", file: "File (.md, .txt, .html, .pdf, .docx)", tenant: "Tenant",
+    upload: "Upload", uploaded: "Ingested {doc} into {source}", uploadFailed: "{doc} was not ingested: {code}", uploadPending: "{doc}: the ingestion job is still running ({job})", "confirm.delete": "Delete {doc} from {source}?",
     "agents.title": "Agents", "workspaces.title": "Workspaces", route: "Route", agent: "Agent",
     pointTo: "Point to", point: "Point", "confirm.point": "Point route {route} from {from} to {to}?",
     pointed: "Route {route} now points to {to}", routes: "Routes", mode: "Mode", legacy: "legacy",
@@ -29,6 +29,13 @@ const STRINGS = {
     maxBytes: "Max bytes", bytes: "{n} bytes of {max}", pageOf: "Page {n}", total: "Document: {n} bytes",
     chainEnd: "The read chain limit was reached: search again for the rest.",
     searchStatus: "Status {status}, {n} hints, response {bytes} of {max} bytes",
+    "why.title": "Why no hints", "why.noAgent": "Route {route} points at no agent.",
+    "why.noSource": "No source selected: agent {agent} routes {mode} and nothing in this search selects a source.",
+    "why.rule": "The rule for {source} needs {needs}; a search carries no trusted context.",
+    "why.unsearchable": "{source} is not searchable now (unpublished, disabled or inactive).",
+    "why.noMatch": "Sources without a rule are chosen when a query word is in their description or tags.",
+    "why.noDocs": "{source} was searched but holds no ready document of tenant {tenant} (its documents' tenants: {tenants}).",
+    "why.minScore": "{source} was searched ({n} documents of tenant {tenant}) but nothing scored above its minScore {min}.",
     "try.tool": "Run knowledge_search as an agent", operation: "Operation", sourcesArg: "Sources (exact keys, optional)",
     trusted: "Trusted context (JSON)", ancestors: "Ancestors (one per line: invocation_id agent@version)",
     run: "Run", timeline: "Events", references: "References", ledger: "Budgets per chain level",
@@ -52,8 +59,8 @@ const STRINGS = {
     documents: "文档", enable: "启用", disable: "停用", delete: "删除", yes: "是", no: "否",
     "docs.title": "{source} 的文档", docId: "文档 ID", title: "标题", revision: "修订",
     size: "大小（字符）", updated: "更新时间", truncatedList: "仅列出前 {n} 篇文档。",
-    "upload.title": "上传文件入库", source: "知识库", file: "文件（.md、.txt）", tenant: "租户",
-    upload: "上传", uploaded: "已将 {doc} 写入 {source}", "confirm.delete": "从 {source} 删除 {doc}？",
+    "upload.title": "上传文件入库", source: "知识库", file: "文件（.md、.txt、.html、.pdf、.docx）", tenant: "租户",
+    upload: "上传", uploaded: "已将 {doc} 写入 {source}", uploadFailed: "{doc} 未能入库：{code}", uploadPending: "{doc}：入库任务仍在运行（{job}）", "confirm.delete": "从 {source} 删除 {doc}？",
     "agents.title": "智能体", "workspaces.title": "工作区", route: "路由", agent: "智能体",
     pointTo: "指向", point: "切换", "confirm.point": "将路由 {route} 从 {from} 切换到 {to}？",
     pointed: "路由 {route} 已指向 {to}", routes: "路由", mode: "方式", legacy: "旧版",
@@ -68,6 +75,13 @@ const STRINGS = {
     bytes: "{n} / {max} 字节", pageOf: "第 {n} 页", total: "文档共 {n} 字节",
     chainEnd: "已达到阅读链上限：请重新检索以阅读其余部分。",
     searchStatus: "状态 {status}，{n} 条提示，响应 {bytes} / {max} 字节",
+    "why.title": "为什么没有提示", "why.noAgent": "路由 {route} 未指向任何智能体。",
+    "why.noSource": "未选中任何知识库：智能体 {agent} 的路由模式为 {mode}，本次搜索没有选中任何知识库。",
+    "why.rule": "{source} 的规则需要 {needs}；搜索不携带可信上下文。",
+    "why.unsearchable": "{source} 当前不可搜索（未发布、已停用或已吊销）。",
+    "why.noMatch": "没有规则的知识库在查询词出现在其描述或标签中时才会被选中。",
+    "why.noDocs": "已搜索 {source}，但其中没有租户 {tenant} 的就绪文档（文档所属租户：{tenants}）。",
+    "why.minScore": "已搜索 {source}（租户 {tenant} 的文档 {n} 篇），但没有结果高于其 minScore {min}。",
     "try.tool": "以智能体身份运行 knowledge_search", operation: "操作", sourcesArg: "知识库（精确键，可选）",
     trusted: "可信上下文（JSON）", ancestors: "祖先调用（每行：调用 ID 智能体@版本）", run: "运行",
     timeline: "事件", references: "引用", ledger: "调用链各层预算", planned: "已选源", retrieved: "检索结果",
@@ -233,9 +247,9 @@ async function renderSources(view) {
     const { data: list } = await api("GET", `/admin/v1/sources/${seg(key)}/documents`);
     fill(docs, 
       h("h3", { text: t("docs.title", { source: key }) }),
-      table(t("docs.title", { source: key }), [t("docId"), t("title"), t("revision"), t("status"), t("size"), t("updated"), t("actions")],
+      table(t("docs.title", { source: key }), [t("docId"), t("title"), t("revision"), t("tenant"), t("status"), t("size"), t("updated"), t("actions")],
         list.documents.map((d) => [
-          h("code", { text: d.doc_id }), d.title, h("code", { title: d.revision, text: d.revision.slice(7, 19) }),
+          h("code", { text: d.doc_id }), d.title, h("code", { title: d.revision, text: d.revision.slice(7, 19) }), d.tenant || "—",
           h("span", { class: d.status === "ready" ? "ok" : "warn", text: d.status }), d.chars, d.updated_at,
           h("div", { class: "row" },
             h("button", { type: "button", text: d.status === "ready" ? t("disable") : t("enable"),
@@ -254,20 +268,23 @@ async function renderSources(view) {
       list.truncated ? h("p", { class: "muted", text: t("truncatedList", { n: list.documents.length }) }) : null);
   };
   const sourceSelect = h("select", { name: "source" }, data.sources.map((s) => h("option", { value: s.key, text: s.key })));
-  const fileInput = h("input", { type: "file", name: "file", accept: ".md,.markdown,.txt,text/plain,text/markdown" });
+  const fileInput = h("input", { type: "file", name: "file", accept: ".md,.markdown,.txt,.html,.htm,.pdf,.docx" });
   const docIdInput = h("input", { name: "doc_id", placeholder: "doc-id" });
-  const tenantInput = h("input", { name: "tenant", value: "demo" });
+  const tenantInput = h("input", { name: "tenant", value: "default" });
   const upload = h("form", { class: "grid", onsubmit: async (event) => {
     event.preventDefault();
     const file = fileInput.files[0];
     if (!file) return;
-    const text = await file.text();
-    const docId = docIdInput.value.trim() || file.name.replace(/\.[^.]+$/, "").replace(/[^A-Za-z0-9._:-]+/g, "-").replace(/^[-._:]+/, "") || "document";
-    const heading = text.match(/^# (.+)$/m);
-    const body = { documents: [{ doc_id: docId, title: heading ? heading[1].trim() : docId, body: text,
-      acl: { tenant: tenantInput.value.trim() || null }, structured_source: { uri: file.name } }] };
-    await act(() => api("POST", `/admin/v1/sources/${seg(sourceSelect.value)}/documents`, body),
-      t("uploaded", { doc: docId, source: sourceSelect.value }));
+    // The file's bytes go through an ingestion job, so PDF, HTML and DOCX are extracted as `kb ingest` does.
+    const docId = docIdInput.value.trim() || await fileDocId(file.name);
+    const body = { documents: [{ doc_id: docId, filename: file.name, content_base64: await base64Of(file),
+      acl: { tenant: tenantInput.value.trim() || "default" }, structured_source: { uri: file.name } }] };
+    const source = sourceSelect.value;
+    const job = await act(() => api("POST", `/admin/v1/sources/${seg(source)}/ingestion-jobs`, body));
+    const done = await waitForJob(source, job.data.job_id);
+    if (!done) say(t("uploadPending", { doc: docId, job: job.data.job_id }));
+    else if (done.errors.length) say(t("uploadFailed", { doc: docId, code: done.errors[0].code }));
+    else say(t("uploaded", { doc: docId, source }));
     showDocs(sourceSelect.value);
   } },
     field(t("source"), sourceSelect), field(t("file"), fileInput), field(t("docId"), docIdInput),
@@ -287,6 +304,33 @@ async function renderSources(view) {
       ])),
     docs,
     h("h3", { text: t("upload.title") }), upload);
+}
+
+async function base64Of(file) {
+  const bytes = new Uint8Array(await file.arrayBuffer());
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(binary);
+}
+
+// As the service names a file of a directory: its name without suffix when that is a valid id, else an
+// ASCII slug of it and 12 hex digits of its SHA-256 (`阀门.md` -> a stable id).
+async function fileDocId(name) {
+  const stem = name.replace(/\.[^.]+$/, "");
+  if (/^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/.test(stem)) return stem;
+  const slug = stem.replace(/[^A-Za-z0-9._:-]+/g, "-").replace(/^[-._:]+|[-._:]+$/g, "").slice(0, 180);
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(stem)));
+  const hex = Array.from(digest.slice(0, 6), (b) => b.toString(16).padStart(2, "0")).join("");
+  return slug ? `${slug}-${hex}` : hex;
+}
+
+async function waitForJob(source, jobId) {
+  for (let i = 0; i < 300; i++) {
+    const { data } = await api("GET", `/admin/v1/sources/${seg(source)}/ingestion-jobs/${seg(jobId)}`);
+    if (data.state === "completed") return data;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  return null;
 }
 
 async function act(call, message) {
@@ -358,6 +402,52 @@ async function renderAgents(view) {
 
 // --- try it ----------------------------------------------------------------------------------------------------
 
+// Why a search answered no hints, from the admin listings (the protocol's bodies stay as they are): the
+// route's agent and routing as the service plans a search (no trusted context), then the tenant's documents.
+async function whyEmpty(routeName, query, tenant) {
+  const [{ data: ws }, { data: ag }, { data: src }] = await Promise.all(
+    ["/admin/v1/workspaces", "/admin/v1/agents", "/admin/v1/sources"].map((p) => api("GET", p)));
+  const agentKey = (ws.workspaces.find((w) => w.route === routeName) || {}).agent;
+  const agent = ag.agents.find((a) => a.key === agentKey);
+  if (!agent) return [t("why.noAgent", { route: routeName })];
+  const def = agent.definition;
+  const sources = new Map(src.sources.map((s) => [s.key, s]));
+  const allowed = (def.allowedKnowledge || []).map((k) => `${k.id}@${k.version}`);
+  const searchable = allowed.filter((k) => sources.get(k) && sources.get(k).searchable);
+  const routing = def.knowledgeRouting || {};
+  const planned = ["AUTO", "ON_DEMAND"].includes(routing.mode) ? routed(routing, searchable, sources, query) : searchable;
+  if (!planned.length) {
+    const reasons = [t("why.noSource", { agent: agent.key, mode: routing.mode || "legacy" })];
+    allowed.filter((k) => !searchable.includes(k)).forEach((k) => reasons.push(t("why.unsearchable", { source: k })));
+    (routing.rules || []).forEach((rule) => reasons.push(t("why.rule", { source: `${rule.knowledge.id}@${rule.knowledge.version}`,
+      needs: Object.entries(rule.contextEquals || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "—" })));
+    reasons.push(t("why.noMatch"));
+    return reasons;
+  }
+  return Promise.all(planned.map(async (key) => {
+    const { data } = await api("GET", `/admin/v1/sources/${seg(key)}/documents`);
+    const mine = data.documents.filter((d) => d.tenant === tenant && d.status === "ready").length;
+    if (!mine) return t("why.noDocs", { source: key, tenant, tenants: [...new Set(data.documents.map((d) => d.tenant || "—"))].join(", ") || "—" });
+    return t("why.minScore", { source: key, n: mine, tenant, min: sources.get(key).min_score });
+  }));
+}
+
+// The router's AUTO rule (knowledge_core/domain/router.py) for a search, which carries no trusted context.
+function routed(routing, searchable, sources, query) {
+  const lowered = query.toLowerCase();
+  const ruled = new Set((routing.rules || []).map((r) => `${r.knowledge.id}@${r.knowledge.version}`));
+  const byRule = (routing.rules || []).filter((r) => {
+    if (Object.keys(r.contextEquals || {}).length) return false;
+    if (r.always) return true;
+    if (r.queryTerms && r.queryTerms.length && !r.queryTerms.some((q) => lowered.includes(q.toLowerCase()))) return false;
+    return true;
+  }).map((r) => `${r.knowledge.id}@${r.knowledge.version}`).filter((k) => searchable.includes(k));
+  const words = lowered.split(/[^\p{L}\p{N}]+/u).filter((w) => w.length > 1);
+  const byText = searchable.filter((k) => !ruled.has(k) && words.some((w) =>
+    `${sources.get(k).description} ${sources.get(k).tags.join(" ")}`.toLowerCase().includes(w)));
+  return [...byRule, ...byText];
+}
+
 async function consoleToken(routeName, tenant) {
   const key = `${routeName}\u0000${tenant}`;
   if (!tokens.has(key)) {
@@ -369,8 +459,10 @@ async function consoleToken(routeName, tenant) {
 }
 
 function searchPanel(workspaces) {
-  const routeSelect = h("select", { name: "route" }, workspaces.map((w) => h("option", { value: w.route, text: w.route })));
-  const tenant = h("input", { name: "tenant", value: "demo" });
+  // The demo route by default (the seeded one, whose sample query finds something), else the first.
+  const routeSelect = h("select", { name: "route" }, workspaces.map((w) =>
+    h("option", { value: w.route, text: w.route, selected: w.route === "demo" })));
+  const tenant = h("input", { name: "tenant", value: "default" });
   const query = h("input", { name: "query", required: true, value: "网关离线怎么排查？" });
   const limit = h("input", { name: "limit", type: "number", min: "1", max: "3", value: "3" });
   const maxBytes = h("input", { name: "max_bytes", type: "number", min: "4096", max: "16384", step: "1024", value: "4096" });
@@ -410,7 +502,10 @@ function searchPanel(workspaces) {
         h("ol", {}, data.hints.map((hint) => h("li", { class: "card" },
           h("strong", { text: hint.title }), ` · score ${hint.score}`,
           h("p", { text: hint.summary }),
-          h("button", { type: "button", text: t("read"), onclick: () => { fill(reader); readFrom(token, hint.ref, null, 1); } })))));
+          h("button", { type: "button", text: t("read"), onclick: () => { fill(reader); readFrom(token, hint.ref, null, 1); } })))),
+        data.hints.length ? null : h("section", { class: "card", "aria-label": t("why.title") },
+          h("strong", { text: t("why.title") }),
+          h("ul", {}, (await whyEmpty(routeSelect.value, query.value, tenant.value.trim() || "default")).map((r) => h("li", { text: r })))));
     } catch (error) {
       fill(results, errorBox(error));
     }
@@ -472,7 +567,7 @@ function toolPanel(agents) {
   const sources = h("input", { name: "sources", placeholder: "id@version, …" });
   const context = h("textarea", { name: "trusted_context" }, '{"projectType": "monitor"}');
   const ancestors = h("textarea", { name: "ancestors", placeholder: "inv-1 demo-agent@1.0.0" });
-  const tenant = h("input", { name: "tenant", value: "demo" });
+  const tenant = h("input", { name: "tenant", value: "default" });
   const out = h("div", { "aria-live": "polite" });
   const form = h("form", { class: "grid", onsubmit: async (event) => {
     event.preventDefault();
@@ -545,7 +640,7 @@ async function renderTokens(view) {
   const routes = h("input", { name: "routes", value: "demo", required: true });
   const subject = h("input", { name: "subject", value: "user" });
   const client = h("input", { name: "client_id", value: "console" });
-  const tenant = h("input", { name: "tenant", value: "demo" });
+  const tenant = h("input", { name: "tenant", value: "default" });
   const ttl = h("input", { name: "ttl_seconds", type: "number", min: "60", value: "3600" });
   const issued = h("div", { "aria-live": "polite" });
   const list = h("div");

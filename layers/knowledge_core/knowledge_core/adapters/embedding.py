@@ -267,33 +267,6 @@ class OnnxEmbedder(Embedder):
         return out
 
 
-def query_vector(embedder: Embedder | None, text: str) -> Vector | None:
-    """The query's vector, or None: no embedder, no model for its script, or a model that fails to load or
-    run (logged, without the text: the query then ranks by BM25 alone rather than failing)."""
-    if embedder is None:
-        return None
-    try:
-        return embedder.embed_query(text)
-    except Exception as exc:
-        logger.warning(
-            "embedding model failed, ranking by BM25 alone: %s",
-            exc if isinstance(exc, ModelError) else type(exc).__name__,
-        )
-        return None
-
-
-def query_vectors(embedder: Embedder | None, text: str, expansion: str = "") -> list[Vector]:
-    """The query in every model that can embed it: its text in the model of its script (first), and its
-    translation (`expansion`: the other language's words, ports.QueryTranslator) in the model of that
-    language when it is another model. Empty: BM25 alone."""
-    own = query_vector(embedder, text)
-    vectors = [own] if own is not None else []
-    other = query_vector(embedder, expansion) if expansion else None
-    if other is not None and all(v.model != other.model for v in vectors):
-        vectors.append(other)
-    return vectors
-
-
 def matching_cosines(queries: Sequence[Vector], stored: Sequence[Mapping[str, Vector]]) -> list[float | None]:
     """Per candidate (its stored vectors by model), the cosine with the first query vector of a model it
     has (None: none): vectors of two models are never compared."""

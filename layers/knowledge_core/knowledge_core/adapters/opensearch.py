@@ -22,9 +22,9 @@ passage behind; the old index is left for the operator to delete). Everything el
 Search (domain.hybrid): per source a BM25 search (with the passage vectors in `_source`) and, when the
 query has a vector, a filtered k-NN search on that model's field (same source, status and ACL filters),
 both collapsed to parent documents, all in the one `_msearch`. Cosines are computed in process from the
-stored int8 vectors, never across models, and `HybridRanking.fuse` ranks. A node without the k-NN plugin
-(plain OpenSearch; Amazon OpenSearch Service has it) gets indices without k-NN fields, and a k-NN search
-the node rejects leaves the BM25 candidates alone re-scored (logged once).
+stored int8 vectors, never across models; ranking is not the adapter's (services.retrieval fuses). A
+node without the k-NN plugin (plain OpenSearch; Amazon OpenSearch Service has it) gets indices without
+k-NN fields, and a k-NN search the node rejects leaves the BM25 candidates alone (logged once).
 
 SigV4 (`es`, or `aoss` for OpenSearch Serverless) when the endpoint is on AWS; no auth on loopback.
 opensearch-py (and boto3 for credentials) are imported where first needed, never at module import.
@@ -36,6 +36,7 @@ import base64
 import contextlib
 import functools
 import hashlib
+import itertools
 import logging
 import re
 import threading
@@ -46,11 +47,19 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..domain.errors import KnowledgeUnavailable, SourceFailure
-from ..domain.hybrid import HybridRanking
-from ..domain.models import Document, DocumentAcl, Viewer
+from ..domain.models import Document, DocumentAcl, DocumentState, Viewer
 from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
-from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult, Vector
-from .embedding import document_vectors, matching_cosines, query_vectors
+from ..ports import (
+    DocumentInfo,
+    Embedder,
+    Hit,
+    QueryAnalysis,
+    SearchBackend,
+    SourceQuery,
+    SourceResult,
+    Vector,
+)
+from .embedding import document_vectors, matching_cosines
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +74,7 @@ BULK_MAX_BYTES = 8 * 1024 * 1024
 _HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "text", "structured_source"]
 _VECTOR_FIELDS = ["vectors", "vector", "vector_model"]
 _DOC_FIELDS = ["source_key", "doc_id", "title", "body", "revision", "status", "acl", "structured_source"]
+_STATE_FIELDS = ["source_key", "doc_id", "revision", "status", "acl"]
 
 
 # The embedded backend's `analyzer.index_terms` in Lucene terms: CJK runs as bigrams (a lone character
@@ -261,11 +271,9 @@ class OpenSearchBackend(SearchBackend):
         max_retries: int = 1,
         client: Any = None,
         embedder: Embedder | None = None,
-        hybrid: HybridRanking | None = None,
     ) -> None:
         self._url = url.rstrip("/")
         self._embedder = embedder
-        self._hybrid = hybrid or HybridRanking()
         self._region = region
         self._timeout_s = timeout_s
         self._max_retries = max_retries
@@ -459,9 +467,9 @@ class OpenSearchBackend(SearchBackend):
         vectors: Sequence[Vector] = (),
         dense: bool | None = None,
     ) -> list[dict]:
-        """The `_msearch` body: per source a header and a collapsed, filtered, thresholded BM25 search. With
-        query vectors, a deeper pool with the passage vectors and no threshold (`fuse` applies it), and,
-        unless the dense stage is off, one more entry per vector: the k-NN search on its model's field."""
+        """The `_msearch` body: per source a header and a collapsed, filtered, thresholded BM25 search (with
+        the passage vectors when there are query vectors) and, unless the dense stage is off, one more entry
+        per vector: the k-NN search on its model's field, for `dense_k` documents."""
         body: list[dict] = []
         matched = text_query(text)
         visible = acl_filter(viewer)
@@ -475,24 +483,23 @@ class OpenSearchBackend(SearchBackend):
                 "collapse": {"field": "doc_key"},
                 "_source": _HIT_FIELDS if vector is None else _HIT_FIELDS + _VECTOR_FIELDS,
             }
-            threshold = {"min_score": q.min_score} if vector is None else {}
+            threshold = {"min_score": q.min_score} if q.min_score > float("-inf") else {}
             body.append({"index": self.passages_alias})
             body.append(
                 {
-                    "size": q.top_k if vector is None else self._hybrid.depth(q.top_k),
+                    "size": q.top_k,
                     **threshold,
                     "query": {"bool": {"must": [matched], "filter": filters}},
                     **common,
                 }
             )
-            for v in vectors if dense else ():
-                want = self._hybrid.dense_depth(q.top_k)
-                k = min(want * KNN_PASSAGES_PER_DOC, 10_000)
+            for v in vectors if dense and q.dense_k else ():
+                k = min(q.dense_k * KNN_PASSAGES_PER_DOC, 10_000)
                 knn = {"vector": knn_bytes(v), "k": k}
                 body.append({"index": self.passages_alias})
                 body.append(
                     {
-                        "size": want,
+                        "size": q.dense_k,
                         "query": {
                             "knn": {knn_field(v.model): {**knn, "filter": {"bool": {"filter": filters}}}}
                         },
@@ -502,7 +509,7 @@ class OpenSearchBackend(SearchBackend):
         return body
 
     def _dense_on(self, vector: Vector | None) -> bool:
-        return vector is not None and self._hybrid.dense > 0 and time.monotonic() >= self._dense_off_until
+        return vector is not None and time.monotonic() >= self._dense_off_until
 
     def _dense_unavailable(self, reason: str) -> None:
         """No k-NN here (plugin, `index.knn` or the model's field): BM25 candidates only for a while."""
@@ -520,54 +527,51 @@ class OpenSearchBackend(SearchBackend):
         # On the alias's path (`<alias>/_msearch`): IAM grants the read functions their indices only.
         return self.client.msearch(body=body, index=self.passages_alias, request_timeout=timeout_s)
 
-    def search(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
-    ) -> list[SourceResult]:
+    def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
         if not queries:
             return []
         started = time.perf_counter()
-        vectors = query_vectors(self._embedder, text, expansion)
+        vectors = query.vectors
         dense = self._dense_on(vectors[0] if vectors else None)
-        lexical = f"{text} {expansion}" if expansion else text
+        body = self.search_body(queries, query.lexical, viewer, vectors, dense)
         try:  # the read path only reads: indices are made at deploy/admin time (`prepare`, ingestion)
-            raw = self.msearch(
-                self.search_body(queries, lexical, viewer, vectors, dense),
-                max(q.timeout_s for q in queries) + 1.0,
-            )
+            raw = self.msearch(body, max(q.timeout_s for q in queries) + 1.0)
         except transport_errors() as exc:  # transport failures of the one round trip fail every source
             failure = _failure(exc)
             return [SourceResult(q.key, error=failure) for q in queries]
         elapsed = (time.perf_counter() - started) * 1000
-        responses = raw.get("responses", [])
-        per_source = 1 + (len(vectors) if dense else 0)
+        responses = iter(raw.get("responses", []))
         results: list[SourceResult] = []
-        for i, q in enumerate(queries):
-            entries = responses[i * per_source : (i + 1) * per_source]
-            if len(entries) < per_source:  # a short response never becomes "no results"
+        for q in queries:
+            # One k-NN response per query vector when the dense stage runs for this source.
+            want = 1 + (len(vectors) if dense and q.dense_k else 0)
+            entries = list(itertools.islice(responses, want))
+            if len(entries) < want:  # a short response never becomes "no results"
                 results.append(
                     SourceResult(q.key, error=SourceFailure("unavailable", "missing msearch response"))
                 )
                 continue
-            response, knn_responses = entries[0], entries[1:]
-            result = SourceResult(q.key, ms=response.get("took", elapsed))
-            result.error = _sub_failure(response) or next(
-                (f for f in map(self._dense_failure, knn_responses) if f is not None), None
-            )
-            if result.error is None:
-                raw_hits = response["hits"]["hits"]
-                result.hits = [_hit(q.key, h) for h in raw_hits]
-                if vectors:
-                    lexical_cosines = _cosines(vectors, raw_hits)
-                    # One k-NN response per query vector; none while the dense stage is off.
-                    pairs = zip(vectors, knn_responses, strict=True) if knn_responses else iter(())
-                    nearest = sorted(
-                        (p for v, r in pairs for p in self._dense_hits(q.key, v, r)), key=lambda p: -p[1]
-                    )
-                    result.hits = self._hybrid.fuse(
-                        result.hits, lexical_cosines, nearest, q.top_k, q.min_score
-                    )
-            results.append(result)
+            results.append(self._source_result(q, entries[0], entries[1:], vectors, elapsed))
         return results
+
+    def _source_result(
+        self, q: SourceQuery, response: dict, knn_responses: list[dict], vectors: Sequence[Vector], ms: float
+    ) -> SourceResult:
+        """One source's lexical candidates (with their passages' cosines) and dense candidates."""
+        result = SourceResult(q.key, ms=response.get("took", ms))
+        result.error = _sub_failure(response) or next(
+            (f for f in map(self._dense_failure, knn_responses) if f is not None), None
+        )
+        if result.error is not None:
+            return result
+        raw_hits = response["hits"]["hits"]
+        result.hits = [_hit(q.key, h) for h in raw_hits]
+        result.cosines = _cosines(vectors, raw_hits) if vectors else [None] * len(raw_hits)
+        result.dense = sorted(
+            (p for v, r in zip(vectors, knn_responses, strict=False) for p in self._dense_hits(q.key, v, r)),
+            key=lambda p: -p[1],
+        )
+        return result
 
     def _dense_failure(self, response: dict) -> SourceFailure | None:
         """A k-NN sub-search's failure; one the node rejects (400: no plugin, no k-NN field of the model)
@@ -592,28 +596,55 @@ class OpenSearchBackend(SearchBackend):
 
     # --- documents ----------------------------------------------------------------------------------
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
+        return self.get_documents([(source_key, doc_id)]).get((source_key, doc_id))
+
+    def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
+        """One `_mget` on the documents alias for every key (bodies included)."""
+        return {
+            key: Document(
+                source_key=src["source_key"],
+                doc_id=src["doc_id"],
+                title=src["title"],
+                body=src["body"],
+                status=src["status"],
+                acl=DocumentAcl.model_validate(src["acl"]),
+                structured_source=src.get("structured_source"),
+            )
+            for key, src in self._mget(keys, _DOC_FIELDS).items()
+        }
+
+    def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
+        """One `_mget` without bodies: the live check of every hit of a retrieval."""
+        return {
+            key: DocumentState(
+                src["source_key"],
+                src["doc_id"],
+                src["status"],
+                DocumentAcl.model_validate(src["acl"]),
+                src["revision"],
+            )
+            for key, src in self._mget(keys, _STATE_FIELDS).items()
+        }
+
+    def _mget(self, keys: Sequence[tuple[str, str]], fields: list[str]) -> dict[tuple[str, str], dict]:
+        """The stored `_source` (those fields) of each key that exists, in one `_mget`."""
         from opensearchpy.exceptions import NotFoundError
 
+        if not keys:
+            return {}
+        ids = [doc_key(source_key, doc_id) for source_key, doc_id in keys]
         try:
-            found = self.client.get(
-                index=self.documents_alias, id=doc_key(source_key, doc_id), _source_includes=_DOC_FIELDS
-            )
-        except NotFoundError:
-            return None
+            found = self.client.mget(index=self.documents_alias, body={"ids": ids}, _source_includes=fields)
+        except NotFoundError:  # no documents index yet: no document exists
+            return {}
         except transport_errors() as exc:
             raise _failure(exc) from None
-        src = found["_source"]
-        if src["source_key"] != source_key or src["doc_id"] != doc_id:
-            return None
-        return Document(
-            source_key=source_key,
-            doc_id=doc_id,
-            title=src["title"],
-            body=src["body"],
-            status=src["status"],
-            acl=DocumentAcl.model_validate(src["acl"]),
-            structured_source=src.get("structured_source"),
-        )
+        sources: dict[tuple[str, str], dict] = {}
+        for (source_key, doc_id), entry in zip(keys, found.get("docs", []), strict=False):
+            src = entry.get("_source") if entry.get("found") else None
+            if src is not None and src["source_key"] == source_key and src["doc_id"] == doc_id:
+                sources[(source_key, doc_id)] = src
+        return sources
 
     def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
         query: dict[str, Any] = {"bool": {"filter": [{"term": {"source_key": source_key}}]}}
@@ -838,7 +869,7 @@ class OpenSearchBackend(SearchBackend):
             "query": {"term": {"source_key": source_key}},
             "size": limit,
             "sort": [{"doc_id": "asc"}],
-            "_source": ["doc_id", "title", "revision", "status", "updated_at"],
+            "_source": ["doc_id", "title", "revision", "status", "updated_at", "acl.tenant"],
             "script_fields": {"chars": {"script": {"source": "params._source.body.length()"}}},
         }
         try:
@@ -853,6 +884,7 @@ class OpenSearchBackend(SearchBackend):
                 status=h["_source"]["status"],
                 chars=int(h.get("fields", {}).get("chars", [0])[0]),
                 updated_at=float(h["_source"].get("updated_at", 0)),
+                tenant=(h["_source"].get("acl") or {}).get("tenant"),
             )
             for h in found["hits"]["hits"]
         ]

@@ -19,11 +19,19 @@ from pathlib import Path
 
 from ..domain.analyzer import index_terms, query_terms
 from ..domain.errors import SourceFailure
-from ..domain.hybrid import HybridRanking
-from ..domain.models import Document, DocumentAcl, Viewer
+from ..domain.models import Document, DocumentAcl, DocumentState, Viewer
 from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
-from ..ports import DocumentInfo, Embedder, Hit, SearchBackend, SourceQuery, SourceResult, Vector
-from .embedding import VectorMatrix, document_vectors, matching_cosines, passage_text, query_vectors
+from ..ports import (
+    DocumentInfo,
+    Embedder,
+    Hit,
+    QueryAnalysis,
+    SearchBackend,
+    SourceQuery,
+    SourceResult,
+    Vector,
+)
+from .embedding import VectorMatrix, document_vectors, matching_cosines, passage_text
 from .sqlite_db import SqliteDatabase, statements
 
 _SCHEMA = """
@@ -110,12 +118,9 @@ def _bump(conn: sqlite3.Connection, source_key: str) -> None:
 class SqliteFtsBackend(SearchBackend):
     live_hits = True  # one statement reads passages and their documents (status, ACL, revision)
 
-    def __init__(
-        self, path: str | Path, embedder: Embedder | None = None, hybrid: HybridRanking | None = None
-    ) -> None:
+    def __init__(self, path: str | Path, embedder: Embedder | None = None) -> None:
         self._db = SqliteDatabase(path)  # its own schema: the tables below, analyzer version in user_version
         self._embedder = embedder
-        self._hybrid = hybrid or HybridRanking()
         self._matrices: dict[tuple[str, str], tuple[int, VectorMatrix]] = {}
         self._matrix_lock = threading.Lock()
         with self._db.transaction() as conn:
@@ -133,15 +138,12 @@ class SqliteFtsBackend(SearchBackend):
         return self._db.connection()
 
     # --- search -----------------------------------------------------------------------------------
-    def search(
-        self, queries: list[SourceQuery], text: str, viewer: Viewer, expansion: str = ""
-    ) -> list[SourceResult]:
-        match = _match_expression(f"{text} {expansion}" if expansion else text)
-        vectors = query_vectors(self._embedder, text, expansion) if queries else []
-        return [self._search_one(q, match, viewer, vectors) for q in queries]
+    def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
+        match = _match_expression(query.lexical)
+        return [self._search_one(q, match, viewer, query.vectors) for q in queries]
 
     def _search_one(
-        self, q: SourceQuery, match: str | None, viewer: Viewer, vectors: list[Vector]
+        self, q: SourceQuery, match: str | None, viewer: Viewer, vectors: Sequence[Vector]
     ) -> SourceResult:
         started = time.perf_counter()
         result = SourceResult(key=q.key)
@@ -150,57 +152,56 @@ class SqliteFtsBackend(SearchBackend):
         conn = self._conn()
         deadline = started + q.timeout_s
         conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
-        best: dict[str, Hit] = {}
         passage_ids: list[int] = []
-        hidden: set[str] = set()
-        # Hybrid ranking fuses a deeper BM25 pool with the dense one; `minScore` then applies to the fusion.
-        want = self._hybrid.depth(q.top_k) if vectors else q.top_k
-        floor = float("-inf") if vectors else q.min_score
-        page = want * _CANDIDATES_PER_DOC + 16
-        dense: list[tuple[Hit, float]] = []
-        stored: dict[int, dict[str, Vector]] = {}
         try:
-            # Passages the viewer may not see, or more passages of documents already kept, must not crowd
-            # out visible documents: keep paging (best score first) until top_k documents or no more rows.
-            for offset in itertools.count(0, page) if match is not None else ():
-                rows = conn.execute(_SEARCH_SQL, (match, q.key, page, offset)).fetchall()
-                for doc_id, passage, score, title, revision, acl, structured, passage_id, pages in rows:
-                    if score < floor:
-                        break
-                    if doc_id in best or doc_id in hidden:
-                        continue
-                    if not DocumentAcl.model_validate_json(acl).visible_to(viewer):
-                        hidden.add(doc_id)
-                        continue
-                    best[doc_id] = _hit(
-                        q.key, doc_id, passage, float(score), title, revision, structured, pages
-                    )
-                    passage_ids.append(passage_id)
-                    if len(best) == want:
-                        break
-                else:
-                    if len(rows) == page:
-                        continue
-                break
+            if match is not None:
+                result.hits, passage_ids = self._lexical(conn, q, match, viewer)
             if vectors and passage_ids:
                 stored = self._stored_vectors(conn, passage_ids, [v.model for v in vectors])
-            if vectors and self._hybrid.dense_depth(q.top_k):
+                result.cosines = matching_cosines(vectors, [stored.get(i, {}) for i in passage_ids])
+            else:
+                result.cosines = [None] * len(result.hits)
+            if vectors and q.dense_k:
                 # One scan per query vector (its own model's passages); a document keeps its best cosine.
-                dense = sorted(
+                result.dense = sorted(
                     (pair for v in vectors for pair in self._dense(conn, q, v, viewer)), key=lambda p: -p[1]
                 )
         except sqlite3.OperationalError as exc:
             kind = "timeout" if "interrupt" in str(exc) else "unavailable"
-            result.error = SourceFailure(kind)
-            return result
+            return SourceResult(key=q.key, error=SourceFailure(kind))
         finally:
             conn.set_progress_handler(None, 0)
-        result.hits = list(best.values())
-        if vectors:
-            lexical_cosines = matching_cosines(vectors, [stored.get(i, {}) for i in passage_ids])
-            result.hits = self._hybrid.fuse(result.hits, lexical_cosines, dense, q.top_k, q.min_score)
         result.ms = (time.perf_counter() - started) * 1000
         return result
+
+    @staticmethod
+    def _lexical(
+        conn: sqlite3.Connection, q: SourceQuery, match: str, viewer: Viewer
+    ) -> tuple[list[Hit], list[int]]:
+        """BM25's best `q.top_k` documents of the source scoring at least `q.min_score` (best passage each)
+        and those passages' ids. Passages the viewer may not see, or more passages of documents already
+        kept, must not crowd out visible documents: keep paging (best first) until top_k or no more rows."""
+        best: dict[str, Hit] = {}
+        passage_ids: list[int] = []
+        hidden: set[str] = set()
+        page = q.top_k * _CANDIDATES_PER_DOC + 16
+        for offset in itertools.count(0, page):
+            rows = conn.execute(_SEARCH_SQL, (match, q.key, page, offset)).fetchall()
+            for doc_id, passage, score, title, revision, acl, structured, passage_id, pages in rows:
+                if score < q.min_score:
+                    return list(best.values()), passage_ids
+                if doc_id in best or doc_id in hidden:
+                    continue
+                if not DocumentAcl.model_validate_json(acl).visible_to(viewer):
+                    hidden.add(doc_id)
+                    continue
+                best[doc_id] = _hit(q.key, doc_id, passage, float(score), title, revision, structured, pages)
+                passage_ids.append(passage_id)
+                if len(best) == q.top_k:
+                    return list(best.values()), passage_ids
+            if len(rows) < page:
+                return list(best.values()), passage_ids
+        raise AssertionError("unreachable")
 
     @staticmethod
     def _stored_vectors(
@@ -242,7 +243,7 @@ class SqliteFtsBackend(SearchBackend):
     ) -> list[tuple[Hit, float]]:
         """The dense stage: the documents (ready, visible to the viewer) of the source's passages nearest to
         `vector`, best passage per document, best first, at most the hybrid ranking's dense depth."""
-        want = self._hybrid.dense_depth(q.top_k)
+        want = q.dense_k
         matrix = self._matrix(conn, q.key, vector.model)
         k = want * _CANDIDATES_PER_DOC
         while True:
@@ -282,25 +283,46 @@ class SqliteFtsBackend(SearchBackend):
             raise SourceFailure("unavailable") from None
 
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
+        return self.get_documents([(source_key, doc_id)]).get((source_key, doc_id))
+
+    def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
+        if not keys:
+            return {}
+        values = ",".join("(?,?)" for _ in keys)
         rows = self._read(
-            "SELECT title, body, status, acl, structured_source FROM documents "
-            "WHERE source_key=? AND doc_id=?",
-            (source_key, doc_id),
+            "SELECT source_key, doc_id, title, body, status, acl, structured_source FROM documents "
+            f"WHERE (source_key, doc_id) IN (VALUES {values})",
+            [part for key in keys for part in key],
         )
-        if not rows:
-            return None
-        row = rows[0]
-        title, body, status, acl, structured = row
-        # Validated when it was written: rebuilt without re-checking (bodies are large).
-        return Document.model_construct(
-            source_key=source_key,
-            doc_id=doc_id,
-            title=title,
-            body=body,
-            status=status,
-            acl=DocumentAcl.model_validate_json(acl),
-            structured_source=json.loads(structured) if structured else None,
+        # Validated when they were written: rebuilt without re-checking (bodies are large).
+        return {
+            (source_key, doc_id): Document.model_construct(
+                source_key=source_key,
+                doc_id=doc_id,
+                title=title,
+                body=body,
+                status=status,
+                acl=DocumentAcl.model_validate_json(acl),
+                structured_source=json.loads(structured) if structured else None,
+            )
+            for source_key, doc_id, title, body, status, acl, structured in rows
+        }
+
+    def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
+        if not keys:
+            return {}
+        values = ",".join("(?,?)" for _ in keys)
+        rows = self._read(
+            "SELECT source_key, doc_id, status, acl, revision FROM documents "
+            f"WHERE (source_key, doc_id) IN (VALUES {values})",
+            [part for key in keys for part in key],
         )
+        return {
+            (source_key, doc_id): DocumentState(
+                source_key, doc_id, status, DocumentAcl.model_validate_json(acl), revision
+            )
+            for source_key, doc_id, status, acl, revision in rows
+        }
 
     def put_documents(self, documents: list[Document]) -> None:
         # Vectors are computed before the write transaction: embedding is the slow part of ingestion.
@@ -448,7 +470,8 @@ class SqliteFtsBackend(SearchBackend):
 
     def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
         rows = self._read(
-            "SELECT doc_id, title, revision, status, length(body), updated_at FROM documents "
+            "SELECT doc_id, title, revision, status, length(body), updated_at, json_extract(acl, '$.tenant') "
+            "FROM documents "
             "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
             (source_key, limit),
         )

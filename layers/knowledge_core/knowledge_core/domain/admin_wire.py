@@ -4,12 +4,39 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
 
 from .models import DOC_ID_PATTERN, ROUTE_PATTERN, WHOLE_NUMBER, DocumentAcl, Tenant, TokenSummary
 from .wire import StrictRequest, WireModel
 
 Route = Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
+
+# The magic numbers of files a text route must not store as a body (issue 22 point 3).
+_BINARY_MAGIC = {b"%PDF-": "a PDF file", b"PK\x03\x04": "a ZIP/DOCX file", b"\xd0\xcf\x11\xe0": "an OLE file"}
+
+
+def not_text(body: str) -> str | None:
+    """Why a document body is a file's bytes rather than text (NUL bytes, a PDF/ZIP magic number), or
+    None: such a body must go through an ingestion job, which extracts it."""
+    if "\x00" in body:
+        return "it contains NUL bytes"
+    head = body[:8].lstrip("\ufeff").encode("utf-8", "replace")
+    return next((f"it is {what}" for magic, what in _BINARY_MAGIC.items() if head.startswith(magic)), None)
+
+
+def _text_body(body: str) -> str:
+    reason = not_text(body)
+    if reason is not None:
+        raise PydanticCustomError(
+            "not_text",
+            "not text ({reason}): send the file as an ingestion job (filename + content_base64)",
+            {"reason": reason},
+        )
+    return body
+
+
+TextBody = Annotated[str, AfterValidator(_text_body)]
 
 
 class TokenRequest(StrictRequest):
@@ -42,7 +69,7 @@ class DocumentAclRequest(StrictRequest):
 
 class DocumentRequest(StrictRequest):
     title: Annotated[str, StringConstraints(max_length=4096)]
-    body: str
+    body: TextBody
     structured_source: dict[str, Any] | None = None
     acl: DocumentAclRequest
     status: Literal["ready", "processing", "disabled"] = "ready"
@@ -178,6 +205,7 @@ class DocumentSummary(BaseModel):
     status: str
     chars: int
     updated_at: str  # ISO-8601 UTC
+    tenant: str | None = None  # its own tenant (None: stored before documents named one)
 
 
 class DocumentListResponse(BaseModel):
@@ -247,7 +275,7 @@ class JobDocumentRequest(StrictRequest):
 
     doc_id: Annotated[str, StringConstraints(pattern=DOC_ID_PATTERN)]
     title: Annotated[str, StringConstraints(max_length=4096)] | None = None
-    body: str | None = None
+    body: TextBody | None = None
     filename: Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^/\\]+$")] | None = (
         None
     )

@@ -103,18 +103,24 @@ def file_format(name: str) -> str | None:
 
 
 def path_doc_id(name: str) -> str:
-    """A file's doc_id: its name when that is a valid id, else an ASCII slug of it plus a digest of the
-    original (a directory may hold `阀门.md` or `my notes.md`)."""
+    """A file's doc_id: its name when that is a valid id, else a readable ASCII slug of it (transliterated:
+    `阀门检修` -> `FaMenJianXiu`) plus a digest of the original, which keeps two names apart that read alike
+    (a directory may hold `阀门.md` or `my notes.md`)."""
+    from anyascii import anyascii  # a pure-Python table, loaded only when a name needs it
+
     if re.fullmatch(DOC_ID_PATTERN, name):
         return name
-    slug = re.sub(r"[^A-Za-z0-9._:-]+", "-", name).strip("-._:")[:180]
+    slug = re.sub(r"[^A-Za-z0-9._:-]+", "-", anyascii(name)).strip("-._:")[:180]
     digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:12]
     return f"{slug}-{digest}" if slug else digest
 
 
 def directory_doc_id(prefix: str, relative: PurePath) -> str:
-    """The doc_id of a file inside a synced directory: the prefix, then its path without suffix."""
-    return path_doc_id((f"{prefix}-" if prefix else "") + "-".join(relative.with_suffix("").parts))
+    """The doc_id of a file inside a synced directory: the prefix, then its path without suffix. The id of
+    the path is made on its own, so a file whose name is not a valid id (`阀门.md`) gets the same suffix
+    under any prefix."""
+    own = path_doc_id("-".join(relative.with_suffix("").parts))
+    return path_doc_id(f"{prefix}-{own}") if prefix else own
 
 
 def encode_payload(payload: dict[str, Any] | None) -> bytes | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -326,7 +327,19 @@ class Document(BaseModel):
         return document_revision(self.title, self.body)
 
 
-def citable(doc: Document | None, source_key: str, revision: str, viewer: Viewer) -> bool:
+@dataclass(frozen=True)
+class DocumentState:
+    """What the live check of a hit needs of its stored document (no body): its source, status, ACL and
+    revision, read for every hit of a retrieval in one batch (K-PIPE)."""
+
+    source_key: str
+    doc_id: str
+    status: str
+    acl: DocumentAcl
+    revision: str
+
+
+def citable(doc: Document | DocumentState | None, source_key: str, revision: str, viewer: Viewer) -> bool:
     """A document may still be quoted under a hit or ref: it exists in that very source, is ready, the
     viewer may see it, and it is the revision the hit or ref was made from (never a newer body)."""
     return (

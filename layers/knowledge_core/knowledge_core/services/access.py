@@ -53,7 +53,9 @@ class AccessService:
         return token, session
 
     def list_tokens(self) -> list[TokenSummary]:
-        return sorted(self._sessions.list_sessions(self._clock.now()), key=lambda t: (t.expires_at, t.token_id))
+        return sorted(
+            self._sessions.list_sessions(self._clock.now()), key=lambda t: (t.expires_at, t.token_id)
+        )
 
     def revoke_token(self, token_id: str) -> TokenSummary:
         """Refused by the authorizer from its next read on (it caches no session)."""

@@ -135,6 +135,7 @@ class AdminService:
                     status=d.status,
                     chars=d.chars,
                     updated_at=datetime.fromtimestamp(d.updated_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    tenant=d.tenant,
                 )
                 for d in found[:limit]
             ],

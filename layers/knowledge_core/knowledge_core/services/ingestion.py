@@ -86,7 +86,11 @@ class IngestionService:
             spec = JobSpec(directory=request.directory, prefix=request.doc_id_prefix, sync=request.sync)
         if len({d.doc_id for d in documents}) != len(documents):
             origin = "documents" if request.documents is not None else "directory"
-            what = "doc_id must be unique within a job" if origin == "documents" else "two files map to one doc_id"
+            what = (
+                "doc_id must be unique within a job"
+                if origin == "documents"
+                else "two files map to one doc_id"
+            )
             raise InvalidRequest(f"{origin}: {what}", field=origin)
         job = IngestionJob(
             job_id=str(uuid.uuid4()),
@@ -125,9 +129,7 @@ class IngestionService:
                 continue
             found.append(p)
             if len(found) > MAX_DIRECTORY_FILES:
-                raise InvalidRequest(
-                    f"directory: more than {MAX_DIRECTORY_FILES} files", field="directory"
-                )
+                raise InvalidRequest(f"directory: more than {MAX_DIRECTORY_FILES} files", field="directory")
         files = sorted(found)
         acl_json = acl.model_dump(mode="json")
         # The uri is the path inside the directory: never this machine's absolute path (agents see it).
@@ -156,7 +158,9 @@ class IngestionService:
             source=job.source_key,
             state=job.state,
             total=job.total,
-            counts=JobCounts(**{k: job.count(k) for k in ("queued", "done", "unchanged", "failed", "deleted")}),
+            counts=JobCounts(
+                **{k: job.count(k) for k in ("queued", "done", "unchanged", "failed", "deleted")}
+            ),
             passages=job.passages,
             errors=errors[:MAX_ERRORS_SHOWN],
             errors_truncated=len(errors) > MAX_ERRORS_SHOWN,
@@ -278,7 +282,7 @@ class IngestionService:
                 except (binascii.Error, ValueError):
                     raise ExtractionError("corrupt") from None
             extracted = extract(name, data)
-            title = payload.get("title") or extracted.title or item.doc_id
+            title = payload.get("title") or extracted.title or PurePath(name).stem or item.doc_id
             body = extracted.body
             structured["format"] = extracted.format
             if extracted.page_starts:
@@ -353,4 +357,3 @@ class _Beating:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-

@@ -16,7 +16,7 @@ from ..domain.errors import (
     SourceFailure,
 )
 from ..domain.models import Principal, citable
-from ..domain.router import PlannedSource, expired_leases, plan_search
+from ..domain.router import PlannedSource, plan_search
 from ..domain.scope import KnowledgeScope
 from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
 from ..domain.wire import (
@@ -30,8 +30,9 @@ from ..domain.wire import (
     SearchStatus,
     to_wire,
 )
-from ..ports import Clock, Hit, QueryTranslator, SearchBackend, SourceQuery
+from ..ports import Clock, Hit, SearchBackend
 from .access import RunGuard, authorize_route
+from .retrieval import Retrieval, Retrieved, SourceAsk
 from .scope import ScopeResolver
 
 SUMMARY_MAX_CHARS = 320
@@ -52,11 +53,11 @@ class KnowledgeService:
         codec: TokenCodec,
         runs: RunGuard,
         clock: Clock,
-        translator: QueryTranslator | None = None,
+        retrieval: Retrieval | None = None,
     ) -> None:
         self._scopes = scopes
         self._backend = backend
-        self._translator = translator
+        self.retrieval = retrieval or Retrieval(backend)
         self._codec = codec
         self._runs = runs
         self._clock = clock
@@ -109,8 +110,9 @@ class KnowledgeService:
         return response
 
     def rank(self, principal: Principal, route: str, query: str, depth: int) -> list[tuple[str, str, float]]:
-        """Internal evaluation path (not exposed over HTTP): the same planning, backend search and merge as
-        `search`, but the top-`depth` (source_key, doc_id, score) instead of at most 3 bounded hints."""
+        """The evaluation door (`kb eval`; not exposed over HTTP): exactly what `search` runs — the same
+        planning, retrieval step and merge — but the top-`depth` (source_key, doc_id, score) instead of at
+        most 3 bounded hints. Depth is the only difference."""
         if not 1 <= depth <= MAX_RANK_DEPTH:
             raise ValueError(f"depth must be 1..{MAX_RANK_DEPTH}")
         scope = self._enter(principal, route, None)
@@ -126,7 +128,7 @@ class KnowledgeService:
         self, scope: KnowledgeScope, query: str, principal: Principal, planned: list[PlannedSource]
     ) -> tuple[SearchStatus, list[Hit]]:
         """(status, merged hits) over sources someone else planned: a turn's startup retrieval (R-MODE)."""
-        return self._ranked_hits(scope, query, principal, depth=None, planned=planned)
+        return self._retrieve(scope, query, principal, depth=None, planned=planned)
 
     def mint_ref(self, hit: Hit, identity: str, scope_revision: str) -> tuple[str, int]:
         """A signed ref (and its expiry) for a hit's parent document, bound to `identity` (A-REF)."""
@@ -139,40 +141,41 @@ class KnowledgeService:
         )
 
     def _ranked_hits(
+        self, scope: KnowledgeScope, query: str, principal: Principal, depth: int | None
+    ) -> tuple[SearchStatus, list[Hit]]:
+        return self._retrieve(scope, query, principal, depth, plan_search(scope, query))
+
+    def _retrieve(
         self,
         scope: KnowledgeScope,
         query: str,
         principal: Principal,
         depth: int | None,
-        planned: list[PlannedSource] | None = None,
+        planned: list[PlannedSource],
     ) -> tuple[SearchStatus, list[Hit]]:
-        """(status, merged hits): each planned source asked for its `topK` (or `depth` documents)."""
-        planned = plan_search(scope, query) if planned is None else planned
+        """(status, hits merged by raw score): each planned source asked for its `topK`
+        (or `depth`) documents through the one retrieval step (K-PIPE)."""
         if not planned:
             return "ok", []
         # An expired runtime lease makes a source unavailable without querying it (R-ROUTE).
-        expired = expired_leases(scope, planned, self._clock.now())
-        timeout = float(scope.routing.source_timeout_seconds)
-        results = (
-            self._backend.search(
-                [
-                    SourceQuery(
-                        p.key, depth or p.source.definition.top_k, p.source.definition.min_score, timeout
-                    )
-                    for p in planned
-                    if p.key not in expired
-                ],
-                query,
+        expired = self.retrieval.expired(scope, planned, self._clock.now())
+        to_call = [p for p in planned if p.key not in expired]
+        retrieved = (
+            self.retrieval.run(
+                [SourceAsk.of(p, depth) for p in to_call],
+                self.retrieval.analyse(query),
                 principal.viewer,
-                expansion=self._translator.expand(query) if self._translator else "",
+                float(scope.routing.source_timeout_seconds),
             )
-            if len(expired) < len(planned)
-            else []
+            if to_call
+            else Retrieved([])
         )
-        failed = len(expired) + sum(1 for r in results if r.error is not None)
+        failed = len(expired) + sum(1 for o in retrieved.outcomes if o.error is not None)
         status: SearchStatus = "unavailable" if failed == len(planned) else "partial" if failed else "ok"
-        # Several sources merge by raw score; ties break on source key then doc id for determinism.
-        hits = sorted((h for r in results for h in r.hits), key=lambda h: (-h.score, h.source_key, h.doc_id))
+        # Several sources merge by raw score; ties break on source key, then keep the source's own order
+        # (K-PIPE: one source answers every door in the same order).
+        ranked = [(h, i) for o in retrieved.outcomes for i, h in enumerate(o.hits)]
+        hits = [h for h, _ in sorted(ranked, key=lambda p: (-p[0].score, p[0].source_key, p[1]))]
         return status, hits
 
     def _hint(self, hit: Hit, identity: str, scope_revision: str, query_terms: list[str]) -> Hint:

@@ -2,8 +2,9 @@
 
 Order of one call: validate (mode, explicit sources) -> plan (R-ROUTE) -> open the invocation chain's
 ledger -> leases and deadline of the selected sources -> charge every request to the whole chain in one
-transaction (R-BUDGET) -> query -> check each document live -> failure policy (R-FAIL) -> fuse (R-FUSE)
--> cut to sourceMaxChars and the remaining chars, cite (ids unique per root) -> events (R-EVENT)."""
+transaction (R-BUDGET) -> the one retrieval step (K-PIPE: query analysis, candidates, ranking, one batched
+live check) -> failure policy (R-FAIL) -> fuse (R-FUSE) -> cut to sourceMaxChars and the remaining chars,
+cite (ids unique per root) -> events (R-EVENT)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ from ..domain.budget import (
 )
 from ..domain.errors import (
     ProtocolError,
-    SourceFailure,
     SourceTimeout,
     SourceUnavailable,
     StateUnavailable,
@@ -31,8 +31,8 @@ from ..domain.errors import (
     tool_error_for,
 )
 from ..domain.fusion import Fused, RankedList, content_fingerprint, fuse
-from ..domain.models import AgentDefinition, Viewer, citable
-from ..domain.router import PlannedSource, expired_leases, plan_startup, plan_tool
+from ..domain.models import AgentDefinition, Viewer
+from ..domain.router import PlannedSource, plan_startup, plan_tool
 from ..domain.scope import KnowledgeScope
 from ..domain.tool_wire import (
     KnowledgeId,
@@ -43,16 +43,8 @@ from ..domain.tool_wire import (
     failure,
     success,
 )
-from ..ports import (
-    BudgetLedger,
-    ChainSnapshot,
-    CitationDraft,
-    Clock,
-    Hit,
-    SearchBackend,
-    SourceQuery,
-    SourceResult,
-)
+from ..ports import BudgetLedger, ChainSnapshot, CitationDraft, Clock, SearchBackend
+from .retrieval import Retrieval, SourceAsk, SourceOutcome
 from .scope import ScopeResolver
 
 
@@ -81,9 +73,10 @@ class ToolsService:
         backend: SearchBackend,
         ledger: BudgetLedger,
         clock: Clock,
+        retrieval: Retrieval | None = None,
     ) -> None:
         self._agents = agents
-        self._backend = backend
+        self._retrieval = retrieval or Retrieval(backend)
         self._ledger = ledger
         self._clock = clock
 
@@ -140,7 +133,7 @@ class ToolsService:
             return []
 
         # Leases and the chain's deadline fail a source before it is asked or charged.
-        expired = expired_leases(scope, planned, now)
+        expired = self._retrieval.expired(scope, planned, now)
         timeout = source_timeout(
             now, routing.source_timeout_seconds, [e.deadline for e in chain] + [inv.deadline_epoch]
         )
@@ -158,29 +151,16 @@ class ToolsService:
 
         snapshot = self._ledger.charge_retrievals(snapshot, links, [p.key for p in to_call], now)
         viewer = Viewer(tenant=inv.tenant, subject=inv.subject, groups=inv.groups)
-        results = self._backend.search(
-            [
-                SourceQuery(p.key, p.source.definition.top_k, p.source.definition.min_score, timeout)
-                for p in to_call
-            ],
-            query,
-            viewer,
-        )
+        asks = [SourceAsk.of(p) for p in to_call]
+        retrieved = self._retrieval.run(asks, self._retrieval.analyse(query), viewer, timeout)
         lists: list[RankedList] = []
-        for p, result in zip(to_call, results, strict=True):
-            visible = self._live_check(result, viewer) if result.error is None else []
-            if result.error is not None:
-                failures[p.key] = tool_error_for(result.error)
+        for p, outcome in zip(to_call, retrieved.outcomes, strict=True):
+            if outcome.error is not None:
+                failures[p.key] = tool_error_for(outcome.error)
             else:
-                lists.append(
-                    RankedList(
-                        p.key,
-                        visible,
-                        p.source.definition.top_k,
-                        p.source.definition.min_score,
-                    )
-                )
-        self._retrieved(events, planned, results, to_call, failures, retrieval_ids, lists)
+                definition = p.source.definition
+                lists.append(RankedList(p.key, outcome.hits, definition.top_k, definition.min_score))
+        self._retrieved(events, planned, retrieved.outcomes, to_call, failures, retrieval_ids, lists)
         self._apply_policy(routing.failure_policy, planned, failures)
 
         fused = fuse(lists, query=query, top_k=routing.top_k, rerank=routing.rerank)
@@ -189,21 +169,6 @@ class ToolsService:
         )
         self._fused(events, snapshot.entries[inv.invocation_id], len(references), routing.rerank)
         return references
-
-    def _live_check(self, result: SourceResult, viewer: Viewer) -> list[Hit]:
-        """Each hit's document, now: still in that source, ready, visible to the viewer, same revision."""
-        if self._backend.live_hits:
-            return result.hits
-        kept: list[Hit] = []
-        for hit in result.hits:
-            try:
-                doc = self._backend.get_document(hit.source_key, hit.doc_id)
-            except SourceFailure as exc:
-                result.error = exc
-                return []
-            if citable(doc, hit.source_key, hit.revision, viewer):
-                kept.append(hit)
-        return kept
 
     @staticmethod
     def _apply_policy(policy: str, planned: list[PlannedSource], failures: dict[str, ToolError]) -> None:
@@ -312,7 +277,7 @@ class ToolsService:
     def _retrieved(
         events: Events,
         planned: list[PlannedSource],
-        results: list[SourceResult],
+        results: list[SourceOutcome],
         to_call: list[PlannedSource],
         failures: dict[str, ToolError],
         retrieval_ids: dict[str, str],

@@ -206,21 +206,22 @@ class TurnService:
             return "ok", []
         status, hits = self._knowledge.retrieve(scope, query, principal, planned)
         routing = scope.routing
+        hits = hits[: routing.top_k]
+        try:  # the bodies, in one read
+            documents = self._knowledge.retrieval.documents(hits)
+        except SourceFailure:
+            return ("partial" if status == "ok" else status) if hits else status, []
         remaining = routing.max_context_chars
         per_source: dict[str, int] = {}
         identity = identity_digest(principal, route, run_id)
         items: list[KnowledgeItem] = []
-        for hit in hits[: routing.top_k]:
+        for hit in hits:
             allowance = min(remaining, routing.source_max_chars - per_source.get(hit.source_key, 0))
             if allowance <= 0:
                 if remaining <= 0:
                     break
                 continue
-            try:
-                doc = self._backend.get_document(hit.source_key, hit.doc_id)
-            except SourceFailure:
-                status = "partial" if status == "ok" else status
-                continue
+            doc = documents.get((hit.source_key, hit.doc_id))
             # The document may have changed since the hit: never pair a newer body with the hit's revision.
             if not citable(doc, hit.source_key, hit.revision, principal.viewer):
                 continue

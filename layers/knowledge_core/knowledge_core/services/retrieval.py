@@ -1,0 +1,222 @@
+"""One retrieval behind every door (SPEC §3.9, K-PIPE).
+
+Search hints (§2.3), a turn's startup delivery (§2.2), the agent tool's `knowledge_search` and `startup`
+(§3.6), MCP, the console and `kb eval` all run this step for a query over the sources someone planned:
+
+    query analysis once (translation expansion, one vector per model)
+    -> per-source candidates from the backend (lexical and dense, one round trip)
+    -> one ranker per source (hybrid fusion, then `minScore`; BM25 alone when no model covers the query)
+    -> one batched live check of every hit (one read per backend, never one per hit)
+    -> typed per-source outcomes.
+
+The doors differ only in what they do with the outcomes: how they merge several sources (search by raw
+score, the tool by RRF and its `rerank`), what they charge and what they return."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..domain.errors import SourceFailure
+from ..domain.hybrid import HybridRanking
+from ..domain.models import Document, DocumentState, Viewer, citable
+from ..domain.router import PlannedSource, expired_leases
+from ..domain.scope import KnowledgeScope
+from ..ports import (
+    Embedder,
+    Hit,
+    QueryAnalysis,
+    QueryTranslator,
+    SearchBackend,
+    SourceQuery,
+    SourceResult,
+    Vector,
+)
+
+logger = logging.getLogger(__name__)
+
+DocKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class SourceAsk:
+    """One source to retrieve from: at most `top_k` ranked documents scoring at least `min_score`."""
+
+    key: str
+    top_k: int
+    min_score: float
+
+    @classmethod
+    def of(cls, planned: PlannedSource, depth: int | None = None) -> SourceAsk:
+        """A planned source's own `topK` and `minScore` (or `depth` documents: the evaluation door)."""
+        definition = planned.source.definition
+        return cls(planned.key, depth or definition.top_k, definition.min_score)
+
+
+@dataclass
+class SourceOutcome:
+    """One planned source's answer: its ranked, live-checked hits (best first, at or above its
+    `minScore`, at most the depth asked), or the typed failure that kept it from answering."""
+
+    key: str
+    hits: list[Hit] = field(default_factory=list)
+    error: SourceFailure | None = None
+    ms: float = 0.0
+
+
+@dataclass
+class Retrieved:
+    """Every planned source's outcome, in plan order."""
+
+    outcomes: list[SourceOutcome]
+
+    def hits(self) -> list[Hit]:
+        return [h for o in self.outcomes for h in o.hits]
+
+
+class Retrieval:
+    def __init__(
+        self,
+        backend: SearchBackend,
+        *,
+        translator: QueryTranslator | None = None,
+        embedder: Embedder | None = None,
+        ranking: HybridRanking | None = None,
+    ) -> None:
+        self._backend = backend
+        self._translator = translator
+        self._embedder = embedder
+        self.ranking = ranking or HybridRanking()
+
+    @property
+    def ranking_name(self) -> str:
+        """How queries rank here, in a few words (banners, `kb mcp --embedded`, capabilities of eval)."""
+        name = f"hybrid ({self._embedder.model_id})" if self._embedder is not None else "BM25"
+        return name + (" + zh<->en query translation" if self._translator is not None else "")
+
+    # --- query analysis ----------------------------------------------------------------------------
+    def analyse(self, text: str, expansion: str | None = None) -> QueryAnalysis:
+        """The query once for every source: its translation (unless `expansion` is given) and its vectors."""
+        if expansion is None:
+            expansion = self._translator.expand(text) if self._translator is not None else ""
+        return QueryAnalysis(text, expansion, tuple(query_vectors(self._embedder, text, expansion)))
+
+    # --- leases ------------------------------------------------------------------------------------
+    @staticmethod
+    def expired(scope: KnowledgeScope, planned: Sequence[PlannedSource], now: float) -> set[str]:
+        """Planned sources whose runtime lease has run out: unavailable without being asked (R-ROUTE)."""
+        return expired_leases(scope, list(planned), now)
+
+    # --- the step ------------------------------------------------------------------------------------
+    def run(
+        self, sources: Sequence[SourceAsk], query: QueryAnalysis, viewer: Viewer, timeout_s: float
+    ) -> Retrieved:
+        """Each source's ranked, live-checked documents, one backend round trip for all of them."""
+        if not sources:
+            return Retrieved([])
+        queries = [self.source_query(a.key, a.top_k, a.min_score, timeout_s, query) for a in sources]
+        results = self._backend.search(queries, query, viewer)
+        ranked = [self.rank(r, a.min_score, query) for a, r in zip(sources, results, strict=True)]
+        return self.live_check(ranked, [a.top_k for a in sources], viewer)
+
+    def source_query(
+        self, key: str, top_k: int, min_score: float, timeout_s: float, query: QueryAnalysis
+    ) -> SourceQuery:
+        """The candidates one source must return for `top_k` ranked documents: BM25's top `top_k` above
+        `minScore`, or — with query vectors — a deeper pool without a floor (the floor applies to the
+        fused score) and the dense stage's nearest documents."""
+        if not query.vectors:
+            return SourceQuery(key, top_k, min_score, timeout_s)
+        return SourceQuery(
+            key,
+            self.ranking.depth(top_k),
+            float("-inf"),
+            timeout_s,
+            dense_k=self.ranking.dense_depth(top_k),
+        )
+
+    def rank(self, result: SourceResult, min_score: float, query: QueryAnalysis) -> SourceOutcome:
+        """One source's candidates -> all its ranked hits at or above `min_score`: hybrid fusion when the
+        query has vectors (the floor applies to the fused score), BM25 order otherwise."""
+        outcome = SourceOutcome(result.key, error=result.error, ms=result.ms)
+        if result.error is not None:
+            return outcome
+        if query.vectors:
+            everything = len(result.hits) + len(result.dense)
+            outcome.hits = self.ranking.fuse(result.hits, result.cosines, result.dense, everything, min_score)
+        else:
+            outcome.hits = [h for h in result.hits if h.score >= min_score]
+        return outcome
+
+    def live_check(self, ranked: list[SourceOutcome], top_ks: Sequence[int], viewer: Viewer) -> Retrieved:
+        """Each source's best `top_k` hits whose document, now, is still in that source, ready, visible to
+        the viewer and of the hit's revision — read in one batch for all sources. A hit that fails the
+        check takes no rank: the next candidate moves up (another batch only then). A backend whose search
+        already read its documents consistently (`live_hits`) is not read again. When the read fails,
+        every source it was for fails (typed), never "no results"."""
+        if self._backend.live_hits:
+            for o, k in zip(ranked, top_ks, strict=True):
+                o.hits = o.hits[:k]
+            return Retrieved(ranked)
+        documents: dict[DocKey, DocumentState] = {}
+        kept: list[list[Hit]] = [[] for _ in ranked]
+        position = [0] * len(ranked)
+        while True:
+            batch: list[list[Hit]] = []
+            for i, (o, k) in enumerate(zip(ranked, top_ks, strict=True)):
+                batch.append(o.hits[position[i] : position[i] + k - len(kept[i])])
+                position[i] += len(batch[-1])
+            keys = [k for k in dict.fromkeys((h.source_key, h.doc_id) for b in batch for h in b)]
+            if not keys:
+                break
+            try:
+                documents.update(self._backend.document_states(keys))
+            except SourceFailure as exc:
+                for i, o in enumerate(ranked):
+                    if batch[i] or kept[i]:
+                        o.error, kept[i] = exc, []
+                break
+            for i, b in enumerate(batch):
+                kept[i] += [
+                    h
+                    for h in b
+                    if citable(documents.get((h.source_key, h.doc_id)), h.source_key, h.revision, viewer)
+                ]
+        for o, hits in zip(ranked, kept, strict=True):
+            o.hits = hits
+        return Retrieved(ranked)
+
+    def documents(self, hits: Sequence[Hit]) -> dict[DocKey, Document]:
+        """The documents of `hits` with their bodies (delivery), in one read. Raises SourceFailure when the
+        backend cannot answer."""
+        return self._backend.get_documents(list(dict.fromkeys((h.source_key, h.doc_id) for h in hits)))
+
+
+def query_vector(embedder: Embedder | None, text: str) -> Vector | None:
+    """The query's vector, or None: no embedder, no model for its script, or a model that fails to load or
+    run (logged, without the text: the query then ranks by BM25 alone rather than failing)."""
+    if embedder is None:
+        return None
+    try:
+        return embedder.embed_query(text)
+    except Exception as exc:
+        from ..adapters.embedding import ModelError
+
+        logger.warning(
+            "embedding model failed, ranking by BM25 alone: %s",
+            exc if isinstance(exc, ModelError) else type(exc).__name__,
+        )
+        return None
+
+
+def query_vectors(embedder: Embedder | None, text: str, expansion: str = "") -> list[Vector]:
+    """The query in every model that can embed it: its text in the model of its script (first), and its
+    translation (`expansion`: the other language's words) in the model of that language when it is another
+    model. Empty: BM25 alone."""
+    own = query_vector(embedder, text)
+    vectors = [own] if own is not None else []
+    other = query_vector(embedder, expansion) if expansion else None
+    if other is not None and all(v.model != other.model for v in vectors):
+        vectors.append(other)
+    return vectors

@@ -1,0 +1,265 @@
+"""`kb ingest`: documents from a file or a directory through ingestion jobs (I-INGEST), and the wait for
+them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..http import seg
+from . import Call, Subparsers, add_endpoint
+from .jobs import job_line as _job_line
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "ingest",
+        help="create or replace documents from a file or a directory (Markdown, text, HTML, PDF, DOCX) "
+        "through an ingestion job",
+    )
+    add_endpoint(p)
+    p.add_argument("--source", required=True, help="exact id@version")
+    p.add_argument("--doc-id", help="document id (a prefix for a directory)")
+    p.add_argument("--title")
+    p.add_argument("--tenant", default="default", help="the documents' tenant (SPEC §1: always named)")
+    p.add_argument(
+        "--share-tenant", action="append", metavar="TENANT", help="also visible to this tenant (repeatable)"
+    )
+    p.add_argument(
+        "--sync", action="store_true", help="directory: also delete documents under the prefix that left it"
+    )
+    p.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_ingest)
+
+
+def _is_loopback(endpoint: str) -> bool:
+    from urllib.parse import urlparse
+
+    return (urlparse(endpoint).hostname or "") in ("127.0.0.1", "localhost", "::1")
+
+
+def _acl(args: argparse.Namespace) -> dict:
+    """The documents' tenant (SPEC §1: always named) and the tenants they are shared with."""
+    return {"tenant": args.tenant, "shared_tenants": list(args.share_tenant or [])}
+
+
+MAX_BODY_BYTES = 5 * 1024 * 1024  # SPEC §1: a document body is at most 5 MiB
+MAX_DIRECTORY_FILES = 10_000  # as the service's own directory scan
+
+
+class FileRefused(Exception):
+    """A file `kb ingest` does not send, with the typed code printed for it (the rest goes on)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+
+
+def _read_regular(file: Path) -> bytes:
+    """The bytes of a regular file, opened without following a link and checked after opening (a file
+    swapped for a link or a FIFO after the walk is refused, never read or waited on)."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        raise FileRefused("not_found", "cannot be opened as a regular file (missing, or a link)") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused("unsupported_format", "not a regular file")
+        if info.st_size > MAX_BODY_BYTES:
+            raise FileRefused("too_large", f"{info.st_size} bytes (at most {MAX_BODY_BYTES}, 5 MiB)")
+        return f.read(MAX_BODY_BYTES + 1)
+
+
+def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, title: str | None) -> dict:
+    """A file as a job document: Markdown/text as a body (title from its `# heading`, else its file name),
+    other formats as bytes the worker extracts. `uri` is what the caller named or the path relative to the
+    directory: never this machine's absolute path, which agents would see in references. FileRefused when
+    it is larger than a document may be or a text file is not UTF-8."""
+    import base64
+
+    from knowledge_core.domain.ingestion import file_format
+
+    from ..demo import markdown_document
+
+    source = {"uri": uri}
+    acl = _acl(args)
+    data = _read_regular(file)
+    if len(data) > MAX_BODY_BYTES:
+        raise FileRefused("too_large", f"more than {MAX_BODY_BYTES} bytes (5 MiB)")
+    if file_format(file.name) in ("markdown", "text"):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FileRefused("invalid_utf8", f"not UTF-8 text (byte {exc.start})") from None
+        doc = markdown_document(args.source, doc_id, text, title)
+        if title is None and not text.startswith("# "):  # no heading: the file's name, not a generated id
+            doc = doc.model_copy(update={"title": file.stem})
+        return {
+            "doc_id": doc_id,
+            "title": doc.title,
+            "body": doc.body,
+            "structured_source": source,
+            "acl": acl,
+        }
+    document = {
+        "doc_id": doc_id,
+        "filename": file.name,
+        "content_base64": base64.b64encode(data).decode("ascii"),
+        "structured_source": source,
+        "acl": acl,
+    }
+    if title:
+        document["title"] = title
+    return document
+
+
+def directory_files(root: Path) -> list[Path]:
+    """The files of a directory upload, by the service's own rules (I-INGEST, issue 26 M5): regular files
+    of a supported format, no symlink (file or directory) followed, nothing hidden (`.git/…`, `.env.md`),
+    at most MAX_DIRECTORY_FILES."""
+    import os
+
+    from knowledge_core.domain.ingestion import FORMATS
+
+    found: list[Path] = []
+    for here, dirs, names in os.walk(root, followlinks=False):
+        base = Path(here)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (base / d).is_symlink())
+        for name in sorted(names):
+            p = base / name
+            if name.startswith(".") or p.suffix.lower() not in FORMATS or p.is_symlink() or not p.is_file():
+                continue
+            found.append(p)
+            if len(found) > MAX_DIRECTORY_FILES:
+                raise SystemExit(f"kb ingest: {root.name}: more than {MAX_DIRECTORY_FILES} files")
+    return sorted(found)
+
+
+def _files(args: argparse.Namespace, path: Path) -> tuple[list[tuple[str, Path, str]], str | None]:
+    """(doc_id, file, uri) of each file to send, and the title given for a single file."""
+    from knowledge_core.domain.ingestion import directory_doc_id, path_doc_id
+
+    if path.is_dir():
+        prefix = args.doc_id or ""
+        return [
+            (directory_doc_id(prefix, p.relative_to(path)), p, p.relative_to(path).as_posix())
+            for p in directory_files(path)
+        ], None
+    # A single file without --doc-id takes its file name (without suffix), as a file of a directory does.
+    return [(args.doc_id or path_doc_id(path.stem), path, args.file)], args.title
+
+
+def _inline_jobs(args: argparse.Namespace, path: Path) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Job requests carrying the files themselves (a single file, or a directory on a remote endpoint),
+    at most 500 documents and about 5 MB each; and the files refused here, as (uri, "code: detail")."""
+    files, title = _files(args, path)
+    jobs: list[dict] = []
+    refused: list[tuple[str, str]] = []
+    batch: list[dict] = []
+    size = 0
+    for doc_id, file, uri in files:
+        try:
+            document = _file_document(args, doc_id, file, uri, title)
+        except FileRefused as exc:
+            refused.append((uri, str(exc)))
+            continue
+        weight = len(document.get("body") or document.get("content_base64") or "")
+        if batch and (len(batch) >= 500 or size + weight > 5_000_000):
+            jobs.append({"documents": batch})
+            batch, size = [], 0
+        batch.append(document)
+        size += weight
+    if batch:
+        jobs.append({"documents": batch})
+    return jobs, refused
+
+
+def _wait_for_jobs(args: argparse.Namespace, call: Call, job_ids: list[str], total: int) -> list[dict]:
+    """Poll the jobs until they complete: a progress bar on a terminal (documents, passages, rate, ETA),
+    a plain line every few seconds otherwise."""
+    import time
+
+    from tqdm import tqdm
+
+    base = f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs/"
+    tty = sys.stderr.isatty()
+    bar = tqdm(total=total, unit="doc", disable=not tty, dynamic_ncols=True)
+    finished: dict[str, dict] = {}
+    last_line = 0.0
+    try:
+        while len(finished) < len(job_ids):
+            jobs = [finished.get(j) or call(args.endpoint, "GET", base + seg(j)) for j in job_ids]
+            for job in jobs:
+                if job["state"] == "completed":
+                    finished[job["job_id"]] = job
+            handled = sum(
+                j["counts"]["done"] + j["counts"]["unchanged"] + j["counts"]["failed"] for j in jobs
+            )
+            bar.update(handled - bar.n)
+            bar.set_postfix(passages=sum(j["passages"] for j in jobs), refresh=False)
+            if not tty and (time.monotonic() - last_line > 2 or len(finished) == len(job_ids)):
+                for job in jobs:
+                    print(_job_line(job), flush=True)
+                last_line = time.monotonic()
+            if len(finished) < len(job_ids):
+                time.sleep(0.2)
+    finally:
+        bar.close()
+    return [finished[j] for j in job_ids]
+
+
+def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
+    """Exit 0 when every document was ingested (or unchanged), 1 when any failed (other than a file of an
+    unsupported format, listed and skipped) or was refused here."""
+    path = Path(args.file)
+    sync = getattr(args, "sync", False)  # callers building their own Namespace may leave the job flags out
+    refused: list[tuple[str, str]] = []
+    if path.is_dir() and _is_loopback(args.endpoint):
+        # kb serve reads the directory itself (its admin API answers on loopback only).
+        body: dict[str, Any] = {
+            "directory": str(path.resolve()),
+            "doc_id_prefix": args.doc_id or "",
+            "acl": _acl(args),
+        }
+        if sync:
+            body["sync"] = True
+        requests = [body]
+    else:
+        if sync:
+            raise SystemExit("kb ingest: --sync needs a directory and a kb serve on this machine")
+        if not path.exists():
+            raise SystemExit(f"kb ingest: {args.file}: no such file or directory")
+        requests, refused = _inline_jobs(args, path)
+    for uri, reason in refused:
+        print(f"kb ingest: {uri}: {reason}", file=sys.stderr)
+    responses = [
+        call(args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs", request)
+        for request in requests
+    ]
+    accepted = [a for a in responses if isinstance(a, dict) and "job_id" in a]
+    if getattr(args, "no_wait", False):
+        for job in accepted:
+            print(job["job_id"])
+        return 1 if refused else 0
+    jobs = _wait_for_jobs(args, call, [a["job_id"] for a in accepted], sum(a["total"] for a in accepted))
+    return _report(args, jobs, len(refused))
+
+
+def _report(args: argparse.Namespace, jobs: list[dict], refused: int) -> int:
+    ingested = sum(j["counts"]["done"] + j["counts"]["unchanged"] for j in jobs)
+    failed = [(e["doc_id"], e["code"]) for j in jobs for e in j["errors"]]
+    print(f"ingested {ingested} document(s) into {args.source}", end="")
+    unchanged = sum(j["counts"]["unchanged"] for j in jobs)
+    deleted = sum(j["counts"]["deleted"] for j in jobs)
+    print(f" ({unchanged} unchanged, {len(failed) + refused} failed, {deleted} deleted)")
+    for doc_id, code in failed:
+        print(f"  {doc_id}: {code}", file=sys.stderr)
+    # A file of a format no job takes is listed but, as a remote walk skips it, does not fail the command.
+    return 1 if refused or any(code != "unsupported_format" for _, code in failed) else 0

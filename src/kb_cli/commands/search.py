@@ -1,0 +1,131 @@
+"""`kb search --route R "query"`: search as a route, and say why nothing came back (issue 22 point 9).
+
+The search itself is the public API's, unchanged; the explanation comes from the admin listings (the
+route's agent, its routing and its sources) planned with the service's own router."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from ..http import seg
+from . import Call, Subparsers, add_endpoint
+
+if TYPE_CHECKING:
+    from knowledge_core.domain.models import AgentDefinition
+    from knowledge_core.domain.scope import KnowledgeScope
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser("search", help="search as a workspace route; an empty answer says why")
+    add_endpoint(p)
+    p.add_argument("--route", required=True, help="workspace route (e.g. demo)")
+    p.add_argument("--tenant", default="default", help="the tenant to search as (SPEC §1 default)")
+    p.add_argument("--token", help="a bearer token (env KB_TOKEN); default: a 5-minute one for --route")
+    p.add_argument("--limit", type=int, default=3)
+    p.add_argument("query")
+    p.set_defaults(func=cmd_search)
+
+
+def cmd_search(args: argparse.Namespace, call: Call) -> int:
+    token = args.token or os.environ.get("KB_TOKEN") or _short_token(args, call)
+    path = f"/agent-api/v1/workspaces/{seg(args.route)}/knowledge/search"
+    answer = call(
+        args.endpoint, "POST", path, {"query": args.query, "limit": args.limit}, headers=_bearer(token)
+    )
+    hints = answer.get("hints", [])
+    for i, hint in enumerate(hints, 1):
+        print(f"{i}. {hint['title']}  (score {hint['score']:.3f})\n   {hint['summary'][:200]}")
+    if answer.get("status") != "ok":
+        print(f"status: {answer.get('status')}")
+    if not hints:
+        print("no hints:")
+        for reason in explain(args, call):
+            print(f"  - {reason}")
+    return 0
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _short_token(args: argparse.Namespace, call: Call) -> str:
+    body = {"routes": [args.route], "client_id": "kb-search", "subject": "kb-search", "tenant": args.tenant}
+    return call(args.endpoint, "POST", "/admin/v1/tokens", {**body, "ttl_seconds": 300})["token"]
+
+
+def explain(args: argparse.Namespace, call: Call) -> list[str]:
+    """Why a search of the route returned nothing: no agent, no source selected (and why), or nothing of
+    the tenant above the sources' minScore."""
+    from knowledge_core.domain.models import AgentDefinition
+    from knowledge_core.domain.router import plan_search
+
+    routes = {
+        w["route"]: w["agent"] for w in call(args.endpoint, "GET", "/admin/v1/workspaces")["workspaces"]
+    }
+    if args.route not in routes:
+        return [f"route {args.route!r} points at no agent (kb workspace set {args.route} --agent ID@VERSION)"]
+    agents = {a["key"]: a for a in call(args.endpoint, "GET", "/admin/v1/agents")["agents"]}
+    agent = AgentDefinition.model_validate(agents[routes[args.route]]["definition"])
+    sources = {s["key"]: s for s in call(args.endpoint, "GET", "/admin/v1/sources")["sources"]}
+    scope = _scope(args.route, agent, sources)
+    planned = plan_search(scope, args.query)
+    if not planned:
+        return _no_source(agent, scope)
+    return [_nothing_above(args, call, sources[p.key]) for p in planned]
+
+
+def _scope(route: str, agent: AgentDefinition, sources: dict[str, dict]) -> KnowledgeScope:
+    from knowledge_core.domain.models import Source, SourceDefinition, SourceState
+    from knowledge_core.domain.scope import KnowledgeScope
+
+    def source(summary: dict | None) -> Source | None:
+        if summary is None:
+            return None
+        definition = SourceDefinition.model_validate(
+            {k: summary[k] for k in ("id", "version", "description", "tags")}
+            | {"topK": summary["top_k"], "minScore": summary["min_score"]}
+        )
+        return Source(
+            definition=definition, state=SourceState(status=summary["status"], enabled=summary["enabled"])
+        )
+
+    sources_in_scope = {k: source(sources.get(k)) for k in agent.allowed_keys}
+    return KnowledgeScope(route=route, agent=agent, sources=sources_in_scope)
+
+
+def _no_source(agent: AgentDefinition, scope: KnowledgeScope) -> list[str]:
+    routing = agent.routing
+    mode = routing.mode or "legacy"
+    reasons = [f"no source selected: agent {agent.key} routes {mode}"]
+    searchable = {s.key for s in scope.searchable()}
+    for key in agent.allowed_keys:
+        if key not in searchable:
+            reasons.append(f"{key} is not searchable now (unpublished, disabled or inactive)")
+    for rule in routing.rules:
+        needs = [f"context {k}={v}" for k, v in rule.context_equals.items()]
+        needs += [f"a query term of {rule.query_terms}"] if rule.query_terms and not rule.always else []
+        needs += [f"a tag of {rule.tags} in the query"] if rule.tags and not rule.always else []
+        reasons.append(
+            f"the rule for {rule.knowledge.key} needs {', '.join(needs) or 'nothing'}; "
+            "a search carries no context"
+        )
+    if mode in ("AUTO", "ON_DEMAND"):
+        reasons.append("sources without a rule are chosen when a query word is in their description or tags")
+    return reasons
+
+
+def _nothing_above(args: argparse.Namespace, call: Call, source: dict) -> str:
+    docs = call(args.endpoint, "GET", f"/admin/v1/sources/{seg(source['key'])}/documents")["documents"]
+    mine = sum(1 for d in docs if d.get("tenant") == args.tenant and d["status"] == "ready")
+    if not mine:
+        tenants = sorted({d.get("tenant") or "—" for d in docs})
+        return (
+            f"{source['key']} was searched but holds no ready document of tenant {args.tenant!r} "
+            f"(its documents' tenants: {', '.join(tenants) or 'none'})"
+        )
+    return (
+        f"{source['key']} was searched ({mine} document(s) of tenant {args.tenant!r}) but nothing scored "
+        f"above its minScore {source['min_score']}"
+    )

@@ -1,0 +1,208 @@
+"""`kb serve`: every handler behind a local HTTP gateway and the Lambda Invoke API, on the state directory."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..local_env import DEFAULT_STATE, STATE_FILE, LocalRanking, _write_private, local_container
+from . import Call, Subparsers
+
+if TYPE_CHECKING:
+    from knowledge_core.bootstrap import Container
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser("serve", help="run every handler behind a local HTTP gateway and Lambda Invoke API")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=3000)
+    p.add_argument(
+        "--state", default=str(DEFAULT_STATE), help="state directory (SQLite index, secret, token)"
+    )
+    p.add_argument("--no-demo", action="store_true", help="do not seed the demo workspace")
+    p.add_argument("--search-backend", choices=["sqlite", "opensearch"], default="sqlite")
+    p.add_argument("--opensearch-url")
+    p.add_argument(
+        "--state-backend",
+        choices=["sqlite", "dynamodb"],
+        help="where tokens, sources, agents, runs and ledgers live (default: sqlite under --state; "
+        "dynamodb when --dynamodb-endpoint is given)",
+    )
+    p.add_argument("--dynamodb-endpoint")
+    p.add_argument(
+        "--instances",
+        type=int,
+        default=max(2, min(4, os.cpu_count() or 2)),
+        help="worker processes per function at most (each takes one event at a time, as on Lambda)",
+    )
+    p.add_argument("--verbose", action="store_true", help="also print the handlers' logs and metrics")
+    p.add_argument(
+        "--embedding-model",
+        default="auto",
+        help="hybrid ranking: a model directory (or a directory of them), 'none' for BM25, or 'auto' "
+        "(default): $KB_EMBEDDING_MODEL_DIR, else the per-user cache `kb models fetch` fills, else BM25",
+    )
+    p.add_argument(
+        "--query-translation",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="expand queries across Chinese and English with the lexicon `kb models fetch` compiles "
+        "($KB_LEXICON_DIR, else the per-user cache; default: on when it is there, unless "
+        "KB_QUERY_TRANSLATION=false)",
+    )
+    p.set_defaults(func=cmd_serve)
+
+
+def _demo_token(container: Container, token_file: Path) -> str:
+    """The demo token of an earlier start while it is still valid (for the default tenant); otherwise a new
+    one."""
+    from knowledge_core.services.access import token_hash
+
+    from .. import demo
+
+    if token_file.exists():
+        token = token_file.read_text(encoding="utf-8").strip()
+        session = container.state.sessions.get_session(token_hash(token))
+        if (
+            session is not None
+            and not session.revoked
+            and session.expires_at > container.clock.now() + 60
+            and session.tenant == demo.DEFAULT_TENANT  # one of an older state sees no documents now
+        ):
+            return token
+    token = demo.issue_token(container)
+    _write_private(token_file, token + "\n")
+    return token
+
+
+def _orphaned_sources(container: Container, state: Path) -> list[str]:
+    """Sources that have documents in the index but are not in the registry (an older kb serve kept
+    its registry in memory)."""
+    import sqlite3
+
+    index = state / "search.sqlite3"
+    if container.settings.search_backend != "sqlite" or not index.exists():
+        return []
+    with sqlite3.connect(index) as conn:
+        try:
+            keys = [k for (k,) in conn.execute("SELECT DISTINCT source_key FROM documents")]
+        except sqlite3.Error:
+            return []
+    if not keys:
+        return []
+    known = container.state.registry.get_sources(keys)
+    return sorted(k for k, source in known.items() if source is None)
+
+
+def cmd_serve(args: argparse.Namespace, call: Call | None = None) -> int:
+    state = Path(args.state)
+    args.state_backend = args.state_backend or ("dynamodb" if args.dynamodb_endpoint else "sqlite")
+    if args.state_backend == "dynamodb" and not args.dynamodb_endpoint:
+        raise SystemExit("kb serve: --state-backend dynamodb needs --dynamodb-endpoint URL")
+    fresh_state = not (state / STATE_FILE).exists()
+    ranking = _resolve_ranking(args)
+    if ranking is None:
+        return 2
+    container = _open_state(args, state, ranking)
+    if container is None:
+        return 2
+    if fresh_state and container.table is None:
+        _note_orphans(container, state)
+    if not args.no_demo:
+        _seed_demo(container, state)
+    return _listen(args, container, state, ranking)
+
+
+def _resolve_ranking(args: argparse.Namespace) -> LocalRanking | None:
+    """The embedding models and the lexicon in force; None (after one line on stderr) when one named
+    cannot be used."""
+    from .. import models
+
+    try:
+        return LocalRanking.resolve(args.embedding_model, args.query_translation)
+    except models.ModelError as exc:
+        print(f"kb serve: {exc}", file=sys.stderr)
+        return None
+
+
+def _open_state(args: argparse.Namespace, state: Path, ranking: LocalRanking) -> Container | None:
+    """The container on the state directory (or table), opened and migrated now; None (after one line on
+    stderr) when the state file cannot be used."""
+    from knowledge_core.adapters.sqlite_db import SchemaError
+
+    try:
+        container = local_container(
+            state,
+            search_backend=args.search_backend,
+            opensearch_url=args.opensearch_url,
+            dynamodb_endpoint=args.dynamodb_endpoint if args.state_backend == "dynamodb" else None,
+            ranking=ranking,
+        )
+        if container.table is None:
+            container.state  # noqa: B018 - open (and migrate) the state file now, not on the first request
+    except SchemaError as exc:
+        print(f"kb serve: {exc}", file=sys.stderr)
+        return None
+    return container
+
+
+def _note_orphans(container: Container, state: Path) -> None:
+    orphans = _orphaned_sources(container, state)
+    if orphans:
+        print(
+            f"note: {state} was written by an older kb serve that kept sources, agents and tokens in "
+            f"memory; the index still holds documents of {', '.join(orphans)}. Publish those sources "
+            "again (kb publish source FILE.json) to make them searchable, or delete "
+            f"{state / 'search.sqlite3'} to start empty."
+        )
+
+
+def _seed_demo(container: Container, state: Path) -> None:
+    from .. import demo
+
+    moved = demo.adopt_default_tenant(container)
+    seeded = demo.seed_if_absent(container)
+    token_file = state / "demo-token"
+    token = _demo_token(container, token_file)
+    if moved:
+        print(
+            f"note: {state} is from before the default tenant: {moved} document(s) of demo-docs@1.0.0 moved "
+            f"from tenant '{demo.LEGACY_TENANT}' to '{demo.DEFAULT_TENANT}' and the demo token below is new "
+            "(tokens issued with --tenant demo no longer see them)"
+        )
+    what = "seeded" if seeded else "kept"
+    key = f"{demo.SOURCE['id']}@{demo.SOURCE['version']}"
+    count = len(container.backend.list_documents(key, 100_000))  # what is stored, not what was seeded
+    print(f"demo workspace 'demo' {what}: {count} documents in {key} (tenant {demo.DEFAULT_TENANT})")
+    print(f"bearer token for route demo (also in {token_file}):\n{token}")
+
+
+def _listen(args: argparse.Namespace, container: Container, state: Path, ranking: LocalRanking) -> int:
+    from ..gateway import LocalGateway, WorkerHandlers, make_server
+    from ..ingest_worker import IngestWorker
+
+    worker = IngestWorker(container, verbose=args.verbose)
+    worker.start()  # resumes any job a killed kb serve left behind, once its lease runs out
+    handlers = WorkerHandlers(max_instances=args.instances, verbose=args.verbose)
+    server = make_server(args.host, args.port, LocalGateway(handlers), log_requests=True)
+    host, port = str(server.server_address[0]), server.server_address[1]
+    where = f"DynamoDB at {args.dynamodb_endpoint}" if container.table else f"SQLite at {state / STATE_FILE}"
+    print(
+        f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
+        f"{ranking.banner()}; state: {where}; "
+        f"up to {args.instances} instances per function)",
+        flush=True,
+    )
+    print(f"console: http://{host}:{port}/console/ (loopback only)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        worker.stop()
+        handlers.close()
+    return 0

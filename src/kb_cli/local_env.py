@@ -1,0 +1,176 @@
+"""The local runtime's files and environment: the state directory, its private files, and the container of
+this process built on them (shared by `kb serve`, `kb mcp --embedded`, `kb invoke` and `kb eval`)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from knowledge_core.bootstrap import Container
+    from knowledge_core.settings import Settings
+
+DEFAULT_STATE = Path(".kb-state")
+STATE_FILE = "state.sqlite3"  # beside search.sqlite3: sources, agents, tokens, runs, turns, ledgers
+
+
+@dataclass(frozen=True)
+class LocalRanking:
+    """The embedding models and the zh<->en lexicon the local runtime ranks with, resolved once the way
+    every local door shares (`kb serve`, `kb mcp --embedded`, `kb invoke`), and how a banner says it."""
+
+    model_dir: str | None = None
+    lexicon_dir: str | None = None
+    ranking: str = "BM25"
+    translation: str = "off"
+
+    @classmethod
+    def resolve(cls, embedding_model: str = "auto", query_translation: bool | None = None) -> LocalRanking:
+        """`auto`: `$KB_EMBEDDING_MODEL_DIR`, else the per-user cache `kb models fetch` fills, else BM25;
+        the lexicon likewise (`query_translation` None: as `$KB_QUERY_TRANSLATION` says, default on). A
+        directory named that cannot be used raises `models.ModelError`."""
+        from . import models
+
+        if query_translation is None:
+            query_translation = os.environ.get("KB_QUERY_TRANSLATION", "true").lower() not in ("false", "0")
+        model_dir, ranking = models.resolve(embedding_model)
+        lexicon_dir, translation = models.resolve_lexicon(query_translation)
+        return cls(model_dir, lexicon_dir, ranking, translation)
+
+    def banner(self) -> str:
+        return f"ranking: {self.ranking}; query translation: {self.translation}"
+
+
+def local_settings(
+    state: Path,
+    *,
+    search_backend: str = "sqlite",
+    opensearch_url: str | None = None,
+    dynamodb_endpoint: str | None = None,
+    ranking: LocalRanking | None = None,
+) -> Settings:
+    """The settings of the local runtime: what the environment sets (`Settings.from_env`, the one table),
+    with state and search embedded on SQLite under `state` unless real endpoints are given, and ranked as
+    `ranking` says (default: resolved as `kb serve` resolves it)."""
+    from knowledge_core.adapters.private_files import private_path
+    from knowledge_core.settings import Settings
+
+    ranking = ranking or LocalRanking.resolve()
+    # The directory is 0700 and its files 0600 (G-LOCAL): those an earlier kb left wider are narrowed here,
+    # the databases as they are opened.
+    private_path(state, directory=True)
+    for name in ("token-secret", "token-secret.previous", "demo-token"):
+        if (state / name).exists():
+            private_path(state / name)
+    secret_file = state / "token-secret"
+    if not secret_file.exists():
+        _write_private(secret_file, secrets.token_urlsafe(48))
+    base = Settings.from_env()
+    local = {
+        # The file is the one secret locally, re-read every few seconds: `kb secret rotate` takes effect in
+        # a running `kb serve` without a restart.
+        "token_secret": None,
+        "token_secret_previous": None,
+        "token_secret_file": str(secret_file.resolve()),
+        "secret_refresh_seconds": float(os.environ.get("KB_SECRET_REFRESH_SECONDS", "5")),
+        "search_backend": search_backend,
+        "sqlite_path": str(state / "search.sqlite3"),
+        "opensearch_url": opensearch_url,
+        "state_backend": "dynamodb" if dynamodb_endpoint else "sqlite",
+        "state_path": str(state / STATE_FILE),
+        "dynamodb_endpoint": dynamodb_endpoint,
+        # Every function runs in its own processes here: without a registry cache, a disabled source or an
+        # ended run is seen by the next request (local reads are cheap); on Lambda the default is 2 s.
+        "registry_cache_seconds": float(os.environ.get("KB_REGISTRY_CACHE_SECONDS", "0")),
+        # The admin API answers on loopback only here, so an ingestion job may name a local directory
+        # (unless KB_INGEST_DIRECTORIES=false: the fuzz run reads none of this machine's files).
+        "ingest_directories": os.environ.get("KB_INGEST_DIRECTORIES", "true").strip().lower() != "false",
+        "embedding_model_dir": ranking.model_dir,
+        # Hybrid ranking: re-seeding (or a restart) must not re-embed the corpus.
+        "embedding_cache": (base.embedding_cache or str(state / "embedding-cache.sqlite3"))
+        if ranking.model_dir
+        else None,
+        "query_translation": ranking.lexicon_dir is not None,
+        "lexicon_dir": ranking.lexicon_dir,
+    }
+    return Settings.model_validate({**base.model_dump(), **local})
+
+
+def configure_local_env(state: Path, **kwargs: Any) -> Settings:
+    """The local settings (`local_settings`), also written to this process's environment: the worker
+    processes `kb serve` starts for its functions read them back with `Settings.from_env`."""
+    from knowledge_core.settings import ENV
+
+    settings = local_settings(state, **kwargs)
+    for names in ENV.values():  # nothing stale from the shell or an earlier configuration of this process
+        for name in names:
+            os.environ.pop(name, None)
+    os.environ.update(settings.to_env())
+    os.environ.update(
+        {
+            "AWS_DEFAULT_REGION": settings.region,
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_NAMESPACE": "AgentKnowledge",
+            "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+            # Handlers adding no metric make Powertools warn on every event; the worker processes inherit it.
+            "PYTHONWARNINGS": _with_quiet_metrics(os.environ.get("PYTHONWARNINGS", "")),
+        }
+    )
+    warnings.filterwarnings("ignore", message="No application metrics to publish")  # kb invoke runs here
+    if settings.dynamodb_endpoint:
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    return settings
+
+
+QUIET_METRICS_WARNING = "ignore:No application metrics to publish"
+
+
+def _with_quiet_metrics(current: str) -> str:
+    """PYTHONWARNINGS with Powertools' empty-metrics warning ignored (once), the caller's rules kept."""
+    rules = [r for r in current.split(",") if r and r != QUIET_METRICS_WARNING]
+    return ",".join([*rules, QUIET_METRICS_WARNING])
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Create (or replace) a file readable by its owner only, from the first byte: written to a new 0600
+    file beside it, then renamed over it (an existing file's wider mode never applies)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def local_container(state: Path, **kwargs: Any) -> Container:
+    """The container of this process on the local runtime's settings (`local_settings` arguments), set as
+    the process container for the handlers, its table and search indices made (deploy time, locally)."""
+    settings = configure_local_env(state, **kwargs)
+    from knowledge_core import bootstrap
+    from knowledge_core.bootstrap import Container
+
+    container = Container(settings)
+    bootstrap.reset(container)
+    if container.table is not None:
+        container.table.create()
+    container.admin.prepare_search()  # deploy time, locally: the read path never creates indices
+    return container
+
+
+def rotate_secret(state: Path) -> None:
+    """The current token secret becomes the previous one (still verified) and a new one signs."""
+    from knowledge_core.adapters.private_files import private_path
+
+    private_path(state, directory=True)
+    current, previous = state / "token-secret", state / "token-secret.previous"
+    if current.exists():
+        _write_private(previous, current.read_text(encoding="utf-8"))
+    _write_private(current, secrets.token_urlsafe(48))

@@ -1,0 +1,238 @@
+"""Issue 22 (a newcomer's own documents, right the first time) and issue 21 point 5 (the CLI's layout):
+unit tests of the `kb` CLI and the demo workspace, on embedded state; no network."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from knowledge_core.domain.models import Principal
+
+from kb_cli import demo
+from kb_cli.commands import serve as serve_command
+
+KB_CLI = Path(__file__).resolve().parents[2] / "src" / "kb_cli"
+DEMO_SOURCE = "demo-docs@1.0.0"
+
+
+def _search(container, tenant: str, query: str) -> list[str]:  # hint titles
+    from knowledge_core.domain.wire import SearchRequest
+
+    principal = Principal(client_id="c", session_id="s", subject="demo-user", tenant=tenant, routes=["demo"])
+    response = container.knowledge.search(principal, "demo", SearchRequest(query=query))
+    return [h.title for h in response.hints]
+
+
+# --- issue 21 point 5: the CLI in command modules ---------------------------------------------------------
+
+
+def test_issue21_p5_cli_functions_are_at_most_60_lines():
+    modules = [KB_CLI / "main.py", KB_CLI / "mcp_server.py", KB_CLI / "local_env.py"]
+    modules += sorted((KB_CLI / "commands").glob("*.py"))
+    long = [
+        f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in modules
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60
+    ]
+    assert long == []
+
+
+def test_issue21_p5_main_and_mcp_server_do_not_import_each_other():
+    def imports(path: Path) -> set[str]:
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                found.add(("." * node.level) + (node.module or ""))
+                found.update(f"{'.' * node.level}{node.module or ''}.{a.name}" for a in node.names)
+        return found
+
+    assert not {".main", "kb_cli.main", "..main"} & imports(KB_CLI / "mcp_server.py")
+    assert not any("mcp_server" in name for name in imports(KB_CLI / "main.py"))
+
+
+# --- issue 22 point 1: one default tenant -----------------------------------------------------------------
+
+
+def test_issue22_p1_demo_workspace_token_and_commands_use_the_default_tenant(demo_container):
+    """SPEC §1 default tenant: the demo documents, the demo token and `kb token issue`/`kb ingest` defaults
+    are all `default`, so what the README's commands ingest the printed token finds."""
+    from kb_cli.main import build_parser
+
+    assert demo.DEFAULT_TENANT == "default"
+    assert {d.acl.tenant for d in demo.demo_documents()} == {"default"}
+    token = demo.issue_token(demo_container)
+    assert demo_container.access.authenticate(f"Bearer {token}").tenant == "default"
+    parser = build_parser()
+    assert parser.parse_args(["token", "issue", "--route", "demo"]).tenant == "default"
+    assert parser.parse_args(["ingest", "--source", "s@1", "f.md"]).tenant == "default"
+    console = (KB_CLI / "console" / "console.js").read_text(encoding="utf-8")
+    assert 'value: "demo" }' not in console and console.count('name: "tenant", value: "default"') == 4
+
+
+def test_issue22_p1_a_state_seeded_with_tenant_demo_keeps_working(demo_container, tmp_path, capsys):
+    """An existing .kb-state (demo documents and token of tenant `demo`): `kb serve` moves the demo source's
+    documents to `default`, renews the demo token and says so in one line."""
+    legacy = [
+        d.model_copy(update={"acl": d.acl.model_copy(update={"tenant": "demo"})})
+        for d in demo.demo_documents()
+    ]
+    demo_container.admin.put_documents(legacy)
+    old_token = demo.issue_token(demo_container)
+    old = demo_container.access.authenticate(f"Bearer {old_token}")
+    (tmp_path / "demo-token").write_text(old_token + "\n", encoding="utf-8")
+    assert _search(demo_container, "default", "网关离线") == []
+    # the old token was issued for tenant default by today's code: make it an old one, of tenant demo
+    session = demo_container.state.sessions.get_session(_hash(old_token))
+    assert session is not None and old.tenant == "default"
+    demo_container.state.sessions.put_session(_hash(old_token), session.model_copy(update={"tenant": "demo"}))
+
+    serve_command._seed_demo(demo_container, tmp_path)
+    lines = capsys.readouterr().out.splitlines()
+    notes = [line for line in lines if line.startswith("note:")]
+    assert len(notes) == 1 and "from tenant 'demo' to 'default'" in notes[0]
+    assert f"{len(legacy)} document(s)" in notes[0]
+    assert f"{len(legacy)} documents in {DEMO_SOURCE} (tenant default)" in lines[1]
+    new_token = lines[-1]
+    assert new_token != old_token and (tmp_path / "demo-token").read_text().strip() == new_token
+    assert demo_container.access.authenticate(f"Bearer {new_token}").tenant == "default"
+    assert _search(demo_container, "default", "网关离线")
+    assert demo.adopt_default_tenant(demo_container) == 0  # idempotent: a second start says nothing
+
+
+def _hash(token: str) -> str:
+    from knowledge_core.services.access import token_hash
+
+    return token_hash(token)
+
+
+def test_issue22_p5_banner_counts_the_stored_documents(demo_container, tmp_path, capsys):
+    """The banner counts what the demo source holds after a restart, not the seed corpus."""
+    extra = demo.markdown_document(DEMO_SOURCE, "extra", "# Extra\nbody")
+    demo_container.admin.put_documents([extra])
+    serve_command._seed_demo(demo_container, tmp_path)
+    out = capsys.readouterr().out
+    assert f"{len(demo.demo_documents()) + 1} documents in {DEMO_SOURCE}" in out
+    assert json.dumps(out)  # printable
+
+
+# --- issue 22 point 8: make serve installs only when something changed --------------------------------------
+
+
+def test_issue22_p8_make_serve_installs_only_when_pyproject_changed(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import time
+
+    if shutil.which("make") is None:
+        import pytest
+
+        pytest.skip("no make here")
+    root = KB_CLI.parents[1]
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(root / name, tmp_path / name)
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+
+    def dry_run() -> str:
+        done = subprocess.run(
+            ["make", "-n", "venv"], cwd=tmp_path, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    first = dry_run()
+    assert "pip install" in first and "PYTHONWARNINGS=ignore" in first  # no setuptools notice box
+    (tmp_path / ".venv" / ".installed-semantic").touch()
+    assert "pip install" not in dry_run()
+    later = time.time() + 5
+    os.utime(tmp_path / "pyproject.toml", (later, later))
+    assert "pip install" in dry_run()
+
+
+def test_issue22_p8_handlers_do_not_warn_about_empty_metrics(tmp_path, monkeypatch):
+    """kb serve's worker processes inherit PYTHONWARNINGS ignoring Powertools' empty-metrics warning."""
+    import os
+    import subprocess
+    import sys
+
+    from kb_cli import local_env
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    os.environ["PYTHONWARNINGS"] = "error::ResourceWarning"
+    local_env.configure_local_env(tmp_path / "state")
+    assert os.environ["PYTHONWARNINGS"].split(",") == [
+        "error::ResourceWarning",
+        local_env.QUIET_METRICS_WARNING,
+    ]
+    code = (
+        "import warnings; warnings.warn('No application metrics to publish. The cold-start metric may be "
+        "published if enabled.', UserWarning)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert done.returncode == 0 and done.stderr == ""
+
+
+# --- issue 22 point 7: readable, stable doc ids ------------------------------------------------------------
+
+
+def test_issue22_p7_cjk_file_names_get_readable_ids_with_the_same_suffix_under_any_prefix():
+    from pathlib import PurePath
+
+    from knowledge_core.domain.ingestion import directory_doc_id, path_doc_id
+
+    a = directory_doc_id("manuals", PurePath("阀门检修.txt"))
+    b = directory_doc_id("guides", PurePath("阀门检修.txt"))
+    assert a.startswith("manuals-FaMenJianXiu-") and b.startswith("guides-FaMenJianXiu-")
+    assert a.removeprefix("manuals-") == b.removeprefix("guides-") == path_doc_id("阀门检修")
+    assert directory_doc_id("p", PurePath("sub/valve.md")) == "p-sub-valve"  # valid names unchanged
+    assert path_doc_id("阀门") != path_doc_id("閥門")  # names that read alike stay apart
+
+
+def test_issue22_p7_issue26_L6_M5_kb_ingest_files_client_side(tmp_path, monkeypatch, capsys):
+    """A single file without --doc-id takes its file name; a .txt without a heading is titled by its file
+    name; a remote directory walk skips links and hidden files; a non-UTF-8 or > 5 MiB file gets one typed
+    line and the rest is sent; exit 1."""
+    from kb_cli import main
+
+    sent: list[dict] = []
+    monkeypatch.setattr(main, "call", lambda endpoint, method, path, body=None: sent.append(body))
+    (tmp_path / "notes.txt").write_text("plain words", encoding="utf-8")
+    assert (
+        main.main(["ingest", "--source", "s@1", str(tmp_path / "notes.txt"), "--endpoint", "http://x"]) == 0
+    )
+    doc = sent[-1]["documents"][0]
+    assert (doc["doc_id"], doc["title"], doc["body"]) == ("notes", "notes", "plain words")
+    root = tmp_path / "dir"
+    (root / ".git").mkdir(parents=True)
+    (root / ".git" / "config.md").write_text("# no", encoding="utf-8")
+    (root / ".env.md").write_text("# no", encoding="utf-8")
+    (root / "link.md").symlink_to(tmp_path / "notes.txt")
+    (root / "linked").symlink_to(root / ".git", target_is_directory=True)
+    (root / "ok.md").write_text("# OK\nbody", encoding="utf-8")
+    (root / "bad.txt").write_bytes(b"\xff\xfe\x00bad")
+    (root / "big.md").write_bytes(b"x" * (5 * 1024 * 1024 + 1))
+    sent.clear()
+    assert main.main(["ingest", "--source", "s@1", "--doc-id", "d", str(root), "--endpoint", "http://x"]) == 1
+    assert [d["doc_id"] for d in sent[0]["documents"]] == ["d-ok"]
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[1].strip() for line in err] == ["bad.txt", "big.md"]
+    assert err[0].startswith("kb ingest: bad.txt: invalid_utf8") and err[1].startswith(
+        "kb ingest: big.md: too_large"
+    )
+
+
+def test_issue22_p6_kb_invoke_sends_to_kb_endpoint(monkeypatch, capsys):
+    from kb_cli import main
+
+    calls: list[tuple] = []
+    monkeypatch.setattr(
+        main, "call", lambda endpoint, method, path, body=None: calls.append((endpoint, path)) or {}
+    )
+    monkeypatch.setenv("KB_ENDPOINT", "http://127.0.0.1:9999")
+    assert main.main(["invoke", "search", "-e", "events/search/search.json"]) == 0
+    assert calls == [("http://127.0.0.1:9999", "/2015-03-31/functions/search/invocations")]
