@@ -7,9 +7,10 @@ PORT ?= 3000
 
 .PHONY: venv dev serve test unit lint sam openapi fuzz semantic-layer bench services-start services-stop clean
 
+# pip, setuptools and wheel current (the venv's own setuptools 65 is in CVE-2024-6345's and CVE-2025-47273's range).
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
 
 # Installed again only when pyproject.toml changed (the stamp is newer otherwise); setuptools' notice box
 # about editable installs is silenced.
@@ -20,6 +21,7 @@ $(VENV)/.installed-semantic: pyproject.toml | $(BIN)/python
 venv: $(VENV)/.installed-semantic
 
 dev: $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
 	$(BIN)/pip install -q -e '.[dev]'
 
 # Hybrid ranking by default: the models are fetched once into the per-user cache (Maven Central) when Java and

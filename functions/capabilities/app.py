@@ -2,14 +2,31 @@
 GET /agent-api/v1/openapi.json — the OpenAPI 3.1 document."""
 
 from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from knowledge_core import bootstrap
-from knowledge_core.edge import json_response, make_resolver, principal_of
+from knowledge_core.domain.errors import MethodNotAllowed, NotFound
+from knowledge_core.edge import error_response, json_response, make_resolver, principal_of
 from knowledge_core.observability import logger, metrics, tracer
 
 app = make_resolver()
+
+
+@app.not_found
+def unknown_route(_: NotFoundError) -> Response:
+    """The catch-all ($default): a known path with another method is 405 naming the allowed ones."""
+    from knowledge_core.openapi import allowed_methods
+
+    allowed = allowed_methods(app.current_event.path)
+    if not allowed or app.current_event.http_method.upper() in allowed:  # a segment no route admits
+        return error_response(NotFound("no such route"))
+    refused = error_response(
+        MethodNotAllowed(f"method: not allowed on this path (allowed: {', '.join(allowed)})")
+    )
+    refused.headers["Allow"] = ", ".join(allowed)
+    return refused
 
 
 @app.get("/agent-api/v1/openapi.json")

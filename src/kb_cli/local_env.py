@@ -86,8 +86,9 @@ def local_settings(
         # Every function runs in its own processes here: without a registry cache, a disabled source or an
         # ended run is seen by the next request (local reads are cheap); on Lambda the default is 2 s.
         "registry_cache_seconds": float(os.environ.get("KB_REGISTRY_CACHE_SECONDS", "0")),
-        # The admin API answers on loopback only here, so an ingestion job may name a local directory.
-        "ingest_directories": True,
+        # The admin API answers on loopback only here, so an ingestion job may name a local directory
+        # (unless KB_INGEST_DIRECTORIES=false: the fuzz run reads none of this machine's files).
+        "ingest_directories": os.environ.get("KB_INGEST_DIRECTORIES", "true").strip().lower() != "false",
         "embedding_model_dir": ranking.model_dir,
         # Hybrid ranking: re-seeding (or a restart) must not re-embed the corpus.
         "embedding_cache": (base.embedding_cache or str(state / "embedding-cache.sqlite3"))

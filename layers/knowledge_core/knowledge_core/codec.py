@@ -1,8 +1,9 @@
 """Self-contained HMAC-SHA256 references and cursors (A-REF).
 
 Keys are derived from the server token secret with distinct labels, so a cursor can never pass as a
-ref (nor the reverse). Payloads carry binding digests rather than raw identities; verification uses a
-constant-time compare and an injectable clock.
+ref (nor the reverse). Payloads carry binding digests rather than raw identities, and a ref's source key
+and doc id only encrypted (AES-SIV under a third derived key); verification uses a constant-time compare
+and an injectable clock.
 
 Rotation (S9): tokens are signed with the current secret and verified with the current or the previous
 one, and `RotatingTokenCodec` re-reads both on a bounded interval, so warm containers on either side of a
@@ -18,7 +19,9 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from typing import Any
 
 from .domain.errors import ReferenceExpired, ReferenceInvalid
 from .domain.models import Principal
@@ -26,6 +29,7 @@ from .ports import Clock
 
 REF_LABEL = b"bailing.agent-knowledge.v1/ref"
 CURSOR_LABEL = b"bailing.agent-knowledge.v1/cursor"
+LOCATION_LABEL = b"bailing.agent-knowledge.v1/ref-location"  # encrypts a ref's source key and doc id
 REFERENCE_TTL_SECONDS = 300
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 _DECODER = json.JSONDecoder()
@@ -79,12 +83,48 @@ def _scope_tag(scope_revision: str) -> str:
     return scope_revision[:32]
 
 
+@lru_cache(maxsize=8)
+def _siv(key: bytes) -> Any:
+    """AES-SIV (RFC 5297, `cryptography`) under a derived key; imported on first use, not at cold start."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESSIV
+
+    return AESSIV(key)
+
+
+def _seal_location(key: bytes, identity: str, source_key: str, doc_id: str) -> str:
+    """A ref's source key and doc id, encrypted (I1, SPEC §2.5: a holder reads no raw ids from a ref).
+    Deterministic authenticated encryption bound to the caller's identity digest: two refs to one document
+    look alike only to the caller they were issued to. Neither part can hold a newline."""
+    sealed = _siv(key).encrypt(f"{source_key}\n{doc_id}".encode(), [identity.encode("ascii"), REF_LABEL])
+    return _b64(sealed)
+
+
+def _open_location(keys: tuple[bytes, ...], identity: str, location: str) -> tuple[str, str]:
+    """The source key and doc id of a ref whose MAC verified; the current or the previous key."""
+    from cryptography.exceptions import InvalidTag
+
+    try:
+        sealed = _unb64(location)
+    except (ValueError, binascii.Error):
+        raise ReferenceInvalid() from None
+    for key in keys:
+        try:
+            plain = _siv(key).decrypt(sealed, [identity.encode("ascii"), REF_LABEL])
+        except (InvalidTag, ValueError):
+            continue
+        source_key, sep, doc_id = plain.decode("utf-8", "replace").partition("\n")
+        if sep:
+            return source_key, doc_id
+    raise ReferenceInvalid()
+
+
 @dataclass(frozen=True)
 class KeyRing:
     """The derived keys of the current secret (signs and verifies) and of the previous one (verifies)."""
 
     ref_keys: tuple[bytes, ...]
     cursor_keys: tuple[bytes, ...]
+    location_keys: tuple[bytes, ...] = ()
 
     @classmethod
     def of(cls, secret: bytes, previous: bytes | None = None) -> KeyRing:
@@ -95,6 +135,7 @@ class KeyRing:
         return cls(
             tuple(hmac.new(s, REF_LABEL, hashlib.sha256).digest() for s in secrets_),
             tuple(hmac.new(s, CURSOR_LABEL, hashlib.sha256).digest() for s in secrets_),
+            tuple(hmac.new(s, LOCATION_LABEL, hashlib.sha256).digest() for s in secrets_),
         )
 
 
@@ -124,37 +165,33 @@ class TokenCodec:
     ) -> tuple[str, int]:
         expires_at = int(self._clock.now()) + self.ttl_seconds
         # The same bytes json.dumps(separators=(",", ":")) gives for this dict, without its dispatch cost.
+        keys = self.keys()
+        location = _seal_location(keys.location_keys[0], identity, source_key, doc_id)
         payload = (
-            f'{{"t":"ref","i":{_q(identity)},"s":{_q(_scope_tag(scope_revision))},"k":{_q(source_key)},'
-            f'"d":{_q(doc_id)},"r":{_q(revision.removeprefix("sha256:"))},"e":{expires_at:d}}}'
+            f'{{"t":"ref","i":{_q(identity)},"s":{_q(_scope_tag(scope_revision))},"x":"{location}",'
+            f'"r":{_q(revision.removeprefix("sha256:"))},"e":{expires_at:d}}}'
         )
-        return self._seal_text(self.keys().ref_keys[0], payload), expires_at
+        return self._seal_text(keys.ref_keys[0], payload), expires_at
 
     def open_ref(self, token: str, *, identity: str) -> RefClaims:
         """MAC, shape and identity first (400), then expiry (410). Scope and document are the caller's."""
-        p = self._unseal(self.keys().ref_keys, token, "ref")
+        keys = self.keys()
+        p = self._unseal(keys.ref_keys, token, "ref")
         try:
-            identity_, scope, source_key, doc_id, revision, expires_at = (
-                p["i"],
-                p["s"],
-                p["k"],
-                p["d"],
-                p["r"],
-                p["e"],
-            )
+            identity_, scope, location, revision, expires_at = (p["i"], p["s"], p["x"], p["r"], p["e"])
         except KeyError:
             raise ReferenceInvalid() from None
         if (
             type(identity_) is not str
             or type(scope) is not str
-            or type(source_key) is not str
-            or type(doc_id) is not str
+            or type(location) is not str
             or type(revision) is not str
             or type(expires_at) is not int
         ):
             raise ReferenceInvalid()
         if not hmac.compare_digest(identity_, identity):
             raise ReferenceInvalid()
+        source_key, doc_id = _open_location(keys.location_keys, identity_, location)
         if expires_at <= self._clock.now():
             raise ReferenceExpired()
         return RefClaims(identity_, scope, source_key, doc_id, "sha256:" + revision, expires_at)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import traceback
 from pathlib import Path
+from re import Match
 from typing import Any
+from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -34,8 +36,18 @@ def error_response(error: KnowledgeError) -> Response:
     return json_response(error.body(), error.status)
 
 
+class _Resolver(APIGatewayHttpResolver):
+    """Route arguments as API Gateway decodes them (`pathParameters`: `demo-docs%401.0.0` is the key
+    `demo-docs@1.0.0`), not the raw path segments Powertools matches; each segment is decoded once when an
+    event carries none."""
+
+    def _convert_matches_into_route_keys(self, match: Match) -> dict[str, str]:
+        given = self.current_event.path_parameters or {}
+        return {k: given.get(k) or unquote(v) for k, v in match.groupdict().items()}
+
+
 def make_resolver() -> APIGatewayHttpResolver:
-    app = APIGatewayHttpResolver()
+    app = _Resolver()
 
     @app.exception_handler(KnowledgeError)
     def _known(error: KnowledgeError) -> Response:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
-from .domain.errors import InvalidRequest, KnowledgeError
+from .domain.errors import InvalidRequest, KnowledgeError, NotFound
 from .domain.models import Principal
 from .domain.wire import (
     PROTOCOL,
@@ -219,6 +219,12 @@ def call_tool(door: KnowledgeDoor, name: str, arguments: dict[str, Any] | None) 
     return ToolOutcome(body, is_error=False)
 
 
+UNKNOWN_TOOL = InvalidRequest(
+    f"name: unknown tool (the tools are {SEARCH_TOOL} and {READ_TOOL})", field="name"
+)
+UNKNOWN_RESOURCE = InvalidRequest("uri: unknown resource (see resources/list)", field="uri")
+
+
 def capabilities_uri(route: str) -> str:
     return f"knowledge://workspaces/{route}/capabilities"
 
@@ -238,8 +244,8 @@ def build_server(door: KnowledgeDoor) -> Server:
 
     from .observability import logger
 
-    def refused(error: KnowledgeError) -> MCPError:
-        return MCPError(types.INVALID_REQUEST, f"{error.code}: {error.message}", data=error.body()["error"])
+    def refused(error: KnowledgeError, code: int = types.INVALID_REQUEST) -> MCPError:
+        return MCPError(code, f"{error.code}: {error.message}", data=error.body()["error"])
 
     tools = [
         types.Tool(
@@ -265,7 +271,7 @@ def build_server(door: KnowledgeDoor) -> Server:
 
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in TOOLS:
-            raise MCPError(types.INVALID_PARAMS, f"unknown tool: {params.name[:64]}")
+            raise refused(UNKNOWN_TOOL, types.INVALID_PARAMS)
         try:
             # The core is synchronous: one call at a time per connection, as a Lambda handles one event.
             outcome = call_tool(door, params.name, params.arguments)
@@ -311,7 +317,7 @@ def build_server(door: KnowledgeDoor) -> Server:
 
     async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         if str(params.uri) != uri:
-            raise MCPError(types.INVALID_PARAMS, "unknown resource", data={"uri": str(params.uri)[:256]})
+            raise refused(UNKNOWN_RESOURCE, types.INVALID_PARAMS)
         try:
             body = door.capabilities()
         except KnowledgeError as error:
@@ -363,7 +369,42 @@ def serve_http(
             405, "Method Not Allowed: this MCP endpoint is stateless; POST only", {"allow": "POST"}
         )
     answer = anyio.run(_serve_http, door, method, path, query, headers, body, timeout_s)
-    return answer or _jsonrpc_error(504, "the request did not complete in time")
+    return typed_refusals(answer) if answer else _jsonrpc_error(504, "the request did not complete in time")
+
+
+# The SDK's own refusals, by JSON-RPC code, in our words: its messages quote the input (a method name, the
+# body) and pydantic's (with errors.pydantic.dev links); ours name the part of the message, never echo it.
+_SDK_REFUSALS: dict[int, tuple[str, KnowledgeError]] = {
+    -32700: ("Parse error", InvalidRequest("body: must be one JSON-RPC message (JSON)", field="body")),
+    -32600: ("Invalid Request", InvalidRequest("body: not a valid JSON-RPC request", field="body")),
+    -32601: ("Method not found", NotFound("method: not an MCP method of this server", field="method")),
+    -32602: ("Invalid params", InvalidRequest("params: invalid for this method", field="params")),
+    -32603: ("Internal error", KnowledgeError()),
+}
+
+
+def typed_refusals(answer: HttpAnswer) -> HttpAnswer:
+    """Every JSON-RPC error of the answer carries our typed error as `data` (L3): ours already do, the
+    SDK's are replaced by the typed body of their code. Results and our own errors pass unchanged."""
+    if b'"error"' not in answer.body:
+        return answer
+    try:
+        message = json.loads(answer.body)
+    except ValueError:
+        return answer
+    messages = message if isinstance(message, list) else [message]
+    for item in messages:
+        error = item.get("error") if isinstance(item, dict) else None
+        if isinstance(error, dict) and not _is_typed(error.get("data")):
+            code: int = error["code"] if error.get("code") in _SDK_REFUSALS else -32603
+            text, typed = _SDK_REFUSALS[code]
+            item["error"] = {"code": code, "message": text, "data": typed.body()["error"]}
+    raw = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return HttpAnswer(answer.status, answer.headers, raw)
+
+
+def _is_typed(data: Any) -> bool:
+    return isinstance(data, dict) and set(data) == {"code", "message"} and isinstance(data["code"], str)
 
 
 def _jsonrpc_error(status: int, message: str, headers: dict[str, str] | None = None) -> HttpAnswer:

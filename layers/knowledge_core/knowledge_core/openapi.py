@@ -16,17 +16,33 @@ from pydantic.json_schema import models_json_schema
 
 from .domain import admin_wire as aw
 from .domain import errors
-from .domain.models import AgentDefinition, SourceDefinition
+from .domain.models import (
+    DOC_ID_PATTERN,
+    ID_PATTERN,
+    ROUTE_PATTERN,
+    VERSION_PATTERN,
+    AgentDefinition,
+    SourceDefinition,
+)
 from .domain.tool_wire import INVOCATION_ID_PATTERN
 from .domain.turn_wire import TurnRequest, TurnResponse
 from .domain.wire import CapabilitiesResponse, ReadRequest, ReadResponse, SearchRequest, SearchResponse
 
 OPENAPI_PATH = "/agent-api/v1/openapi.json"
+ADMIN_ACCESS = (
+    "On AWS: IAM, a SigV4-signed request (API Gateway's AWS_IAM authorizer; unsigned or denied: 403 "
+    '{"message":"Forbidden"}). Under kb serve: no credentials (hence the empty alternative in each admin '
+    "operation's security), answered only to loopback clients whose request names the server itself "
+    "(Host: 127.0.0.1, localhost or [::1] with its port; otherwise 421 misdirected_request) and that no "
+    'other site\'s browser sent (Origin, Sec-Fetch-Site; otherwise 403 {"message":"Forbidden"}).'
+)
 _REF = "#/components/schemas/{model}"
+# The server's own patterns (an `id@version` key is split_key's): nothing the document admits is refused
+# as malformed, nothing it refuses is let through.
 _PATTERNS = {
-    "route": r"^[a-z0-9][a-z0-9-]{0,62}$",
-    "source": r"^[a-z0-9][a-z0-9._-]{0,63}@[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$",
-    "doc_id": r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$",
+    "route": ROUTE_PATTERN,
+    "source": ID_PATTERN.removesuffix("$") + "@" + VERSION_PATTERN.removeprefix("^"),
+    "doc_id": DOC_ID_PATTERN,
     "run_id": r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
     "token_id": aw.TOKEN_ID_PATTERN,
     "root_id": INVOCATION_ID_PATTERN,
@@ -392,7 +408,8 @@ def openapi_document() -> dict[str, Any]:
             "operationId": op_id,
             "summary": summary,
             "tags": ["admin" if admin else "agent-knowledge"],
-            "security": [{"awsSigV4": []}] if admin else [{"bearer": []}],
+            # Admin: IAM on AWS, or no credentials at all under kb serve (the empty requirement).
+            "security": [{"awsSigV4": []}, {}] if admin else [{"bearer": []}],
             "responses": responses,
         }
         if _parameters(path):
@@ -417,7 +434,8 @@ def openapi_document() -> dict[str, Any]:
         "info": {
             "title": "Agent Knowledge Service",
             "version": "1.0.0",
-            "description": "bailing.agent-knowledge.v1 (public, bearer token) and the admin API (IAM).",
+            "description": "bailing.agent-knowledge.v1 (public, bearer token) and the admin API (IAM on "
+            "AWS; loopback only, no credentials, under kb serve).",
         },
         "servers": [{"url": "http://127.0.0.1:3000", "description": "kb serve"}],
         "paths": paths,
@@ -429,11 +447,26 @@ def openapi_document() -> dict[str, Any]:
                     "type": "apiKey",
                     "in": "header",
                     "name": "Authorization",
-                    "description": "AWS SigV4 (IAM); under kb serve: loopback only, no signature",
+                    "x-amazon-apigateway-authtype": "awsSigv4",
+                    "description": ADMIN_ACCESS,
                 },
             },
         },
     }
+
+
+def allowed_methods(path: str) -> list[str]:
+    """The methods the document gives `path` (its templates matched segment by segment): a request with
+    another method on a known path is 405 with `Allow`, not the catch-all's 404 (RFC 9110 §15.5.6)."""
+    wanted = path.rstrip("/").split("/")
+    found: set[str] = set()
+    for template, item in openapi_document()["paths"].items():
+        parts = template.split("/")
+        if len(parts) == len(wanted) and all(
+            p == w or (p.startswith("{") and w) for p, w in zip(parts, wanted, strict=True)
+        ):
+            found.update(method.upper() for method in item)
+    return sorted(found)
 
 
 def openapi_json() -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
-from .models import DOC_ID_PATTERN, ROUTE_PATTERN, DocumentAcl, Tenant, TokenSummary
+from .models import DOC_ID_PATTERN, ROUTE_PATTERN, WHOLE_NUMBER, DocumentAcl, Tenant, TokenSummary
 from .wire import StrictRequest, WireModel
 
 Route = Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
@@ -47,7 +47,7 @@ class TokenRequest(StrictRequest):
     on_behalf_of: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
     tenant: Tenant = "default"
     groups: Annotated[list[str], Field(max_length=64)] = Field(default_factory=list)
-    ttl_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 3600
+    ttl_seconds: Annotated[int, Field(ge=60, le=30 * 86400), WHOLE_NUMBER] = 3600
 
 
 class DocumentAclRequest(StrictRequest):
@@ -295,8 +295,37 @@ class JobDocumentRequest(StrictRequest):
         return self
 
 
+# `_one_origin` below, in JSON Schema: a client (or schemathesis) sees which bodies are valid.
+_ONE_ORIGIN: dict[str, Any] = {
+    "oneOf": [
+        {
+            "title": "documents",
+            "required": ["documents"],
+            "properties": {
+                "documents": {"type": "array"},
+                "directory": {"type": "null"},
+                "sync": {"const": False},
+                "doc_id_prefix": {"const": ""},
+                "acl": {"type": "null"},
+            },
+        },
+        {
+            "title": "directory",
+            "required": ["directory", "acl"],
+            "properties": {
+                "directory": {"type": "string"},
+                "documents": {"type": "null"},
+                "acl": {"type": "object"},
+            },
+        },
+    ]
+}
+
+
 class IngestionJobRequest(StrictRequest):
     """Inline documents, or a directory the service reads (with `sync`: mirrors under `doc_id_prefix`)."""
+
+    model_config = StrictRequest.model_config | ConfigDict(json_schema_extra=_ONE_ORIGIN)
 
     documents: (
         Annotated[list[JobDocumentRequest], Field(min_length=1, max_length=MAX_JOB_DOCUMENTS)] | None

@@ -35,6 +35,10 @@ class NotFound(KnowledgeError):
     code, status, default_message = "not_found", 404, "not found"
 
 
+class MethodNotAllowed(KnowledgeError):
+    code, status, default_message = "method_not_allowed", 405, "method: not allowed on this path"
+
+
 class RunNotFound(KnowledgeError):
     code, status, default_message = "run_not_found", 404, "run not found"
 

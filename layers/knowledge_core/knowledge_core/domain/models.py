@@ -7,17 +7,38 @@ import hashlib
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$"
 ROUTE_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 DOC_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
 MAX_BODY_BYTES = 5 * 1024 * 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 Version = Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]
+
+
+def _whole_number(value: Any) -> Any:
+    """JSON Schema's `integer` is any number with a zero fractional part (2020-12 §6.1.1): `2.0` is the
+    integer 2 to a client (and to schemathesis), and a strict int would refuse it. Booleans stay refused."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+WHOLE_NUMBER = BeforeValidator(_whole_number)
+"""After an int's constraints (`Annotated[int, Field(ge=1), WHOLE_NUMBER]`, so its JSON Schema keeps
+`minimum`/`maximum`): a request integer is `2` or `2.0`, never `2.5`, `"2"` or `true`."""
 
 
 class Strict(BaseModel):
@@ -58,7 +79,7 @@ class SourceDefinition(Strict):
     tags: Annotated[
         list[Annotated[str, StringConstraints(min_length=1, max_length=64)]], Field(max_length=16)
     ] = []
-    top_k: Annotated[int, Field(ge=1, le=10, alias="topK")] = 5
+    top_k: Annotated[int, Field(ge=1, le=10, alias="topK"), WHOLE_NUMBER] = 5
     min_score: Annotated[float, Field(ge=0, alias="minScore")] = 0.0
 
     @field_validator("min_score", mode="before")
@@ -98,18 +119,37 @@ RoutingMode = Literal["EAGER", "AUTO", "ON_DEMAND"]
 TOOL_MODES = ("AUTO", "ON_DEMAND")
 
 
+# `_has_condition` in JSON Schema, so a client (and schemathesis) sees that a rule without one is invalid.
+_HAS_CONDITION: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["queryTerms"], "properties": {"queryTerms": {"minItems": 1}}},
+        {"required": ["tags"], "properties": {"tags": {"minItems": 1}}},
+        {"required": ["contextEquals"], "properties": {"contextEquals": {"minProperties": 1}}},
+        {"required": ["always"], "properties": {"always": {"const": True}}},
+    ]
+}
+
+
+def _distinct_terms_schema(schema: dict[str, Any]) -> None:
+    """`_distinct_terms` as far as JSON Schema can say it (uniqueness is case-sensitive there)."""
+    schema["uniqueItems"] = True
+    schema["items"]["pattern"] = r"\S"
+
+
 class RoutingRule(Strict):
+    model_config = Strict.model_config | ConfigDict(json_schema_extra=_HAS_CONDITION)
+
     knowledge: KnowledgeRef
     query_terms: Annotated[
         list[Annotated[str, StringConstraints(min_length=1, max_length=64)]],
-        Field(max_length=16, alias="queryTerms"),
+        Field(max_length=16, alias="queryTerms", json_schema_extra=_distinct_terms_schema),
     ] = []
     tags: Annotated[
         list[Annotated[str, StringConstraints(min_length=1, max_length=64)]], Field(max_length=16)
     ] = []
     context_equals: Annotated[dict[str, str], Field(max_length=16, alias="contextEquals")] = {}
     always: bool = False
-    priority: Annotated[int, Field(ge=0, le=100)] = 0
+    priority: Annotated[int, Field(ge=0, le=100), WHOLE_NUMBER] = 0
 
     @field_validator("query_terms")
     @classmethod
@@ -130,13 +170,15 @@ class RoutingRule(Strict):
 
 class KnowledgeRouting(Strict):
     mode: RoutingMode | None = None
-    max_sources: Annotated[int, Field(ge=1, le=16, alias="maxSources")] = 4
-    top_k: Annotated[int, Field(ge=1, le=50, alias="topK")] = 8
-    max_retrievals: Annotated[int, Field(ge=1, le=64, alias="maxRetrievals")] = 8
-    max_queries_per_source: Annotated[int, Field(ge=1, le=16, alias="maxQueriesPerSource")] = 3
-    source_timeout_seconds: Annotated[int, Field(ge=1, le=60, alias="sourceTimeoutSeconds")] = 15
-    source_max_chars: Annotated[int, Field(ge=1, le=65536, alias="sourceMaxChars")] = 16000
-    max_context_chars: Annotated[int, Field(ge=1, le=65536, alias="maxContextChars")] = 16000
+    max_sources: Annotated[int, Field(ge=1, le=16, alias="maxSources"), WHOLE_NUMBER] = 4
+    top_k: Annotated[int, Field(ge=1, le=50, alias="topK"), WHOLE_NUMBER] = 8
+    max_retrievals: Annotated[int, Field(ge=1, le=64, alias="maxRetrievals"), WHOLE_NUMBER] = 8
+    max_queries_per_source: Annotated[int, Field(ge=1, le=16, alias="maxQueriesPerSource"), WHOLE_NUMBER] = 3
+    source_timeout_seconds: Annotated[int, Field(ge=1, le=60, alias="sourceTimeoutSeconds"), WHOLE_NUMBER] = (
+        15
+    )
+    source_max_chars: Annotated[int, Field(ge=1, le=65536, alias="sourceMaxChars"), WHOLE_NUMBER] = 16000
+    max_context_chars: Annotated[int, Field(ge=1, le=65536, alias="maxContextChars"), WHOLE_NUMBER] = 16000
     failure_policy: Annotated[Literal["FAIL_FAST", "SKIP_TRANSIENT"], Field(alias="failurePolicy")] = (
         "FAIL_FAST"
     )
@@ -262,6 +304,16 @@ class Document(BaseModel):
     structured_source: dict[str, Any] | None = None
     acl: DocumentAcl = DocumentAcl()
     status: DocStatus = "ready"
+
+    @field_validator("structured_source")
+    @classmethod
+    def _uri_without_controls(cls, source: dict[str, Any] | None) -> dict[str, Any] | None:
+        """I1: a `uri` reaches agents, logs and terminals: its control characters (C0, DEL, C1) are
+        percent-encoded on the way in (and on the way out of a store written before this rule)."""
+        uri = source.get("uri") if source else None
+        if source is None or not isinstance(uri, str) or not _CONTROL.search(uri):
+            return source
+        return {**source, "uri": _CONTROL.sub(lambda m: quote(m.group(), safe=""), uri)}
 
     @field_validator("body")
     @classmethod

@@ -18,6 +18,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
 from .errors import InvalidRequest
+from .models import WHOLE_NUMBER
 
 PROTOCOL = "bailing.agent-knowledge.v1"
 TRUST = "reference_only"
@@ -78,14 +79,16 @@ RunId = Annotated[str | None, AfterValidator(_run_id), Field(json_schema_extra={
 
 class SearchRequest(StrictRequest):
     query: Annotated[str, Field(max_length=2000), NonBlank]
-    limit: Annotated[int, Field(ge=1, le=LIMITS.search_max_results)] = LIMITS.search_max_results
+    limit: Annotated[int, Field(ge=1, le=LIMITS.search_max_results), WHOLE_NUMBER] = LIMITS.search_max_results
     run_id: RunId = None
 
 
 class ReadRequest(StrictRequest):
     ref: Annotated[str, Field(min_length=1, max_length=4096)]
     run_id: RunId = None
-    max_bytes: Annotated[int, Field(ge=4096, le=LIMITS.read_max_bytes)] = LIMITS.read_default_bytes
+    max_bytes: Annotated[int, Field(ge=4096, le=LIMITS.read_max_bytes), WHOLE_NUMBER] = (
+        LIMITS.read_default_bytes
+    )
     cursor: Annotated[str | None, Field(min_length=1, max_length=4096)] = None
 
 

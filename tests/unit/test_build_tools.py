@@ -1,0 +1,48 @@
+"""Issue 26 (#8): `make` keeps the venv's build tools current — pip, setuptools and wheel are upgraded when
+the venv is made and by `make dev` (an existing venv too), so the setuptools of `python -m venv` (65.5,
+affected by CVE-2024-6345 and CVE-2025-47273) does not stay."""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = {"pip", "setuptools", "wheel"}
+
+
+def recipe(target: str) -> list[str]:
+    """The command lines of a Makefile target."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    body = re.search(rf"^{re.escape(target)}:[^\n]*\n((?:\t[^\n]*\n)+)", text, re.MULTILINE)
+    assert body, target
+    return [line.strip() for line in body.group(1).splitlines()]
+
+
+def upgrades(lines: list[str]) -> set[str]:
+    found: set[str] = set()
+    for line in lines:
+        words = line.split()
+        if "install" in words and "--upgrade" in words:
+            found |= TOOLS & set(words)
+    return found
+
+
+@pytest.mark.parametrize("target", ["$(BIN)/python", "dev"])
+def test_build_tools_upgraded_by_make(target: str) -> None:
+    assert upgrades(recipe(target)) == TOOLS
+
+
+def test_build_tools_upgrade_before_the_project_is_installed() -> None:
+    lines = recipe("dev")
+    first_upgrade = next(i for i, line in enumerate(lines) if upgrades([line]))
+    assert first_upgrade < next(i for i, line in enumerate(lines) if "-e" in line.split())
+
+
+def test_build_tools_setuptools_outside_the_cve_ranges() -> None:
+    """The venv these tests run in (made by `make dev`): setuptools >= 78.1.1 fixes both CVEs."""
+    parts = tuple(int(p) for p in re.findall(r"\d+", version("setuptools"))[:3])
+    assert parts >= (78, 1, 1), version("setuptools")
