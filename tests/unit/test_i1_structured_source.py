@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from knowledge_core.adapters.sqlite_fts import SqliteFtsBackend
+from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
 from knowledge_core.domain.models import Document, DocumentAcl
 
 
