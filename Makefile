@@ -45,6 +45,7 @@ lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy layers/knowledge_core/knowledge_core src/kb_cli src/knowledge_client
+	$(BIN)/mypy --strict --explicit-package-bases layers/knowledge_core/knowledge_core functions
 	$(BIN)/sam validate --lint
 	$(BIN)/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 

@@ -2,6 +2,7 @@
 jobs, tokens, runs."""
 
 import re
+from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
@@ -68,45 +69,45 @@ def _doc_id(doc_id: str) -> str:
 
 
 @app.post("/admin/v1/sources")
-def publish_source() -> Response:
+def publish_source() -> Response[str]:
     created = bootstrap.container().admin.publish_source(parse_request(SourceDefinition, body_of(app)))
     return json_response(PublishResponse(created=created).model_dump(), 201 if created else 200)
 
 
 @app.post("/admin/v1/search-indices")
-def prepare_search_indices() -> Response:
+def prepare_search_indices() -> Response[str]:
     """Deploy time (after `sam deploy`; ingestion also does it): the read path never writes schema."""
     bootstrap.container().admin.prepare_search()
     return json_response(PreparedResponse(prepared=True).model_dump())
 
 
 @app.post("/admin/v1/agents")
-def publish_agent() -> Response:
+def publish_agent() -> Response[str]:
     created = bootstrap.container().admin.publish_agent(parse_request(AgentDefinition, body_of(app)))
     return json_response(PublishResponse(created=created).model_dump(), 201 if created else 200)
 
 
 @app.put("/admin/v1/workspaces/<route>")
-def set_workspace(route: str) -> Response:
+def set_workspace(route: str) -> Response[str]:
     request = parse_request(WorkspaceRequest, body_of(app))
     bootstrap.container().admin.set_workspace(route, request.agent)
     return json_response(WorkspaceResponse(route=route, agent=request.agent).model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/enable")
-def enable_source(source: str) -> Response:
+def enable_source(source: str) -> Response[str]:
     bootstrap.container().admin.set_source_enabled(_key(source), True)
     return json_response(SourceSwitchResponse(source=source, enabled=True).model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/disable")
-def disable_source(source: str) -> Response:
+def disable_source(source: str) -> Response[str]:
     bootstrap.container().admin.set_source_enabled(_key(source), False)
     return json_response(SourceSwitchResponse(source=source, enabled=False).model_dump())
 
 
 @app.put("/admin/v1/sources/<source>/documents/<doc_id>")
-def put_document(source: str, doc_id: str) -> Response:
+def put_document(source: str, doc_id: str) -> Response[str]:
     key, doc_id = _key(source), _doc_id(doc_id)  # the path before the body: its errors name the path
     request = parse_request(DocumentRequest, body_of(app))
     doc = Document(source_key=key, doc_id=doc_id, **request.model_dump())
@@ -115,7 +116,7 @@ def put_document(source: str, doc_id: str) -> Response:
 
 
 @app.post("/admin/v1/sources/<source>/documents")
-def put_documents(source: str) -> Response:
+def put_documents(source: str) -> Response[str]:
     request = parse_request(BulkDocumentsRequest, body_of(app))
     docs = [Document(source_key=_key(source), **d.model_dump()) for d in request.documents]
     bootstrap.container().admin.put_documents(docs)
@@ -124,7 +125,7 @@ def put_documents(source: str) -> Response:
 
 
 @app.post("/admin/v1/sources/<source>/tenant-migration")
-def migrate_tenant(source: str) -> Response:
+def migrate_tenant(source: str) -> Response[str]:
     request = parse_request(TenantMigrationRequest, body_of(app))
     doc_ids = bootstrap.container().admin.migrate_tenant(_key(source), request.tenant, request.apply)
     migration = TenantMigrationResponse(
@@ -134,46 +135,46 @@ def migrate_tenant(source: str) -> Response:
 
 
 @app.delete("/admin/v1/sources/<source>/documents/<doc_id>")
-def delete_document(source: str, doc_id: str) -> Response:
+def delete_document(source: str, doc_id: str) -> Response[str]:
     bootstrap.container().admin.delete_document(_key(source), _doc_id(doc_id))
     return json_response(DocumentDeletedResponse(source=source, doc_id=doc_id, deleted=True).model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/documents/<doc_id>/enable")
-def enable_document(source: str, doc_id: str) -> Response:
+def enable_document(source: str, doc_id: str) -> Response[str]:
     bootstrap.container().admin.set_document_status(_key(source), _doc_id(doc_id), "ready")
     return json_response(DocumentStatusResponse(source=source, doc_id=doc_id, status="ready").model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/documents/<doc_id>/disable")
-def disable_document(source: str, doc_id: str) -> Response:
+def disable_document(source: str, doc_id: str) -> Response[str]:
     bootstrap.container().admin.set_document_status(_key(source), _doc_id(doc_id), "disabled")
     return json_response(DocumentStatusResponse(source=source, doc_id=doc_id, status="disabled").model_dump())
 
 
 @app.post("/admin/v1/sources/<source>/ingestion-jobs")
-def submit_ingestion_job(source: str) -> Response:
+def submit_ingestion_job(source: str) -> Response[str]:
     request = parse_request(IngestionJobRequest, body_of(app))
     return json_response(bootstrap.container().ingestion.submit(_key(source), request), 202)
 
 
 @app.get("/admin/v1/sources/<source>/ingestion-jobs")
-def list_ingestion_jobs(source: str) -> Response:
+def list_ingestion_jobs(source: str) -> Response[str]:
     return json_response(bootstrap.container().ingestion.list_jobs(_key(source)))
 
 
 @app.get("/admin/v1/sources/<source>/ingestion-jobs/<job_id>")
-def get_ingestion_job(source: str, job_id: str) -> Response:
+def get_ingestion_job(source: str, job_id: str) -> Response[str]:
     return json_response(bootstrap.container().ingestion.status(_key(source), job_id))
 
 
 @app.post("/admin/v1/sources/<source>/ingestion-jobs/<job_id>/cancel")
-def cancel_ingestion_job(source: str, job_id: str) -> Response:
+def cancel_ingestion_job(source: str, job_id: str) -> Response[str]:
     return json_response(bootstrap.container().ingestion.cancel(_key(source), job_id))
 
 
 @app.post("/admin/v1/tokens")
-def issue_token() -> Response:
+def issue_token() -> Response[str]:
     request = parse_request(TokenRequest, body_of(app))
     token, session = bootstrap.container().access.issue_token(**request.model_dump())
     issued = TokenIssuedResponse(
@@ -186,13 +187,13 @@ def issue_token() -> Response:
 
 
 @app.get("/admin/v1/tokens")
-def list_tokens() -> Response:
+def list_tokens() -> Response[str]:
     tokens = bootstrap.container().access.list_tokens()
     return json_response(TokenListResponse(tokens=tokens).model_dump())
 
 
 @app.post("/admin/v1/tokens/<token_id>/revoke")
-def revoke_token(token_id: str) -> Response:
+def revoke_token(token_id: str) -> Response[str]:
     if not re.fullmatch(TOKEN_ID_PATTERN, token_id):
         raise InvalidRequest("token_id: must be a token id (tok_ and 32 hex digits)", field="token_id")
     revoked = bootstrap.container().access.revoke_token(token_id)
@@ -203,34 +204,34 @@ def revoke_token(token_id: str) -> Response:
 
 
 @app.get("/admin/v1/sources")
-def list_sources() -> Response:
+def list_sources() -> Response[str]:
     return json_response(bootstrap.container().admin.list_sources().model_dump())
 
 
 @app.get("/admin/v1/sources/<source>/documents")
-def list_documents(source: str) -> Response:
+def list_documents(source: str) -> Response[str]:
     return json_response(bootstrap.container().admin.list_documents(_key(source)).model_dump())
 
 
 @app.get("/admin/v1/agents")
-def list_agents() -> Response:
+def list_agents() -> Response[str]:
     return json_response(bootstrap.container().admin.list_agents().model_dump())
 
 
 @app.get("/admin/v1/workspaces")
-def list_workspaces() -> Response:
+def list_workspaces() -> Response[str]:
     return json_response(bootstrap.container().admin.list_workspaces().model_dump())
 
 
 @app.get("/admin/v1/ledgers/<root_id>")
-def ledger(root_id: str) -> Response:
+def ledger(root_id: str) -> Response[str]:
     if not re.fullmatch(INVOCATION_ID_PATTERN, root_id):
         raise InvalidRequest("root_id: must be an invocation id", field="root_id")
     return json_response(bootstrap.container().admin.ledger(root_id).model_dump())
 
 
 @app.post("/admin/v1/runs/<run_id>/end")
-def end_run(run_id: str) -> Response:
+def end_run(run_id: str) -> Response[str]:
     request = parse_request(RunEndRequest, body_of(app))
     bootstrap.container().admin.end_run(run_id, request.state)
     return json_response(RunEndResponse(run_id=run_id, state=request.state).model_dump())
@@ -240,5 +241,5 @@ def end_run(run_id: str) -> Response:
     correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True, log_event=False
 )
 @tracer.capture_lambda_handler
-def lambda_handler(event: dict, context: LambdaContext) -> dict:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -1,6 +1,8 @@
 """agent_tools — invoked directly (IAM) by the agent runtime: `startup` retrieval and the model-callable
 `knowledge_search` (SPEC §3). The result is a Lambda result, success or `{"error": …}`, never HTTP."""
 
+from typing import Any
+
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from knowledge_core import bootstrap
@@ -14,7 +16,7 @@ from knowledge_core.observability import logger, metrics, tracer
 )
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def lambda_handler(event: dict, context: LambdaContext) -> dict:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
         envelope = parse_envelope(event)
     except ToolError as error:

@@ -3,6 +3,8 @@
 An unknown or expired token still passes with an empty context, so that the function answers the
 typed 401 with `Cache-Control: no-store` (an authorizer denial cannot carry either)."""
 
+from typing import Any
+
 from aws_lambda_powertools.utilities.data_classes import event_source
 from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event import (
     APIGatewayAuthorizerEventV2,
@@ -16,7 +18,7 @@ from knowledge_core.observability import logger
 
 @logger.inject_lambda_context(clear_state=True, log_event=False)
 @event_source(data_class=APIGatewayAuthorizerEventV2)
-def lambda_handler(event: APIGatewayAuthorizerEventV2, context: LambdaContext) -> dict:
+def lambda_handler(event: APIGatewayAuthorizerEventV2, context: LambdaContext) -> dict[str, Any]:
     try:
         principal = bootstrap.container().access.authenticate(event.headers.get("authorization"))
     except Unauthorized:

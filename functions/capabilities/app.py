@@ -1,6 +1,8 @@
 """GET /agent-api/v1/workspaces/{route}/knowledge/capabilities — protocol negotiation (A-CAP); and
 GET /agent-api/v1/openapi.json — the OpenAPI 3.1 document."""
 
+from typing import Any
+
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.logging import correlation_paths
@@ -15,7 +17,7 @@ app = make_resolver()
 
 
 @app.not_found
-def unknown_route(_: NotFoundError) -> Response:
+def unknown_route(_: NotFoundError) -> Response[str]:
     """The catch-all ($default): a known path with another method is 405 naming the allowed ones."""
     from knowledge_core.openapi import allowed_methods
 
@@ -30,7 +32,7 @@ def unknown_route(_: NotFoundError) -> Response:
 
 
 @app.get("/agent-api/v1/openapi.json")
-def openapi() -> Response:
+def openapi() -> Response[str]:
     """The OpenAPI 3.1 document of every route (public: no principal needed)."""
     from knowledge_core.openapi import openapi_document  # generated on first request, not at cold start
 
@@ -38,7 +40,7 @@ def openapi() -> Response:
 
 
 @app.get("/agent-api/v1/workspaces/<route>/knowledge/capabilities")
-def capabilities(route: str) -> Response:
+def capabilities(route: str) -> Response[str]:
     body = bootstrap.container().knowledge.capabilities(principal_of(app), route)
     metrics.add_metric(name="CapabilitiesEnabled", unit=MetricUnit.Count, value=int(body.enabled))
     return json_response(body)
@@ -49,5 +51,5 @@ def capabilities(route: str) -> Response:
 )
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def lambda_handler(event: dict, context: LambdaContext) -> dict:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

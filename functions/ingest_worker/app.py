@@ -1,6 +1,8 @@
 """The ingestion worker (I-INGEST): one SQS message per job id; the job is claimed under a lease and worked
 until done, or until the invocation is close to its timeout (then it is queued again)."""
 
+from typing import Any
+
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -25,7 +27,10 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    return process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    response: dict[str, Any] = dict(
+        process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
     )
+    return response

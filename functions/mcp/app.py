@@ -4,6 +4,7 @@ The principal comes from the authorizer like every public function; the route is
 URL names (`?route=`) or the token's only route. The `mcp` SDK is imported on the first request."""
 
 import base64
+from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
@@ -18,7 +19,7 @@ app = make_resolver()
 
 
 @app.route("/mcp", method=["GET", "POST", "DELETE"])
-def mcp() -> Response:
+def mcp() -> Response[str]:
     principal = principal_of(app)
     event = app.current_event
     route = connection_route(principal, event.get_query_string_value("route"))
@@ -45,5 +46,5 @@ def mcp() -> Response:
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def lambda_handler(event: dict, context: LambdaContext) -> dict:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -1,5 +1,7 @@
 """POST /agent-api/v1/workspaces/{route}/knowledge/read — byte-bounded pages by ref (A-READ)."""
 
+from typing import Any
+
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
@@ -13,7 +15,7 @@ app = make_resolver()
 
 
 @app.post("/agent-api/v1/workspaces/<route>/knowledge/read")
-def read(route: str) -> Response:
+def read(route: str) -> Response[str]:
     principal = principal_of(app)
     request = parse_request(ReadRequest, body_of(app))
     body = bootstrap.container().knowledge.read(principal, route, request)
@@ -26,5 +28,5 @@ def read(route: str) -> Response:
 )
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def lambda_handler(event: dict, context: LambdaContext) -> dict:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

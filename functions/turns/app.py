@@ -1,5 +1,7 @@
 """POST /agent-api/v1/workspaces/{route}/turns — turn context and knowledge_delivery negotiation (A-TURN)."""
 
+from typing import Any
+
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
@@ -14,7 +16,7 @@ app = make_resolver()
 
 
 @app.post("/agent-api/v1/workspaces/<route>/turns")
-def turns(route: str) -> Response:
+def turns(route: str) -> Response[str]:
     principal = principal_of(app)
     request = parse_request(TurnRequest, body_of(app))
     body = bootstrap.container().turns.start(principal, route, request)
@@ -27,5 +29,5 @@ def turns(route: str) -> Response:
 )
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def lambda_handler(event: dict, context: LambdaContext) -> dict:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

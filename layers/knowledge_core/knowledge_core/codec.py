@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from .domain.errors import ReferenceExpired, ReferenceInvalid
@@ -226,7 +226,7 @@ class TokenCodec:
 
     # --- sealing --------------------------------------------------------------------------------
     @classmethod
-    def _seal(cls, key: bytes, payload: dict) -> str:
+    def _seal(cls, key: bytes, payload: dict[str, Any]) -> str:
         return cls._seal_text(key, _ENCODER.encode(payload))
 
     @staticmethod
@@ -235,7 +235,7 @@ class TokenCodec:
         return f"{body}.{_b64(hmac.digest(key, body.encode('ascii'), 'sha256'))}"
 
     @staticmethod
-    def _unseal(keys: tuple[bytes, ...], token: str, kind: str) -> dict:
+    def _unseal(keys: tuple[bytes, ...], token: str, kind: str) -> dict[str, Any]:
         invalid = ReferenceInvalid() if kind == "ref" else ReferenceInvalid("cursor is invalid")
         body, sep, mac = token.partition(".")
         if not sep or not body or not mac or not token.isascii():

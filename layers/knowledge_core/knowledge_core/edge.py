@@ -21,7 +21,7 @@ from .observability import logger, metrics
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-def json_response(body: WireModel | dict, status: int = 200) -> Response:
+def json_response(body: WireModel | dict[str, Any], status: int = 200) -> Response[str]:
     """The one place a response body becomes JSON (services return typed bodies)."""
     data = body.wire() if isinstance(body, WireModel) else body
     return Response(
@@ -32,7 +32,7 @@ def json_response(body: WireModel | dict, status: int = 200) -> Response:
     )
 
 
-def error_response(error: KnowledgeError) -> Response:
+def error_response(error: KnowledgeError) -> Response[str]:
     return json_response(error.body(), error.status)
 
 
@@ -41,7 +41,7 @@ class _Resolver(APIGatewayHttpResolver):
     `demo-docs@1.0.0`), not the raw path segments Powertools matches; each segment is decoded once when an
     event carries none."""
 
-    def _convert_matches_into_route_keys(self, match: Match) -> dict[str, str]:
+    def _convert_matches_into_route_keys(self, match: Match[str]) -> dict[str, str]:
         given = self.current_event.path_parameters or {}
         return {k: given.get(k) or unquote(v) for k, v in match.groupdict().items()}
 
@@ -49,18 +49,19 @@ class _Resolver(APIGatewayHttpResolver):
 def make_resolver() -> APIGatewayHttpResolver:
     app = _Resolver()
 
-    @app.exception_handler(KnowledgeError)
-    def _known(error: KnowledgeError) -> Response:
+    # Powertools' exception_handler is an untyped decorator (mypy --strict allowlist: untyped-decorator).
+    @app.exception_handler(KnowledgeError)  # type: ignore[untyped-decorator]
+    def _known(error: KnowledgeError) -> Response[str]:
         logger.info("request refused", extra={"code": error.code, "field": error.field})
         metrics.add_metric(name="RefusedRequests", unit="Count", value=1)
         return error_response(error)
 
     @app.not_found
-    def _unknown_route(_: NotFoundError) -> Response:
+    def _unknown_route(_: NotFoundError) -> Response[str]:
         return error_response(NotFound("no such route"))
 
-    @app.exception_handler(Exception)
-    def _unexpected(error: Exception) -> Response:
+    @app.exception_handler(Exception)  # type: ignore[untyped-decorator]
+    def _unexpected(error: Exception) -> Response[str]:
         # The type and where it was raised, never the message: it may quote a query, a body or an address.
         frame = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
         where = f"{Path(frame[0].filename).name}:{frame[0].lineno}" if frame else ""

@@ -237,7 +237,7 @@ _BLOCK_TAGS = {"p", "div", "section", "article", "main", "blockquote", "dd", "dt
 def _html_blocks(node: Any, blocks: list[str], budget: _Budget) -> None:
     """Markdown blocks of an element tree: headings as `#`, list items as `-`, code as fences, table rows
     as `|`-separated cells; inline text joined."""
-    from bs4 import NavigableString, Tag
+    from bs4.element import NavigableString, Tag
 
     inline: list[str] = []
 

@@ -147,11 +147,11 @@ class KnowledgeDoor(Protocol):
     @property
     def route(self) -> str: ...
 
-    def capabilities(self) -> dict: ...
+    def capabilities(self) -> dict[str, Any]: ...
 
-    def search(self, request: SearchRequest) -> dict: ...
+    def search(self, request: SearchRequest) -> dict[str, Any]: ...
 
-    def read(self, request: ReadRequest) -> dict: ...
+    def read(self, request: ReadRequest) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -163,13 +163,13 @@ class ServiceDoor:
     principal: Principal
     route: str
 
-    def capabilities(self) -> dict:
+    def capabilities(self) -> dict[str, Any]:
         return self.knowledge.capabilities(self.principal, self.route).wire()
 
-    def search(self, request: SearchRequest) -> dict:
+    def search(self, request: SearchRequest) -> dict[str, Any]:
         return self.knowledge.search(self.principal, self.route, request).wire()
 
-    def read(self, request: ReadRequest) -> dict:
+    def read(self, request: ReadRequest) -> dict[str, Any]:
         return self.knowledge.read(self.principal, self.route, request).wire()
 
 
@@ -198,7 +198,7 @@ class AuthRefused(Exception):
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    body: dict
+    body: dict[str, Any]
     is_error: bool
 
 
@@ -229,7 +229,7 @@ def capabilities_uri(route: str) -> str:
     return f"knowledge://workspaces/{route}/capabilities"
 
 
-def compact(body: dict) -> str:
+def compact(body: dict[str, Any]) -> str:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -371,7 +371,7 @@ _OPERATIONS: list[
 ]
 
 
-def _parameters(path: str) -> list[dict]:
+def _parameters(path: str) -> list[dict[str, Any]]:
     names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
     return [
         {"name": n, "in": "path", "required": True, "schema": {"type": "string", "pattern": _PATTERNS[n]}}
@@ -388,7 +388,7 @@ def openapi_document() -> dict[str, Any]:
         models.append((response, "serialization"))
     keys, schemas = models_json_schema(list(dict.fromkeys(models)), ref_template=_REF)
     codes = _error_statuses()
-    paths: dict[str, dict] = {}
+    paths: dict[str, dict[str, Any]] = {}
     for method, path, op_id, summary, request, response, status, error_statuses in _OPERATIONS:
         admin = path.startswith("/admin/")
         responses: dict[str, Any] = {

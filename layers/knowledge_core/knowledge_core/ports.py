@@ -6,6 +6,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .domain.budget import ChainLink, Citation, CitationDraft, CitationMark, LedgerEntry
 from .domain.errors import SourceFailure
@@ -283,7 +284,7 @@ class TurnRecord:
     claimed_at: float
     expires_at: int
     run_id: str | None = None
-    response: dict | None = None
+    response: dict[str, Any] | None = None
 
 
 class TurnStore(ABC):
@@ -302,7 +303,7 @@ class TurnStore(ABC):
         """Remember the run of a pending claim; False when the claim was lost."""
 
     @abstractmethod
-    def complete_turn(self, key: str, claim: str, response: dict) -> bool:
+    def complete_turn(self, key: str, claim: str, response: dict[str, Any]) -> bool:
         """pending -> done with the response, only for the holder of `claim`."""
 
     @abstractmethod

@@ -47,12 +47,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..domain.errors import KnowledgeUnavailable, SourceFailure
+from ..domain.fusion import Hit
 from ..domain.models import Document, DocumentAcl, DocumentState, Viewer
 from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
 from ..ports import (
     DocumentInfo,
     Embedder,
-    Hit,
     QueryAnalysis,
     SearchBackend,
     SourceQuery,
@@ -98,7 +98,7 @@ ANALYSIS: dict[str, Any] = {
 TITLE_BOOST = 0.25
 
 
-def _analysed(copy_to: str | None = None) -> dict:
+def _analysed(copy_to: str | None = None) -> dict[str, Any]:
     field: dict[str, Any] = {"type": "text", "analyzer": "kb_text"}
     if copy_to:
         field["copy_to"] = copy_to
@@ -162,7 +162,7 @@ def knn_field(model: str) -> str:
     return "knn_" + re.sub(r"[^0-9A-Za-z]", "_", model)
 
 
-def knn_mapping(dimensions: int) -> dict:
+def knn_mapping(dimensions: int) -> dict[str, Any]:
     """Lucene HNSW over int8 vectors (the only engine without native libraries); inner product ranks
     like the in-process cosine (int8 dot / 127²)."""
     return {
@@ -178,12 +178,12 @@ def knn_bytes(vector: Vector) -> list[int]:
     return [b - 256 if b > 127 else b for b in vector.data]
 
 
-def knn_value(vector: Vector) -> dict:
+def knn_value(vector: Vector) -> dict[str, Any]:
     """A vector as its model's k-NN field."""
     return {knn_field(vector.model): knn_bytes(vector)}
 
 
-def knn_values(vectors: Iterable[Vector], fields: Collection[str]) -> dict:
+def knn_values(vectors: Iterable[Vector], fields: Collection[str]) -> dict[str, Any]:
     """The k-NN fields of `vectors` whose field is among `fields` (the ones the index maps)."""
     return {
         k: v for vector in vectors if knn_field(vector.model) in fields for k, v in knn_value(vector).items()
@@ -217,7 +217,7 @@ def _failure(exc: Exception) -> SourceFailure:
     return SourceFailure("unavailable", f"opensearch: {type(exc).__name__}")
 
 
-def _sub_failure(response: dict) -> SourceFailure | None:
+def _sub_failure(response: dict[str, Any]) -> SourceFailure | None:
     """The failure of one `_msearch` sub-response, if any (an error, a timeout, or failed shards)."""
     if "error" in response:
         status = response.get("status")
@@ -229,11 +229,14 @@ def _sub_failure(response: dict) -> SourceFailure | None:
     return None
 
 
-def acl_filter(viewer: Viewer) -> dict:
+def acl_filter(viewer: Viewer) -> dict[str, Any]:
     """`DocumentAcl.visible_to` as a query: one of the document's tenants (`acl_tenant` holds its own and
     the ones it is shared with; a document without one matches no viewer), and open or naming the
     subject/a group."""
-    audience: list[dict] = [{"term": {"acl_open": True}}, {"term": {"acl_subjects": viewer.subject}}]
+    audience: list[dict[str, Any]] = [
+        {"term": {"acl_open": True}},
+        {"term": {"acl_subjects": viewer.subject}},
+    ]
     if viewer.groups:
         audience.append({"terms": {"acl_groups": list(viewer.groups)}})
     return {
@@ -246,7 +249,7 @@ def acl_filter(viewer: Viewer) -> dict:
     }
 
 
-def text_query(text: str) -> dict:
+def text_query(text: str) -> dict[str, Any]:
     """BM25 of the title + passage as one field (an OR of terms, like the embedded backend's match
     expression) plus a light title match; every term is scored once per field (no duplicate sub-fields)."""
     return {
@@ -320,18 +323,20 @@ class OpenSearchBackend(SearchBackend):
             kwargs["http_auth"] = Urllib3AWSV4SignerAuth(boto3.Session().get_credentials(), region, service)
         return OpenSearch(hosts=[self._url], **kwargs)
 
-    def knn_properties(self) -> dict[str, dict]:
+    def knn_properties(self) -> dict[str, dict[str, Any]]:
         """The k-NN field of each of the embedder's models."""
         embedder = self._embedder
         if embedder is None:
             return {}
         return {knn_field(m): knn_mapping(embedder.dimensions(m)) for m in embedder.models}
 
-    def index_templates(self, knn: bool = True) -> dict[str, dict]:
+    def index_templates(self, knn: bool = True) -> dict[str, dict[str, Any]]:
         """Template name -> body of the versioned composable index templates (`knn`: with `index.knn`
         and the models' k-NN fields, for a node with the k-NN plugin)."""
 
-        def template(index: str, version: str, settings: dict, mappings: dict) -> dict:
+        def template(
+            index: str, version: str, settings: dict[str, Any], mappings: dict[str, Any]
+        ) -> dict[str, Any]:
             return {
                 "index_patterns": [f"{index}*"],
                 "priority": 100,
@@ -430,7 +435,7 @@ class OpenSearchBackend(SearchBackend):
             {"doc_id": "asc"},
             {"passage_no": {"order": "asc", "unmapped_type": "integer"}},
         ]
-        after: list | None = None
+        after: list[Any] | None = None
         while True:
             body: dict[str, Any] = {"size": 500, "sort": sort, "query": {"match_all": {}}}
             if after is not None:
@@ -438,7 +443,7 @@ class OpenSearchBackend(SearchBackend):
             hits = self.client.search(
                 index=",".join(old), body=body, request_timeout=max(self._timeout_s, 30.0)
             )["hits"]["hits"]
-            lines: list[dict] = []
+            lines: list[dict[str, Any]] = []
             for h in hits:
                 row = h["_source"]
                 row = {**row, **knn_values(_stored_vectors(row).values(), mapped)}
@@ -466,11 +471,11 @@ class OpenSearchBackend(SearchBackend):
         viewer: Viewer,
         vectors: Sequence[Vector] = (),
         dense: bool | None = None,
-    ) -> list[dict]:
+    ) -> list[dict[str, Any]]:
         """The `_msearch` body: per source a header and a collapsed, filtered, thresholded BM25 search (with
         the passage vectors when there are query vectors) and, unless the dense stage is off, one more entry
         per vector: the k-NN search on its model's field, for `dense_k` documents."""
-        body: list[dict] = []
+        body: list[dict[str, Any]] = []
         matched = text_query(text)
         visible = acl_filter(viewer)
         vector = vectors[0] if vectors else None
@@ -522,10 +527,13 @@ class OpenSearchBackend(SearchBackend):
                 reason,
             )
 
-    def msearch(self, body: list[dict], timeout_s: float) -> dict:
+    def msearch(self, body: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
         """The raw `_msearch` call (the benchmark times it against `search`)."""
         # On the alias's path (`<alias>/_msearch`): IAM grants the read functions their indices only.
-        return self.client.msearch(body=body, index=self.passages_alias, request_timeout=timeout_s)
+        answer: dict[str, Any] = self.client.msearch(
+            body=body, index=self.passages_alias, request_timeout=timeout_s
+        )
+        return answer
 
     def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
         if not queries:
@@ -555,7 +563,12 @@ class OpenSearchBackend(SearchBackend):
         return results
 
     def _source_result(
-        self, q: SourceQuery, response: dict, knn_responses: list[dict], vectors: Sequence[Vector], ms: float
+        self,
+        q: SourceQuery,
+        response: dict[str, Any],
+        knn_responses: list[dict[str, Any]],
+        vectors: Sequence[Vector],
+        ms: float,
     ) -> SourceResult:
         """One source's lexical candidates (with their passages' cosines) and dense candidates."""
         result = SourceResult(q.key, ms=response.get("took", ms))
@@ -573,7 +586,7 @@ class OpenSearchBackend(SearchBackend):
         )
         return result
 
-    def _dense_failure(self, response: dict) -> SourceFailure | None:
+    def _dense_failure(self, response: dict[str, Any]) -> SourceFailure | None:
         """A k-NN sub-search's failure; one the node rejects (400: no plugin, no k-NN field of the model)
         is not a failure of the source but turns the dense stage off for a while."""
         if response.get("status") == 400:
@@ -582,7 +595,7 @@ class OpenSearchBackend(SearchBackend):
         return _sub_failure(response)
 
     @staticmethod
-    def _dense_hits(source_key: str, vector: Vector, response: dict) -> list[tuple[Hit, float]]:
+    def _dense_hits(source_key: str, vector: Vector, response: dict[str, Any]) -> list[tuple[Hit, float]]:
         """The k-NN sub-search's documents, best first, with the cosine of their passage (same model only)."""
         if "hits" not in response:  # rejected: see `_dense_failure`
             return []
@@ -626,7 +639,9 @@ class OpenSearchBackend(SearchBackend):
             for key, src in self._mget(keys, _STATE_FIELDS).items()
         }
 
-    def _mget(self, keys: Sequence[tuple[str, str]], fields: list[str]) -> dict[tuple[str, str], dict]:
+    def _mget(
+        self, keys: Sequence[tuple[str, str]], fields: list[str]
+    ) -> dict[tuple[str, str], dict[str, Any]]:
         """The stored `_source` (those fields) of each key that exists, in one `_mget`."""
         from opensearchpy.exceptions import NotFoundError
 
@@ -639,7 +654,7 @@ class OpenSearchBackend(SearchBackend):
             return {}
         except transport_errors() as exc:
             raise _failure(exc) from None
-        sources: dict[tuple[str, str], dict] = {}
+        sources: dict[tuple[str, str], dict[str, Any]] = {}
         for (source_key, doc_id), entry in zip(keys, found.get("docs", []), strict=False):
             src = entry.get("_source") if entry.get("found") else None
             if src is not None and src["source_key"] == source_key and src["doc_id"] == doc_id:
@@ -651,7 +666,7 @@ class OpenSearchBackend(SearchBackend):
         if prefix:
             query["bool"]["filter"].append({"prefix": {"doc_id": prefix}})
         ids: list[str] = []
-        after: list | None = None
+        after: list[Any] | None = None
         try:
             self.ensure_indices()
             while True:
@@ -694,7 +709,7 @@ class OpenSearchBackend(SearchBackend):
             passages = {parent: split_passages(doc.body) for parent, doc in latest.items()}
             vectors = self._passage_vectors(latest, passages)
             old = self._passage_counts(list(latest))
-            actions: list[list[dict]] = []
+            actions: list[list[dict[str, Any]]] = []
             for parent, doc in latest.items():
                 actions.append(
                     self._document_actions(parent, doc, old.get(parent, 0), passages[parent], vectors[parent])
@@ -703,7 +718,7 @@ class OpenSearchBackend(SearchBackend):
 
     def _passage_vectors(
         self, docs: dict[str, Document], passages: dict[str, list[str]]
-    ) -> dict[str, list[dict]]:
+    ) -> dict[str, list[dict[str, Any]]]:
         """Parent id -> per passage the vector fields to index (empty dicts without an embedder)."""
         if self._embedder is None:
             return {parent: [{} for _ in ps] for parent, ps in passages.items()}
@@ -712,7 +727,7 @@ class OpenSearchBackend(SearchBackend):
             parent: [self._vector_fields(v) for v in vs] for parent, vs in zip(passages, vectors, strict=True)
         }
 
-    def _vector_fields(self, vectors: Sequence[Vector]) -> dict:
+    def _vector_fields(self, vectors: Sequence[Vector]) -> dict[str, Any]:
         """A passage's vectors as stored (`vectors`: model id -> base64 int8) and as the k-NN field of
         each model the index maps."""
         if not vectors:
@@ -721,8 +736,8 @@ class OpenSearchBackend(SearchBackend):
         return {"vectors": stored, **knn_values(vectors, self._knn_fields)}
 
     def _document_actions(
-        self, parent: str, doc: Document, old_count: int, passages: list[str], vectors: list[dict]
-    ) -> list[dict]:
+        self, parent: str, doc: Document, old_count: int, passages: list[str], vectors: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         """New passages, then deletes of the stored version's extra passages, then the parent (last, so a
         readable parent implies its passages are in)."""
         acl = doc.acl
@@ -739,7 +754,7 @@ class OpenSearchBackend(SearchBackend):
             "acl_groups": list(acl.groups),
             "structured_source": doc.structured_source,
         }
-        lines: list[dict] = []
+        lines: list[dict[str, Any]] = []
         pages = passage_pages(doc.body, passages, page_starts_of(doc.structured_source))
         for n, (text, vector, on_pages) in enumerate(zip(passages, vectors, pages, strict=True)):
             # A passage carries its own pages (PDF): hits and citations name them.
@@ -767,7 +782,7 @@ class OpenSearchBackend(SearchBackend):
         ]
         return lines
 
-    def _bulk(self, groups: list[list[dict]], tolerate: tuple[int, ...] = ()) -> None:
+    def _bulk(self, groups: list[list[dict[str, Any]]], tolerate: tuple[int, ...] = ()) -> None:
         """Send action groups in requests of at most BULK_MAX_BYTES (a larger group goes alone), each
         with `refresh=wait_for`, so everything is searchable when this returns. Item errors of a status in
         `tolerate` (and 404: already gone) are not failures."""
@@ -810,7 +825,9 @@ class OpenSearchBackend(SearchBackend):
                     raise KnowledgeUnavailable("search backend is throttling writes; retry")
                 raise KnowledgeUnavailable("search backend rejected the write")
 
-    def _write_stored(self, source_key: str, doc_id: str, actions: Callable[[str, int], list[dict]]) -> bool:
+    def _write_stored(
+        self, source_key: str, doc_id: str, actions: Callable[[str, int], list[dict[str, Any]]]
+    ) -> bool:
         """Bulk `actions(parent id, passage count)` for the stored document; False when there is none."""
         from opensearchpy.exceptions import NotFoundError
 
@@ -827,7 +844,7 @@ class OpenSearchBackend(SearchBackend):
             return True
 
     def delete_document(self, source_key: str, doc_id: str) -> bool:
-        def delete(parent: str, count: int) -> list[dict]:
+        def delete(parent: str, count: int) -> list[dict[str, Any]]:
             # Parent first: a ref fails to read at once; then the passages stop matching.
             return [{"delete": {"_index": self.documents_alias, "_id": parent}}] + [
                 {"delete": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}}
@@ -839,8 +856,11 @@ class OpenSearchBackend(SearchBackend):
     def set_document_status(self, source_key: str, doc_id: str, status: str) -> bool:
         change = {"doc": {"status": status}}
 
-        def update(parent: str, count: int) -> list[dict]:
-            lines: list[dict] = [{"update": {"_index": self.documents_alias, "_id": parent}}, change]
+        def update(parent: str, count: int) -> list[dict[str, Any]]:
+            lines: list[dict[str, Any]] = [
+                {"update": {"_index": self.documents_alias, "_id": parent}},
+                change,
+            ]
             for n in range(count):
                 lines += [{"update": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}}, change]
             return lines
@@ -919,7 +939,7 @@ def transport_errors() -> tuple[type[Exception], ...]:
     return (OpenSearchException, HTTPError, OSError)
 
 
-def _stored_vectors(src: dict) -> dict[str, Vector]:
+def _stored_vectors(src: dict[str, Any]) -> dict[str, Vector]:
     """A passage row's stored vectors by model (`vectors`; before v3: `vector_model`, `vector`)."""
     found = {m: Vector(m, base64.b64decode(data)) for m, data in (src.get("vectors") or {}).items()}
     if src.get("vector") and src.get("vector_model"):
@@ -927,12 +947,12 @@ def _stored_vectors(src: dict) -> dict[str, Vector]:
     return found
 
 
-def _cosines(queries: Sequence[Vector], raw_hits: list[dict]) -> list[float | None]:
+def _cosines(queries: Sequence[Vector], raw_hits: list[dict[str, Any]]) -> list[float | None]:
     """The cosine of each hit's passage with the first query vector of a model it has a vector of."""
     return matching_cosines(queries, [_stored_vectors(h["_source"]) for h in raw_hits])
 
 
-def _hit(source_key: str, raw: dict) -> Hit:
+def _hit(source_key: str, raw: dict[str, Any]) -> Hit:
     src = raw["_source"]
     return Hit(
         source_key=source_key,

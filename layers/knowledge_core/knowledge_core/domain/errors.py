@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KnowledgeError(Exception):
     """Base of every error the core raises on purpose. `code` and `status` are the wire contract."""
@@ -15,7 +17,7 @@ class KnowledgeError(Exception):
         self.field = field
         super().__init__(self.message)
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}
 
 

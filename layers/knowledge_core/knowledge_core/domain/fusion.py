@@ -8,6 +8,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .analyzer import count_terms_in, unique_terms
 
@@ -19,7 +20,7 @@ def content_fingerprint(content: str) -> str:
     return "sha256:" + hashlib.sha256(" ".join(content.split()).encode("utf-8")).hexdigest()
 
 
-def _canonical(value: dict | None) -> str | None:
+def _canonical(value: dict[str, Any] | None) -> str | None:
     return (
         None
         if value is None
@@ -38,7 +39,7 @@ class Hit:
     revision: str
     score: float  # the vendor's score, kept as is
     passage: str
-    structured_source: dict | None = None
+    structured_source: dict[str, Any] | None = None
 
 
 Candidate = Hit  # fusion's name for a hit it ranks

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
@@ -57,8 +57,8 @@ class TurnContext(BaseModel):
     knowledge: list[KnowledgeItem]
     knowledge_refs: list[str]
     # Memory and tool schemas are separate from knowledge delivery and never depend on the mode.
-    memory: list[dict] = []
-    tools: list[dict] = []
+    memory: list[dict[str, Any]] = []
+    tools: list[dict[str, Any]] = []
     knowledge_status: SearchStatus = "ok"
 
 
@@ -68,7 +68,7 @@ class KnowledgeDelivery(BaseModel):
     protocol: str = PROTOCOL
     knowledge_scope_revision: str
     status: SearchStatus
-    hints: list[dict] = []
+    hints: list[dict[str, Any]] = []
 
 
 class TurnResponse(WireModel):
@@ -79,7 +79,7 @@ class TurnResponse(WireModel):
     context: TurnContext
     knowledge_delivery: KnowledgeDelivery | None = None
 
-    def wire(self) -> dict:
+    def wire(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", by_alias=True)
         if data["knowledge_delivery"] is None:
             del data["knowledge_delivery"]

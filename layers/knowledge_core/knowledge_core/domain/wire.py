@@ -111,7 +111,7 @@ def parse_request(model: type[M], raw: str | bytes | None) -> M:
 class WireModel(BaseModel):
     """A response body: services return it typed, the edge serialises it (`wire()`)."""
 
-    def wire(self) -> dict:
+    def wire(self) -> dict[str, Any]:
         return to_wire(self)
 
 
@@ -166,7 +166,7 @@ class CapabilitiesResponse(WireModel):
     limits: Limits = LIMITS
 
 
-def to_wire(model: BaseModel) -> dict:
+def to_wire(model: BaseModel) -> dict[str, Any]:
     """Response model -> JSON dict: `schema` by alias; `run_id` only when given."""
     data = model.model_dump(mode="json", by_alias=True)
     if "run_id" in data and data["run_id"] is None:

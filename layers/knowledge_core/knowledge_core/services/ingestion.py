@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path, PurePath
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -61,7 +62,7 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _file_of(payload: dict) -> tuple[str, bytes]:
+def _file_of(payload: dict[str, Any]) -> tuple[str, bytes]:
     """A job document's file name and bytes: read from its directory without following links (never a
     file the job cannot take), or decoded from the request."""
     if "path" in payload:
@@ -357,7 +358,7 @@ class IngestionService:
         """The Document a job document stands for; ExtractionError when it cannot be made. A sync records
         its origin (as a digest) in `structured_source.sync_origin`: its sweep deletes only those."""
         payload = dict(item.payload or {})
-        structured: dict = dict(payload.get("structured_source") or {})
+        structured: dict[str, Any] = dict(payload.get("structured_source") or {})
         if "body" in payload:
             title, body = payload["title"], payload["body"]
         else:

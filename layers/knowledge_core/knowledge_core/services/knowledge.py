@@ -14,6 +14,7 @@ from ..domain.errors import (
     ScopeChanged,
     SourceFailure,
 )
+from ..domain.fusion import Hit
 from ..domain.models import Principal, citable
 from ..domain.passages import page_label
 from ..domain.router import PlannedSource, plan_search
@@ -30,7 +31,7 @@ from ..domain.wire import (
     SearchStatus,
     to_wire,
 )
-from ..ports import Clock, Hit, SearchBackend
+from ..ports import Clock, SearchBackend
 from .access import RunGuard, authorize_route
 from .retrieval import Retrieval, Retrieved, SourceAsk
 from .scope import ScopeResolver

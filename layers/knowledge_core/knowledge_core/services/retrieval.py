@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..domain.errors import SourceFailure
+from ..domain.fusion import Hit
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentState, Viewer, citable
 from ..domain.router import PlannedSource, expired_leases
 from ..domain.scope import KnowledgeScope
 from ..ports import (
     Embedder,
-    Hit,
     QueryAnalysis,
     QueryTranslator,
     SearchBackend,

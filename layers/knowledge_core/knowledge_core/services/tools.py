@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from ..domain.budget import (
     ChainLink,
+    CitationDraft,
     LedgerEntry,
     Limits,
     chain_mismatch,
@@ -50,7 +51,7 @@ from ..domain.tool_wire import (
     failure,
     success,
 )
-from ..ports import BudgetLedger, ChainSnapshot, CitationDraft, Clock, SearchBackend
+from ..ports import BudgetLedger, ChainSnapshot, Clock, SearchBackend
 from .retrieval import Retrieval, SourceAsk, SourceOutcome
 from .scope import ScopeResolver
 

@@ -49,11 +49,11 @@ def _pointer_sk(job: IngestionJob) -> str:
 class DynamoJobStore(TableAdapter, JobStore):
     max_payload_bytes = 350_000  # an item is at most 400 KB
 
-    def _key(self, pk: str, sk: str) -> dict:
+    def _key(self, pk: str, sk: str) -> dict[str, Any]:
         return {"pk": _s(pk), "sk": _s(sk)}
 
     @staticmethod
-    def _job(item: dict) -> IngestionJob:
+    def _job(item: dict[str, Any]) -> IngestionJob:
         def num(name: str) -> float | None:
             value = item.get(name, {}).get("N")
             return float(value) if value is not None else None
@@ -76,15 +76,17 @@ class DynamoJobStore(TableAdapter, JobStore):
             cancel_requested=item.get("cancel_requested", {}).get("BOOL", False),
         )
 
-    def _write_batch(self, items: list[dict]) -> None:
+    def _write_batch(self, items: list[dict[str, Any]]) -> None:
         for i in range(0, len(items), 25):
-            request: dict = {self._table: [{"PutRequest": {"Item": item}} for item in items[i : i + 25]]}
+            request: dict[str, Any] = {
+                self._table: [{"PutRequest": {"Item": item}} for item in items[i : i + 25]]
+            }
             while request:
                 with self._call():
                     resp = self._client.batch_write_item(RequestItems=request)
                 request = resp.get("UnprocessedItems") or {}
 
-    def _transact(self, actions: list[dict]) -> list[str | None] | None:
+    def _transact(self, actions: list[dict[str, Any]]) -> list[str | None] | None:
         """One transaction: None when committed, else the cancellation reason per action."""
         with self._call():
             try:
@@ -248,7 +250,7 @@ class DynamoJobStore(TableAdapter, JobStore):
         return None
 
     @staticmethod
-    def _held() -> dict:
+    def _held() -> dict[str, Any]:
         """The condition of every write only the lease holder may make (values `:w`, `:running`)."""
         return {
             "ConditionExpression": "worker = :w AND #st = :running",

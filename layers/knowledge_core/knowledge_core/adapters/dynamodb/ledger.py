@@ -54,13 +54,13 @@ class DynamoLedger(TableAdapter, BudgetLedger):
 
     # --- plumbing --------------------------------------------------------------------------------
     @staticmethod
-    def _pk(root_id: str) -> dict:
+    def _pk(root_id: str) -> dict[str, Any]:
         return _s(f"LEDGER#{root_id}")
 
-    def _key(self, root_id: str, sk: str) -> dict:
+    def _key(self, root_id: str, sk: str) -> dict[str, Any]:
         return {"pk": self._pk(root_id), "sk": _s(sk)}
 
-    def _transact(self, items: list[dict]) -> list[str | None] | None:
+    def _transact(self, items: list[dict[str, Any]]) -> list[str | None] | None:
         """Run one transaction. None = committed; else the cancellation reason code per item."""
         try:
             with self._call():
@@ -83,7 +83,7 @@ class DynamoLedger(TableAdapter, BudgetLedger):
         time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
 
     @staticmethod
-    def _entry(item: dict) -> LedgerEntry:
+    def _entry(item: dict[str, Any]) -> LedgerEntry:
         per_source = {name[2:]: int(v["N"]) for name, v in item.items() if name.startswith("q#")}
         return LedgerEntry(
             invocation_id=item["sk"]["S"][4:],
@@ -144,12 +144,12 @@ class DynamoLedger(TableAdapter, BudgetLedger):
 
     def _charge_item(
         self, root_id: str, entry: LedgerEntry, depth: int, source_keys: list[str], now: float
-    ) -> dict:
+    ) -> dict[str, Any]:
         """One entry's share of a charge: created with its agent, parent and limits if absent, and
         conditional on both (agent and place are fixed on first sight) and on every limit."""
         limits = entry.limits
         names = {"#r": "r", "#ag": "agent", "#pa": "parent"}
-        values: dict[str, dict] = {
+        values: dict[str, dict[str, Any]] = {
             ":n": _n(len(source_keys)),
             ":cap": _n(limits.max_retrievals - len(source_keys)),
             ":one": _n(1),
@@ -319,7 +319,7 @@ def _check_retryable(reasons: list[str | None]) -> None:
         raise RuntimeError(f"ledger transaction cancelled: {sorted(unexpected)}")
 
 
-def _citation(item: dict) -> Citation:
+def _citation(item: dict[str, Any]) -> Citation:
     return Citation(
         citation_id=item["cid"]["S"],
         fingerprint=item["sk"]["S"][5:],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ...domain.errors import Conflict
 from ...domain.models import (
@@ -31,7 +32,7 @@ from .table import (
 class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
     """Registry, sessions and runs in the service's DynamoDB table, through the low-level boto3 client."""
 
-    def _put_new(self, item: dict) -> bool:
+    def _put_new(self, item: dict[str, Any]) -> bool:
         """Put unless the key exists; False when it does."""
         return (
             self._conditional("put_item", Item=item, ConditionExpression="attribute_not_exists(pk)")
@@ -60,7 +61,7 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
 
     # --- registry -------------------------------------------------------------------------------
     def get_sources(self, keys: list[str]) -> dict[str, Source | None]:
-        found: dict[str, dict[str, dict]] = {k: {} for k in keys}
+        found: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in keys}
         wanted = [
             {"pk": _s(f"SRC#{k}"), "sk": _s(sk)} for k in dict.fromkeys(keys) for sk in ("DEF", "STATE")
         ]
@@ -123,7 +124,7 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
             )
         self._index(f"WS#{route}", agent=agent_key)
 
-    def _indexed(self, kind: str) -> list[dict]:
+    def _indexed(self, kind: str) -> list[dict[str, Any]]:
         return self._query(REGISTRY_PK, f"{kind}#")
 
     def list_sources(self) -> list[Source]:
@@ -141,7 +142,7 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
     # --- sessions --------------------------------------------------------------------------------
     # TOKEN#<hash>/SESSION is what the authorizer reads; TOKENS/<token id> is the administrator's list
     # (the session and the hash it points to). Both are written in one transaction.
-    def _session_items(self, token_hash: str, session: Session) -> list[dict]:
+    def _session_items(self, token_hash: str, session: Session) -> list[dict[str, Any]]:
         doc, ttl = _s(session.model_dump_json()), {"N": str(session.expires_at)}
         return [
             {"pk": _s(f"TOKEN#{token_hash}"), "sk": _s("SESSION"), "doc": doc, TTL_ATTRIBUTE: ttl},
@@ -206,7 +207,7 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
 
     # --- runs ------------------------------------------------------------------------------------
     @staticmethod
-    def _run_item(run: Run) -> dict:
+    def _run_item(run: Run) -> dict[str, Any]:
         item = {
             "pk": _s(f"RUN#{run.run_id}"),
             "sk": _s("RUN"),
@@ -223,7 +224,7 @@ class DynamoState(TableAdapter, Registry, SessionStore, RunStore):
         return item
 
     @staticmethod
-    def _run_from(item: dict) -> Run:
+    def _run_from(item: dict[str, Any]) -> Run:
         return Run(
             run_id=item["pk"]["S"][4:],
             session_id=item["session_id"]["S"],

@@ -44,11 +44,11 @@ _UNAVAILABLE_CODES = frozenset(
 T = TypeVar("T")
 
 
-def _s(value: str) -> dict:
+def _s(value: str) -> dict[str, Any]:
     return {"S": value}
 
 
-def _n(value: float) -> dict:
+def _n(value: float) -> dict[str, Any]:
     return {"N": str(value)}
 
 
@@ -72,7 +72,7 @@ def create_table(client: Any, table_name: str) -> None:
             raise
 
 
-def agent_from(item: dict) -> AgentDefinition:
+def agent_from(item: dict[str, Any]) -> AgentDefinition:
     return AgentDefinition.model_validate_json(item["doc"]["S"])
 
 
@@ -100,26 +100,26 @@ class TableAdapter:
         except self._botocore_error as exc:
             raise StateUnavailable() from exc
 
-    def _conditional(self, op: str, **kwargs: Any) -> dict | None:
+    def _conditional(self, op: str, **kwargs: Any) -> dict[str, Any] | None:
         """A conditional write (`put_item`, `update_item`, `delete_item`): its response, or None when its
         condition does not hold."""
         with self._call():
             try:
-                response: dict = getattr(self._client, op)(TableName=self._table, **kwargs)
+                response: dict[str, Any] = getattr(self._client, op)(TableName=self._table, **kwargs)
                 return response
             except self._client_error as exc:
                 if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
                     return None
                 raise
 
-    def _get(self, pk: str, sk: str) -> dict | None:
+    def _get(self, pk: str, sk: str) -> dict[str, Any] | None:
         with self._call():
-            item: dict | None = self._client.get_item(
+            item: dict[str, Any] | None = self._client.get_item(
                 TableName=self._table, Key={"pk": _s(pk), "sk": _s(sk)}, ConsistentRead=True
             ).get("Item")
         return item
 
-    def _query(self, pk: str, sk_prefix: str | None = None) -> list[dict]:
+    def _query(self, pk: str, sk_prefix: str | None = None) -> list[dict[str, Any]]:
         """Every item of one partition (whose sort key starts with `sk_prefix`), consistent, all pages."""
         request: dict[str, Any] = {
             "TableName": self._table,
@@ -127,7 +127,7 @@ class TableAdapter:
             "KeyConditionExpression": "pk = :pk" + (" AND begins_with(sk, :prefix)" if sk_prefix else ""),
             "ExpressionAttributeValues": {":pk": _s(pk), **({":prefix": _s(sk_prefix)} if sk_prefix else {})},
         }
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         while True:
             with self._call():
                 page = self._client.query(**request)
@@ -136,11 +136,11 @@ class TableAdapter:
                 return items
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def _batch_get(self, keys: list[dict]) -> list[dict]:
+    def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Consistent reads of `keys` (pk/sk dicts), 100 a request, unprocessed keys asked again."""
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         for i in range(0, len(keys), 100):
-            request: dict = {self._table: {"Keys": keys[i : i + 100], "ConsistentRead": True}}
+            request: dict[str, Any] = {self._table: {"Keys": keys[i : i + 100], "ConsistentRead": True}}
             while request:
                 with self._call():
                     resp = self._client.batch_get_item(RequestItems=request)

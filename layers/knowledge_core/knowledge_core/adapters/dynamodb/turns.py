@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from typing import Any
 
 from ...domain.errors import StateUnavailable
 from ...ports import TurnRecord, TurnStore
@@ -18,11 +19,11 @@ _SK = "TURN"
 
 class DynamoTurnStore(TableAdapter, TurnStore):
     @staticmethod
-    def _key(key: str) -> dict:
+    def _key(key: str) -> dict[str, Any]:
         return {"pk": _s(key), "sk": _s(_SK)}
 
     @staticmethod
-    def _record(item: dict) -> TurnRecord:
+    def _record(item: dict[str, Any]) -> TurnRecord:
         raw = item.get("turn_response", {}).get("B")
         return TurnRecord(
             key=item["pk"]["S"],
@@ -71,7 +72,9 @@ class DynamoTurnStore(TableAdapter, TurnStore):
             return None
         return self._record(item)
 
-    def _while_held(self, op: str, key: str, claim: str, values: dict | None = None, **update: str) -> bool:
+    def _while_held(
+        self, op: str, key: str, claim: str, values: dict[str, Any] | None = None, **update: str
+    ) -> bool:
         """`op` on the turn only while it is still pending and held by `claim`."""
         return (
             self._conditional(
@@ -90,7 +93,7 @@ class DynamoTurnStore(TableAdapter, TurnStore):
             "update_item", key, claim, {":r": _s(run_id)}, UpdateExpression="SET run_id = :r"
         )
 
-    def complete_turn(self, key: str, claim: str, response: dict) -> bool:
+    def complete_turn(self, key: str, claim: str, response: dict[str, Any]) -> bool:
         blob = zlib.compress(json.dumps(response, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
         return self._while_held(
             "update_item",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ...domain.errors import Conflict
 from ...domain.ingestion import (
@@ -36,7 +37,7 @@ class SqliteJobStore(SqliteStore, JobStore):
     )
 
     @staticmethod
-    def _job(row: tuple) -> IngestionJob:
+    def _job(row: tuple[Any, ...]) -> IngestionJob:
         (job_id, source_key, spec, state, total, queued, done, unchanged, failed, deleted, passages,
          created_at, started_at, updated_at, finished_at, worker, lease_until, cancel) = row  # fmt: skip
         return IngestionJob(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from ...domain.budget import (
     ChainLink,
@@ -43,7 +44,7 @@ class SqliteLedger(SqliteStore, BudgetLedger):
     )
 
     @staticmethod
-    def _entry(row: tuple) -> tuple[LedgerEntry, int]:
+    def _entry(row: tuple[Any, ...]) -> tuple[LedgerEntry, int]:
         inv, agent, parent, mr, mq, mc, r, c, per_source, deadline, seq = row
         entry = LedgerEntry(inv, agent, parent, Limits(mr, mq, mc), r, c, json.loads(per_source), deadline)
         return entry, seq

@@ -16,15 +16,16 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ...domain.analyzer import index_terms, query_terms
 from ...domain.errors import SourceFailure
+from ...domain.fusion import Hit
 from ...domain.models import Document, DocumentAcl, DocumentState, Viewer
 from ...domain.passages import hit_source, page_starts_of, passage_pages, split_passages
 from ...ports import (
     DocumentInfo,
     Embedder,
-    Hit,
     QueryAnalysis,
     SearchBackend,
     SourceQuery,
@@ -275,7 +276,7 @@ class SqliteFtsBackend(SearchBackend):
             k *= 4  # hidden or unready documents, or many passages of a few: look deeper
 
     # --- documents ------------------------------------------------------------------------------
-    def _read(self, sql: str, params: Sequence[object]) -> list[tuple]:
+    def _read(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         """The rows of one read; a database error is the backend's typed `unavailable`."""
         try:
             return self._conn().execute(sql, params).fetchall()

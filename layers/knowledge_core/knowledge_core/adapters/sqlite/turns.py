@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 from ...ports import (
     TurnRecord,
@@ -18,7 +19,7 @@ class SqliteTurnStore(SqliteStore, TurnStore):
     _COLUMNS = "key, request_hash, state, claim, claimed_at, expires_at, run_id, response"
 
     @staticmethod
-    def _record(row: tuple) -> TurnRecord:
+    def _record(row: tuple[Any, ...]) -> TurnRecord:
         key, request_hash, state, claim, claimed_at, expires_at, run_id, response = row
         return TurnRecord(
             key=key,
@@ -55,7 +56,7 @@ class SqliteTurnStore(SqliteStore, TurnStore):
         with self._read() as conn:
             return self._live(conn, key, now)
 
-    def _while_held(self, key: str, claim: str, sql: str, values: tuple = ()) -> bool:
+    def _while_held(self, key: str, claim: str, sql: str, values: tuple[Any, ...] = ()) -> bool:
         """`sql` (an UPDATE or DELETE of the turn) only while it is still pending and held by `claim`."""
         with self._write() as conn:
             return (
@@ -68,7 +69,7 @@ class SqliteTurnStore(SqliteStore, TurnStore):
     def set_turn_run(self, key: str, claim: str, run_id: str) -> bool:
         return self._while_held(key, claim, "UPDATE turns SET run_id = ?", (run_id,))
 
-    def complete_turn(self, key: str, claim: str, response: dict) -> bool:
+    def complete_turn(self, key: str, claim: str, response: dict[str, Any]) -> bool:
         blob = json.dumps(response, ensure_ascii=False, separators=(",", ":"))
         return self._while_held(key, claim, "UPDATE turns SET state = 'done', response = ?", (blob,))
 
