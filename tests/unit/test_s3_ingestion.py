@@ -16,7 +16,7 @@ from knowledge_core.adapters.s3_objects import S3ObjectStore
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.admin_wire import IngestionJobRequest
 from knowledge_core.domain.errors import Forbidden, InvalidRequest, NotFound
-from knowledge_core.domain.models import SourceDefinition
+from knowledge_core.domain.models import Document, DocumentAcl, SourceDefinition
 from knowledge_core.domain.s3_source import (
     MAX_OBJECT_BYTES,
     ObjectStoreError,
@@ -273,3 +273,115 @@ def test_i_ingest_s3_request_needs_an_acl_and_one_origin() -> None:
     ):
         with pytest.raises(InvalidRequest):
             parse_request(IngestionJobRequest, json.dumps(body))
+
+
+# --- AWS: the template's grants, object events and the scheduled sync -------------------------------------
+
+
+def test_i_ingest_s3_template_grants_list_and_get_under_the_prefix_only() -> None:
+    from tests.iam_actions import Action, allowed, grants
+
+    params = {"S3SourceBucket": "kb-docs", "S3SourcePrefix": "manuals/"}
+    policy = grants(s3=params)
+    worker, admin = policy["IngestWorkerFunction"], policy["AdminFunction"]
+    assert allowed(Action("s3", "ListBucket", ("kb-docs", "manuals/")), worker)
+    assert allowed(Action("s3", "ListBucket", ("kb-docs", "manuals/pumps/")), admin)
+    assert allowed(Action("s3", "GetObject", ("kb-docs/manuals/pumps/a.pdf",)), worker)
+    for action in (
+        Action("s3", "ListBucket", ("kb-docs", "other/")),
+        Action("s3", "ListBucket", ("kb-docs", "")),
+        Action("s3", "ListBucket", ("another-bucket", "manuals/")),
+        Action("s3", "GetObject", ("kb-docs/other/a.pdf",)),
+        Action("s3", "GetObject", ("another-bucket/manuals/a.pdf",)),
+        Action("s3", "PutObject", ("kb-docs/manuals/a.pdf",)),
+    ):
+        assert not allowed(action, worker), action
+    assert not allowed(Action("s3", "GetObject", ("kb-docs/manuals/a.pdf",)), admin)  # the worker reads
+    assert not any(g.service == "s3" for g in policy["SearchFunction"])
+
+
+def test_i_ingest_s3_object_events_from_eventbridge_and_s3_notifications() -> None:
+    from knowledge_core.domain.s3_source import ObjectEvent, object_events
+
+    bridge = {
+        "source": "aws.s3",
+        "detail-type": "Object Created",
+        "detail": {"bucket": {"name": "kb-docs"}, "object": {"key": "m/a b.md", "size": 7, "etag": "e1"}},
+    }
+    assert object_events(bridge) == [ObjectEvent("created", "kb-docs", "m/a b.md", "e1", 7)]
+    bridge_gone = bridge | {
+        "detail-type": "Object Deleted",
+        "detail": {"bucket": {"name": "kb-docs"}, "object": {"key": "m/x"}},
+    }
+    assert object_events(bridge_gone) == [ObjectEvent("removed", "kb-docs", "m/x")]
+    native = {
+        "Records": [
+            {
+                "eventSource": "aws:s3",
+                "eventName": "ObjectCreated:Put",
+                "s3": {
+                    "bucket": {"name": "kb-docs"},
+                    "object": {"key": "m/a+b%C3%A9.md", "size": 3, "eTag": "e2"},
+                },
+            },
+            {
+                "eventSource": "aws:s3",
+                "eventName": "ObjectRemoved:Delete",
+                "s3": {"bucket": {"name": "kb-docs"}, "object": {"key": "m/old.md"}},
+            },
+        ]
+    }
+    assert object_events(native) == [
+        ObjectEvent("created", "kb-docs", "m/a bé.md", "e2", 3),
+        ObjectEvent("removed", "kb-docs", "m/old.md"),
+    ]
+    assert object_events({"Event": "s3:TestEvent", "Bucket": "kb-docs"}) == []
+    assert object_events({"job_id": "j"}) is None
+
+
+def test_i_ingest_s3_events_ingest_created_and_delete_only_what_that_object_made(
+    tmp_path: Path, clock: FakeClock, s3: Any
+) -> None:
+    from knowledge_core.domain.s3_source import ObjectEvent
+
+    c = container(
+        tmp_path,
+        clock,
+        S3ObjectStore(client=s3),
+        ingest_directories=False,
+        ingest_s3_uri=f"s3://{BUCKET}/docs/",
+        ingest_s3_source=SOURCE,
+        ingest_s3_tenant="acme",
+    )
+    events = c.s3_events
+    assert events is not None
+    put(s3, "docs/a.md", "# A\n\nalpha")
+    put(s3, "other/b.md", "# B\n\nbeta")
+    created = [
+        ObjectEvent("created", BUCKET, "docs/a.md", "e", 10),
+        ObjectEvent("created", BUCKET, "other/b.md", "e", 10),  # outside the prefix: ignored
+        ObjectEvent("created", BUCKET, "docs/a.md.metadata.json", "e", 10),  # a sidecar: ignored
+        ObjectEvent("created", "another-bucket", "docs/a.md", "e", 10),
+    ]
+    assert events.handle(created) == 1
+    while c.ingestion.work("w1") is not None:
+        pass
+    assert doc_ids(c) == {"s3-a"}
+    # A document of the same doc_id made another way (inline, another tenant) is not the object's.
+    other_way = Document(
+        source_key=SOURCE, doc_id="s3-z", title="Z", body="inline", acl=DocumentAcl(tenant="acme")
+    )
+    c.backend.put_documents([other_way])
+    assert events.handle([ObjectEvent("removed", BUCKET, "docs/z.md")]) == 0  # not made by that object
+    assert events.handle([ObjectEvent("removed", BUCKET, "docs/a.md")]) == 1
+    assert doc_ids(c) == {"s3-z"}
+    # (Which documents a sync's sweep may delete — only those a sync of this origin made — is the
+    # sweep's rule, not the feed's: the document made another way leaves before the full sync here.)
+    c.backend.delete_document(SOURCE, "s3-z")
+    put(s3, "docs/c.md", "# C\n\ngamma")
+    job_id = events.full_sync()
+    c.ingestion.work("w1", job_id=job_id)
+    status = c.ingestion.status(SOURCE, job_id)
+    # a.md was deleted from the index but is still in the bucket: the full sync brings it back.
+    assert status.sync and (status.counts.done, status.counts.deleted) == (2, 0)
+    assert doc_ids(c) == {"s3-a", "s3-c"}

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .services.ingestion import IngestionService
     from .services.knowledge import KnowledgeService
     from .services.retrieval import Retrieval
+    from .services.s3_events import S3Events
     from .services.s3_ingestion import S3Origin
     from .services.scope import ScopeResolver
     from .services.tools import ToolsService
@@ -273,6 +274,23 @@ class Container:
             extractor=self.extractor,
             s3=self.s3_origin,
         )
+
+    @cached_property
+    def s3_events(self) -> S3Events | None:
+        """The deployment's S3 feed (object events, scheduled syncs); None when the template sets none."""
+        from .domain.s3_source import parse_s3_uri
+        from .services.s3_events import S3Events, S3Feed
+
+        s = self.settings
+        if not (s.ingest_s3_uri and s.ingest_s3_source):
+            return None
+        feed = S3Feed(
+            parse_s3_uri(s.ingest_s3_uri, field="KB_INGEST_S3_URI"),
+            s.ingest_s3_source,
+            s.ingest_s3_doc_id_prefix,
+            s.ingest_s3_tenant,
+        )
+        return S3Events(feed, self.ingestion, self.s3_origin, self.backend)
 
     @cached_property
     def s3_origin(self) -> S3Origin:

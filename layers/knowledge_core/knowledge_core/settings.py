@@ -56,7 +56,7 @@ class Settings(BaseModel):
     # (ingest_directories) may read any prefix its credentials reach.
     ingest_s3_uri: str | None = None
     ingest_s3_source: str | None = None
-    ingest_s3_doc_id_prefix: str = "s3"
+    ingest_s3_doc_id_prefix: str = Field("s3", min_length=1)  # a sync under "" is refused (SPEC §7)
     ingest_s3_tenant: str = "default"
 
     @classmethod

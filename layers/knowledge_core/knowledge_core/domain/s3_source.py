@@ -98,3 +98,66 @@ def object_doc_id(location: S3Location, doc_id_prefix: str, key: str) -> str:
 
 def sidecar_key(key: str) -> str:
     return key + SIDECAR_SUFFIX
+
+
+# --- object events (AWS): what reaches the ingestion queue besides job ids ----------------------------------
+
+SYNC_MESSAGE = {"s3_sync": True}  # the scheduled full sync's message (template.yaml: S3FullSyncRule)
+
+
+@dataclass(frozen=True)
+class ObjectEvent:
+    """An object created (with its ETag and size) or removed, as S3 reports it."""
+
+    kind: Literal["created", "removed"]
+    bucket: str
+    key: str
+    etag: str = ""
+    size: int = 0
+
+
+def object_events(message: dict) -> list[ObjectEvent] | None:
+    """The object events of a queue message — S3 through EventBridge (`detail-type` "Object Created" /
+    "Object Deleted", plain keys) or S3's own notifications (`Records`, URL-encoded keys; the test event
+    has none) — or None when the message is neither."""
+    from urllib.parse import unquote_plus
+
+    if message.get("source") == "aws.s3" and isinstance(message.get("detail"), dict):
+        kind = {"Object Created": "created", "Object Deleted": "removed"}.get(str(message.get("detail-type")))
+        detail = message["detail"]
+        obj, bucket = detail.get("object") or {}, (detail.get("bucket") or {}).get("name")
+        if kind is None or not bucket or not isinstance(obj.get("key"), str):
+            return []
+        return [_event(kind, bucket, obj["key"], obj.get("etag"), obj.get("size"))]
+    if message.get("Event") == "s3:TestEvent":
+        return []
+    records = message.get("Records")
+    if not isinstance(records, list):
+        return None
+    events = []
+    for record in records:
+        s3 = record.get("s3") if isinstance(record, dict) else None
+        name = str(record.get("eventName", "")) if isinstance(record, dict) else ""
+        if record.get("eventSource") != "aws:s3" or not isinstance(s3, dict) or ":" not in name:
+            continue
+        kind = (
+            "created"
+            if name.startswith("ObjectCreated")
+            else "removed"
+            if name.startswith("ObjectRemoved")
+            else None
+        )
+        obj, bucket = s3.get("object") or {}, (s3.get("bucket") or {}).get("name")
+        if kind and bucket and isinstance(obj.get("key"), str):
+            events.append(_event(kind, bucket, unquote_plus(obj["key"]), obj.get("eTag"), obj.get("size")))
+    return events
+
+
+def _event(kind: str, bucket: str, key: str, etag: object, size: object) -> ObjectEvent:
+    return ObjectEvent(
+        "created" if kind == "created" else "removed",
+        bucket,
+        key,
+        str(etag or "").strip('"'),
+        int(size) if isinstance(size, int) else 0,
+    )

@@ -144,6 +144,12 @@ class IngestionService:
                 else "two files map to one doc_id"
             )
             raise InvalidRequest(f"{origin}: {what}", field=origin)
+        return self.create(source_key, documents, spec)
+
+    def create(self, source_key: str, documents: list[JobDocument], spec: JobSpec) -> JobAccepted:
+        """Store a job of ready-made documents and wake a worker (also S3 object events' single jobs)."""
+        if self._registry.get_sources([source_key]).get(source_key) is None:
+            raise NotFound(f"source {source_key} is not published", field="source")
         job = IngestionJob(
             job_id=str(uuid.uuid4()),
             source_key=source_key,

@@ -60,7 +60,14 @@ class S3Origin:
     def job_documents(self, location: S3Location, doc_id_prefix: str, acl: DocumentAcl) -> list[JobDocument]:
         """The prefix's objects as job documents, in key order (what is read, and compared, later is the
         listing's ETag and size). Sidecars (`.metadata.json`) are not documents."""
-        objects = [o for o in self._list(location) if is_document_key(location, o.key)]
+        return self.documents(location, doc_id_prefix, acl, self._list(location))
+
+    @staticmethod
+    def documents(
+        location: S3Location, doc_id_prefix: str, acl: DocumentAcl, listed: list[StoredObject]
+    ) -> list[JobDocument]:
+        """Listed (or notified) objects as job documents: the document keys only, in the order given."""
+        objects = [o for o in listed if is_document_key(location, o.key)]
         acl_json = acl.model_dump(mode="json")
         return [
             JobDocument(
