@@ -32,7 +32,13 @@ ES_WRITES = {"ESHttpPut", "ESHttpDelete", "ESHttpPatch"}
 # S3 is read-only here: every S3 action granted must be one the function makes (least privilege both ways).
 S3_GRANTED_MUST_BE_USED = {"ListBucket", "GetObject"}
 _MUST_BE_USED = {"dynamodb": DYNAMODB_WRITES, "es": ES_WRITES, "s3": S3_GRANTED_MUST_BE_USED}
-_S3_OPERATIONS = {"ListObjectsV2": "ListBucket", "ListObjects": "ListBucket", "GetObject": "GetObject"}
+# The IAM action each S3 operation needs (HeadObject is authorised as s3:GetObject).
+_S3_OPERATIONS = {
+    "ListObjectsV2": "ListBucket",
+    "ListObjects": "ListBucket",
+    "GetObject": "GetObject",
+    "HeadObject": "GetObject",
+}
 _TRANSACT = {
     "Put": "PutItem",
     "Update": "UpdateItem",

@@ -76,7 +76,10 @@ def test_i_ingest_s3_server_pagination_etags_delete_and_typed_errors(started, mo
     with pytest.raises(ObjectStoreError) as big:
         store.get_object(bucket, "docs/0002.md", 3)
     assert big.value.code == "too_large"
+    head = store.head_object(bucket, "docs/0003.md")
+    assert head is not None and head.etag == listed[3].etag and head.size == listed[3].size
     client.delete_object(Bucket=bucket, Key="docs/0003.md")
+    assert store.head_object(bucket, "docs/0003.md") is None
     with pytest.raises(ObjectStoreError) as gone:
         store.get_object(bucket, "docs/0003.md", 1000)
     assert gone.value.code == "not_found"

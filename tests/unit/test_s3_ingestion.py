@@ -186,6 +186,9 @@ class FailingStore(ObjectStore):
             raise ObjectStoreError(self.list_code)  # type: ignore[arg-type]
         return [StoredObject(f"{prefix}x.md", "etag-1", self.size)]
 
+    def head_object(self, bucket: str, key: str) -> StoredObject | None:
+        return None
+
     def get_object(self, bucket: str, key: str, max_bytes: int) -> tuple[bytes, str]:
         if self.get_code:
             raise ObjectStoreError(self.get_code)  # type: ignore[arg-type]
@@ -373,7 +376,10 @@ def test_i_ingest_s3_events_ingest_created_and_delete_only_what_that_object_made
     )
     c.backend.put_documents([other_way])
     assert events.handle([ObjectEvent("removed", BUCKET, "docs/z.md")]) == 0  # not made by that object
+    assert events.handle([ObjectEvent("removed", BUCKET, "docs/a.md")]) == 0  # it is there again: late
+    s3.delete_object(Bucket=BUCKET, Key="docs/a.md")
     assert events.handle([ObjectEvent("removed", BUCKET, "docs/a.md")]) == 1
+    put(s3, "docs/a.md", "# A\n\nalpha")
     assert doc_ids(c) == {"s3-z"}
     # (Which documents a sync's sweep may delete — only those a sync of this origin made — is the
     # sweep's rule, not the feed's: the document made another way leaves before the full sync here.)

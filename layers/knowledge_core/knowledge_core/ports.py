@@ -460,6 +460,10 @@ class ObjectStore(ABC):
         """Every object under `prefix` in key order, at most `limit` + 1 (so a caller sees "too many")."""
 
     @abstractmethod
+    def head_object(self, bucket: str, key: str) -> StoredObject | None:
+        """The object's ETag and size, or None when there is no such object."""
+
+    @abstractmethod
     def get_object(self, bucket: str, key: str, max_bytes: int) -> tuple[bytes, str]:
         """The object's bytes and ETag; `too_large` once more than `max_bytes` arrive (never read on)."""
 

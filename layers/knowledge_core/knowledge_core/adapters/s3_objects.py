@@ -69,6 +69,15 @@ class S3ObjectStore(ObjectStore):
                 break
         return found[: limit + 1]
 
+    def head_object(self, bucket: str, key: str) -> StoredObject | None:
+        try:
+            head = _call(lambda: self.client.head_object(Bucket=bucket, Key=key))
+        except ObjectStoreError as exc:
+            if exc.code == "not_found":
+                return None
+            raise
+        return StoredObject(key, str(head.get("ETag", "")).strip('"'), int(head.get("ContentLength", 0)))
+
     def get_object(self, bucket: str, key: str, max_bytes: int) -> tuple[bytes, str]:
         def read() -> tuple[bytes, str]:
             response = self.client.get_object(Bucket=bucket, Key=key)

@@ -63,8 +63,11 @@ class S3Events:
         return acted
 
     def _remove(self, key: str) -> int:
-        """Delete the document this object made: same doc_id, its uri this very object, this tenant."""
+        """Delete the document this object made: same doc_id, its uri this very object, this tenant —
+        unless the object is there again (events arrive out of order: a put after the delete wins)."""
         feed = self._feed
+        if self._origin.exists(feed.location.bucket, key):
+            return 0
         doc_id = object_doc_id(feed.location, feed.doc_id_prefix, key)
         stored = self._backend.get_document(feed.source_key, doc_id)
         made_here = (

@@ -115,6 +115,13 @@ class S3Origin:
         )
         return same_object and stored.acl == DocumentAcl.model_validate(payload.get("acl") or {})
 
+    def exists(self, bucket: str, key: str) -> bool:
+        """Whether the object is there now; S3 unavailable is SourceFailure (the message is retried)."""
+        try:
+            return self._store.head_object(bucket, key) is not None
+        except ObjectStoreError as exc:
+            raise SourceFailure("unavailable", f"S3 head failed: {exc.code}") from None
+
     def read(self, payload: dict) -> tuple[str, bytes, dict[str, object]]:
         """The object's name (its key), bytes, and what its document's structured_source records.
         ExtractionError for a per-document failure; SourceFailure when S3 is unavailable (the job
