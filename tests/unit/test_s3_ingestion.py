@@ -391,3 +391,31 @@ def test_i_ingest_s3_events_ingest_created_and_delete_only_what_that_object_made
     # a.md was deleted from the index but is still in the bucket: the full sync brings it back.
     assert status.sync and (status.counts.done, status.counts.deleted) == (2, 0)
     assert doc_ids(c) == {"s3-a", "s3-c"}
+
+
+def test_i_ingest_s3_worker_takes_the_ready_events(tmp_path: Path, clock: FakeClock, s3: Any) -> None:
+    """events/ingest_worker/s3-*.json (for `sam local invoke` too) through the worker function."""
+    from knowledge_core import bootstrap
+
+    from kb_cli.events import load_event
+    from kb_cli.gateway import Handlers
+
+    s3.create_bucket(Bucket="kb-documents")
+    s3.put_object(Bucket="kb-documents", Key="manuals/pump-guide.md", Body=b"# Pump guide\n\nSeals.")
+    c = container(
+        tmp_path,
+        clock,
+        S3ObjectStore(client=s3),
+        ingest_directories=False,
+        ingest_s3_uri="s3://kb-documents/manuals/",
+        ingest_s3_source=SOURCE,
+    )
+    bootstrap.reset(c)
+    try:
+        handlers = Handlers()
+        for name in ("ingest_worker/s3-object-created.json", "ingest_worker/s3-full-sync.json"):
+            assert handlers.invoke("IngestWorkerFunction", load_event(name)) == {"batchItemFailures": []}
+    finally:
+        bootstrap.reset(None)
+    jobs = c.ingestion.list_jobs(SOURCE).jobs
+    assert sorted((j.total, j.sync) for j in jobs) == [(1, False), (1, True)]  # the object; the sync
