@@ -58,7 +58,7 @@ def bucket(s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 
 def ingest(kb: KbServer, uri: str, prefix: str, *extra: str) -> Any:
-    return kb.kb("ingest", "--tenant", "demo", "--source", SOURCE, "--doc-id", prefix, *extra, uri)
+    return kb.kb("ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", prefix, *extra, uri)
 
 
 def hits(kb: KbServer, query: str) -> list[dict]:
