@@ -47,7 +47,7 @@ def bucket(s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
     for name, value in s3_env.items():
         monkeypatch.setenv(name, value)
-    client = boto3.client("s3")
+    client = boto3.Session().client("s3")  # a session of its own: the env of this test, not cached
     name = f"kb-e2e-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=name)
     yield client, name

@@ -39,7 +39,7 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Scenario]:
 
     for name, value in s3_endpoint_or_skip().items():
         monkeypatch.setenv(name, value)
-    client = boto3.client("s3", region_name="us-east-1")
+    client = boto3.Session().client("s3", region_name="us-east-1")  # its own credentials, not cached ones
     bucket = f"kbi-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=bucket)
     yield S3Scenario(client, bucket, "manuals/")

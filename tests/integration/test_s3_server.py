@@ -55,7 +55,8 @@ def test_i_ingest_s3_server_pagination_etags_delete_and_typed_errors(started, mo
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", env["S3_ENDPOINT"])
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", env["AWS_ACCESS_KEY_ID"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", env["AWS_SECRET_ACCESS_KEY"])
-    client = boto3.client("s3", region_name="us-east-1")  # defaults: flexible checksums on
+    # A session of its own: the default one keeps the first credentials it found (another test's server).
+    client = boto3.Session().client("s3", region_name="us-east-1")  # defaults: flexible checksums on
     bucket = f"kbt-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=bucket)
     bodies = {f"docs/{i:04d}.md": f"# {i}\n\nbody {i}".encode() for i in range(1203)}

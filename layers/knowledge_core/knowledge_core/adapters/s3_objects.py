@@ -49,7 +49,9 @@ class S3ObjectStore(ObjectStore):
                     retries={"max_attempts": 4, "mode": "standard"},
                     max_pool_connections=16,
                 )
-                self._client = boto3.client("s3", region_name=self._region, config=config)
+                # A session of its own: boto3's default one is shared with (and configured by) other code.
+                session = boto3.session.Session()
+                self._client = session.client("s3", region_name=self._region, config=config)
             return self._client
 
     def list_objects(self, bucket: str, prefix: str, limit: int) -> list[StoredObject]:
