@@ -43,7 +43,8 @@ class S3Events:
         """A sync job over the whole prefix (deletes what left it: only documents this feed made)."""
         feed = self._feed
         documents = self._origin.job_documents(feed.location, feed.doc_id_prefix, feed.acl)
-        spec = JobSpec(directory=feed.location.uri, prefix=feed.doc_id_prefix, sync=True)
+        uri = feed.location.uri
+        spec = JobSpec(prefix=feed.doc_id_prefix, sync=True, tenant=feed.tenant, origin=uri)
         return self._ingestion.create(feed.source_key, documents, spec).job_id
 
     def handle(self, events: list[ObjectEvent]) -> int:
@@ -56,7 +57,8 @@ class S3Events:
         created = [StoredObject(e.key, e.etag, e.size) for e in mine if e.kind == "created"]
         if created:
             documents = self._origin.documents(feed.location, feed.doc_id_prefix, feed.acl, created)
-            self._ingestion.create(feed.source_key, documents, JobSpec(directory=feed.location.uri))
+            spec = JobSpec(prefix=feed.doc_id_prefix, tenant=feed.tenant, origin=feed.location.uri)
+            self._ingestion.create(feed.source_key, documents, spec)
             acted += len(documents)
         for event in (e for e in mine if e.kind == "removed"):
             acted += self._remove(event.key)
