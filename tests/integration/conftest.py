@@ -16,7 +16,7 @@ def dynamodb_endpoint() -> str:
         from kb_cli import services
 
         state = Path(os.environ.get("KB_SERVICES_STATE", ".kb-state"))
-        return services.ensure_running(state)["DYNAMODB_ENDPOINT"]
+        return services.ensure_running(state, (services.DYNAMODB,))["DYNAMODB_ENDPOINT"]
     except Exception as exc:  # any reason the server cannot run here
         message = f"real DynamoDB-API server unavailable: {type(exc).__name__}: {exc}"
         if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":

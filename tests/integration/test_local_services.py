@@ -62,7 +62,7 @@ def ddb(endpoints: dict[str, str]) -> Any:
 
 
 def test_endpoints_are_loopback_urls(endpoints: dict[str, str]) -> None:
-    assert set(endpoints) == {"OPENSEARCH_URL", "DYNAMODB_ENDPOINT"}
+    assert set(endpoints) == {"OPENSEARCH_URL", "DYNAMODB_ENDPOINT", "S3_ENDPOINT"}
     for url in endpoints.values():
         assert url.startswith("http://127.0.0.1:")
     # idempotent: a second call reuses the running processes

@@ -658,27 +658,39 @@ def test_S9_secrets_manager_current_and_previous_stages(monkeypatch):
 # --- S2/S8: every action each function performs is granted by its policy, and every granted write used ----
 
 
-def test_S2_S8_each_function_performs_only_what_its_policy_grants(tmp_path, clock):
+def test_S2_S8_each_function_performs_only_what_its_policy_grants(tmp_path, clock, monkeypatch):
+    """Issue 27 too: the S3 source's actions (ListBucket under its prefix, GetObject) both ways."""
+    import boto3
+    from knowledge_core.adapters.s3_objects import S3ObjectStore
     from knowledge_core.settings import Settings
 
     from tests.dynamo_tables import moto_table
-    from tests.iam_actions import Recorder, RecordingHandlers, check, run_scenario
+    from tests.iam_actions import Recorder, RecordingHandlers, S3Scenario, check, run_scenario
 
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     settings = Settings(
         state_backend="dynamodb",
         search_backend="sqlite",
         sqlite_path=str(tmp_path / "kb.sqlite3"),
         token_secret="test-secret-0123456789abcdef-0123456789",
         registry_cache_seconds=0,
+        ingest_s3_uri="s3://kb-iam-probe/manuals/",
+        ingest_s3_source="demo-docs@1.0.0",
+        ingest_s3_tenant="demo",
     )
     with moto_table() as table:
-        container = Container(settings, clock=clock, state=table.stores())
+        s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="m", aws_secret_access_key="m")
+        s3.create_bucket(Bucket="kb-iam-probe")
+        scenario = S3Scenario(s3, "kb-iam-probe", "manuals/")
+        store = S3ObjectStore(client=s3)
+        container = Container(settings, clock=clock, state=table.stores(), object_store=store)
         demo.seed(container, with_token=False)  # setup, outside any function
         recorder = Recorder()
         recorder.watch_dynamodb(table.client)
+        recorder.watch_s3(s3)
         bootstrap.reset(container)
         try:
-            run_scenario(RecordingHandlers(), container)
+            run_scenario(RecordingHandlers(), container, scenario)
         finally:
             bootstrap.reset(None)
     assert set(recorder.actions) >= {
@@ -690,7 +702,11 @@ def test_S2_S8_each_function_performs_only_what_its_policy_grants(tmp_path, cloc
         "TurnsFunction",
         "AgentToolsFunction",
     }
-    assert check(recorder, {"dynamodb"}) == []
+    assert check(recorder, {"dynamodb", "s3"}, s3=scenario.params) == []
+    assert {a.name for a in recorder.actions["IngestWorkerFunction"] if a.service == "s3"} == {
+        "ListBucket",
+        "GetObject",
+    }
 
 
 # --- S4: cost control in the template ---------------------------------------------------------------------

@@ -21,6 +21,7 @@ from .ports import (
     Clock,
     Embedder,
     JobQueue,
+    ObjectStore,
     QueryTranslator,
     SearchBackend,
     StateStores,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from .services.ingestion import IngestionService
     from .services.knowledge import KnowledgeService
     from .services.retrieval import Retrieval
+    from .services.s3_events import S3Events
+    from .services.s3_ingestion import S3Origin
     from .services.scope import ScopeResolver
     from .services.tools import ToolsService
     from .services.turns import TurnService
@@ -55,6 +58,7 @@ class Container:
         embedder: Embedder | None = None,
         job_queue: JobQueue | None = None,
         translator: QueryTranslator | None = None,
+        object_store: ObjectStore | None = None,
     ) -> None:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
@@ -64,6 +68,7 @@ class Container:
         self._embedder = embedder
         self._job_queue = job_queue
         self._translator = translator
+        self._object_store = object_store
         self.embedding_error: str | None = None  # why a configured model directory is not used
         self.translation_error: str | None = None  # why a configured lexicon directory is not used
 
@@ -267,6 +272,38 @@ class Container:
             allow_directories=self.settings.ingest_directories,
             lease_s=self.settings.ingest_lease_seconds,
             extractor=self.extractor,
+            s3=self.s3_origin,
+        )
+
+    @cached_property
+    def s3_events(self) -> S3Events | None:
+        """The deployment's S3 feed (object events, scheduled syncs); None when the template sets none."""
+        from .domain.s3_source import parse_s3_uri
+        from .services.s3_events import S3Events, S3Feed
+
+        s = self.settings
+        if not (s.ingest_s3_uri and s.ingest_s3_source):
+            return None
+        feed = S3Feed(
+            parse_s3_uri(s.ingest_s3_uri, field="KB_INGEST_S3_URI"),
+            s.ingest_s3_source,
+            s.ingest_s3_doc_id_prefix,
+            s.ingest_s3_tenant,
+        )
+        return S3Events(feed, self.ingestion, self.s3_origin, self.backend)
+
+    @cached_property
+    def s3_origin(self) -> S3Origin:
+        """S3 prefixes as job origins: any on `kb serve`, the template's one on AWS (none: refused)."""
+        from .adapters.s3_objects import S3ObjectStore
+        from .domain.s3_source import parse_s3_uri
+        from .services.s3_ingestion import S3Origin
+
+        allowed = self.settings.ingest_s3_uri
+        return S3Origin(
+            self._object_store or S3ObjectStore(region=self.settings.region),
+            allow_any=self.settings.ingest_directories,
+            allowed=parse_s3_uri(allowed, field="KB_INGEST_S3_URI") if allowed else None,
         )
 
     @cached_property

@@ -24,6 +24,7 @@ from .domain.models import (
     TokenSummary,
     Viewer,
 )
+from .domain.s3_source import StoredObject
 
 
 class Clock(ABC):
@@ -416,7 +417,8 @@ class JobStore(ABC):
     def record_outcomes(
         self, job_id: str, worker: str, outcomes: list[DocumentOutcome], now: float, lease_s: float
     ) -> bool:
-        """Queued documents -> their outcomes (payloads dropped) and the job's counters, together, only
+        """Queued documents -> their outcomes (payloads dropped, but a failed one's kept: its error names
+        the file or object) and the job's counters, together, only
         while `worker` holds the job (the lease is renewed); False otherwise, and nothing changes."""
 
     @abstractmethod
@@ -448,6 +450,23 @@ class JobQueue(ABC):
 
     @abstractmethod
     def enqueue(self, job_id: str, delay_s: int = 0) -> None: ...
+
+
+class ObjectStore(ABC):
+    """An S3-API object store an ingestion job reads (I-INGEST: a prefix to sync). Failures are
+    `ObjectStoreError` with a typed code; nothing else escapes."""
+
+    @abstractmethod
+    def list_objects(self, bucket: str, prefix: str, limit: int) -> list[StoredObject]:
+        """Every object under `prefix` in key order, at most `limit` + 1 (so a caller sees "too many")."""
+
+    @abstractmethod
+    def head_object(self, bucket: str, key: str) -> StoredObject | None:
+        """The object's ETag and size, or None when there is no such object."""
+
+    @abstractmethod
+    def get_object(self, bucket: str, key: str, max_bytes: int) -> tuple[bytes, str]:
+        """The object's bytes and ETag; `too_large` once more than `max_bytes` arrive (never read on)."""
 
 
 @dataclass(frozen=True)

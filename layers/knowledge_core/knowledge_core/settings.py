@@ -51,6 +51,13 @@ class Settings(BaseModel):
     ingest_extraction: Literal["process", "inline"] = "process"
     ingest_extraction_seconds: float = Field(30.0, ge=1, le=600)
     ingest_extraction_memory_mb: int = Field(1024, ge=256, le=65536)
+    # S3 as a data source (AWS): the one prefix the worker may read (`s3://bucket/prefix`), the source its
+    # object events and scheduled syncs feed, under which doc_id prefix and for which tenant. `kb serve`
+    # (ingest_directories) may read any prefix its credentials reach.
+    ingest_s3_uri: str | None = None
+    ingest_s3_source: str | None = None
+    ingest_s3_doc_id_prefix: str = Field("s3", min_length=1)  # a sync under "" is refused (SPEC §7)
+    ingest_s3_tenant: str = "default"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -10,9 +10,10 @@ from . import Call, Subparsers
 
 
 def register_services(sub: Subparsers) -> None:
-    p = sub.add_parser("services", help="real OpenSearch and DynamoDB-API servers on loopback")
+    p = sub.add_parser("services", help="real OpenSearch, DynamoDB-API and S3-API servers on loopback")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--state", default=str(DEFAULT_STATE))
+    p.add_argument("--only", action="append", choices=["opensearch", "dynamodb", "s3"], help="just this one")
     p.set_defaults(func=cmd_services)
 
 
@@ -28,7 +29,8 @@ def register_models(sub: Subparsers) -> None:
 def cmd_services(args: argparse.Namespace, call: Call | None = None) -> int:
     from .. import services
 
-    return services.main([args.action, "--state", str(args.state)])
+    only = [arg for name in getattr(args, "only", None) or [] for arg in ("--only", name)]
+    return services.main([args.action, "--state", str(args.state), *only])
 
 
 def cmd_models(args: argparse.Namespace, call: Call | None = None) -> int:

@@ -16,8 +16,8 @@ from .jobs import job_line as _job_line
 def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "ingest",
-        help="create or replace documents from a file or a directory (Markdown, text, HTML, PDF, DOCX) "
-        "through an ingestion job",
+        help="create or replace documents from a file, a directory or s3://bucket/prefix/ (Markdown, text, "
+        "HTML, PDF, DOCX) through an ingestion job",
     )
     add_endpoint(p)
     p.add_argument("--source", required=True, help="exact id@version")
@@ -28,7 +28,9 @@ def register(sub: Subparsers) -> None:
         "--share-tenant", action="append", metavar="TENANT", help="also visible to this tenant (repeatable)"
     )
     p.add_argument(
-        "--sync", action="store_true", help="directory: also delete documents under the prefix that left it"
+        "--sync",
+        action="store_true",
+        help="directory or s3://bucket/prefix/: also delete documents under the prefix that left it",
     )
     p.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
     p.add_argument("file")
@@ -221,7 +223,12 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
     path = Path(args.file)
     sync = getattr(args, "sync", False)  # callers building their own Namespace may leave the job flags out
     refused: list[tuple[str, str]] = []
-    if path.is_dir() and _is_loopback(args.endpoint):
+    if args.file.startswith("s3://"):
+        # The service lists and reads the prefix itself (boto3's AWS_ENDPOINT_URL_S3 and credentials).
+        requests = [
+            {"s3_uri": args.file, "doc_id_prefix": args.doc_id or "", "acl": _acl(args), "sync": sync}
+        ]
+    elif path.is_dir() and _is_loopback(args.endpoint):
         # kb serve reads the directory itself (its admin API answers on loopback only).
         body: dict[str, Any] = {
             "directory": str(path.resolve()),
@@ -255,11 +262,12 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
 def _report(args: argparse.Namespace, jobs: list[dict], refused: int) -> int:
     ingested = sum(j["counts"]["done"] + j["counts"]["unchanged"] for j in jobs)
     failed = [(e["doc_id"], e["code"]) for j in jobs for e in j["errors"]]
+    where = {e["doc_id"]: f" ({e['uri']})" for j in jobs for e in j["errors"] if e.get("uri")}
     print(f"ingested {ingested} document(s) into {args.source}", end="")
     unchanged = sum(j["counts"]["unchanged"] for j in jobs)
     deleted = sum(j["counts"]["deleted"] for j in jobs)
     print(f" ({unchanged} unchanged, {len(failed) + refused} failed, {deleted} deleted)")
     for doc_id, code in failed:
-        print(f"  {doc_id}: {code}", file=sys.stderr)
+        print(f"  {doc_id}: {code}{where.get(doc_id, '')}", file=sys.stderr)
     # A file of a format no job takes is listed but, as a remote walk skips it, does not fail the command.
     return 1 if refused or any(code != "unsupported_format" for _, code in failed) else 0

@@ -323,7 +323,8 @@ _ONE_ORIGIN: dict[str, Any] = {
 
 
 class IngestionJobRequest(StrictRequest):
-    """Inline documents, or a directory the service reads (with `sync`: mirrors under `doc_id_prefix`)."""
+    """Inline documents, a directory the service reads, or an S3 prefix (`s3_uri`, `s3://bucket/prefix/`)
+    it lists and reads; with `sync`, a directory or prefix is mirrored under `doc_id_prefix`."""
 
     model_config = StrictRequest.model_config | ConfigDict(json_schema_extra=_ONE_ORIGIN)
 
@@ -331,18 +332,23 @@ class IngestionJobRequest(StrictRequest):
         Annotated[list[JobDocumentRequest], Field(min_length=1, max_length=MAX_JOB_DOCUMENTS)] | None
     ) = None
     directory: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
+    s3_uri: Annotated[str, StringConstraints(min_length=6, max_length=1100, pattern=r"^s3://")] | None = None
     doc_id_prefix: DocIdPrefix = ""
     sync: bool = False
     acl: DocumentAclRequest | None = None  # a directory's documents' ACL (SPEC §1: the tenant is required)
 
+    @property
+    def origin_field(self) -> str:
+        return "documents" if self.documents is not None else "s3_uri" if self.s3_uri else "directory"
+
     @model_validator(mode="after")
     def _one_origin(self) -> IngestionJobRequest:
-        if (self.documents is None) == (self.directory is None):
-            raise ValueError("give exactly one of documents or directory")
+        if sum(x is not None for x in (self.documents, self.directory, self.s3_uri)) != 1:
+            raise ValueError("give exactly one of documents, directory or s3_uri")
         if self.documents is not None and (self.sync or self.doc_id_prefix or self.acl):
-            raise ValueError("sync, doc_id_prefix and acl apply to a directory only")
-        if self.directory is not None and self.acl is None:
-            raise ValueError("acl: required with directory (the documents' tenant)")
+            raise ValueError("sync, doc_id_prefix and acl apply to a directory or s3_uri only")
+        if self.documents is None and self.acl is None:
+            raise ValueError(f"acl: required with {self.origin_field} (the documents' tenant)")
         return self
 
 
@@ -356,6 +362,7 @@ class JobAccepted(WireModel):
 class JobDocumentError(BaseModel):
     doc_id: str
     code: str
+    uri: str | None = None  # where it came from: `s3://bucket/key`, a path inside the directory
 
 
 class JobCounts(BaseModel):

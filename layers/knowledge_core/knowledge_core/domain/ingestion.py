@@ -37,6 +37,7 @@ ErrorCode = Literal[
     "extraction_failed",
     "not_a_file",
     "attempts_exhausted",
+    "access_denied",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 JobState = Literal["queued", "running", "completed", "cancelled"]

@@ -12,9 +12,10 @@ import binascii
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -47,6 +48,9 @@ from ..extraction import DEFAULT_LIMITS, Extracted, ExtractionError, extract
 from ..local_files import read_regular_file
 from ..ports import Clock, JobQueue, JobStore, Registry, SearchBackend
 
+if TYPE_CHECKING:
+    from .s3_ingestion import S3Origin
+
 BATCH_DOCUMENTS = 50  # one atomic write (SearchBackend.put_documents) per batch
 BATCH_BODY_CHARS = 4_000_000
 LEASE_SECONDS = 15.0
@@ -78,6 +82,13 @@ def _file_of(payload: dict[str, Any]) -> tuple[str, bytes]:
         raise ExtractionError("corrupt") from None
 
 
+def _uri(document: JobDocument) -> str | None:
+    """Where a failed document came from (never this machine's path: a directory's is relative)."""
+    payload = document.payload or {}
+    uri = payload.get("uri") or (payload.get("structured_source") or {}).get("uri")
+    return uri if isinstance(uri, str) else None
+
+
 class IngestionService:
     def __init__(
         self,
@@ -90,6 +101,7 @@ class IngestionService:
         allow_directories: bool = False,
         lease_s: float = LEASE_SECONDS,
         extractor: Extractor | None = None,
+        s3: S3Origin | None = None,
     ) -> None:
         self._registry = registry
         self._jobs = jobs
@@ -99,6 +111,7 @@ class IngestionService:
         self._allow_directories = allow_directories
         self._lease_s = lease_s
         self._extract: Extractor = extractor or extract
+        self._s3 = s3
 
     # --- admin API ------------------------------------------------------------------------------------
     def submit(self, source_key: str, request: IngestionJobRequest) -> JobAccepted:
@@ -107,6 +120,8 @@ class IngestionService:
         if request.documents is not None:
             documents = [self._inline(i, d) for i, d in enumerate(request.documents)]
             spec = JobSpec()
+        elif request.s3_uri is not None:
+            documents, spec = self._s3_prefix(request)
         else:
             assert request.directory is not None and request.acl is not None
             if request.sync and not request.doc_id_prefix:
@@ -122,13 +137,19 @@ class IngestionService:
                 origin=request.directory,
             )
         if len({d.doc_id for d in documents}) != len(documents):
-            origin = "documents" if request.documents is not None else "directory"
+            origin = "documents" if request.documents is not None else request.origin_field
             what = (
                 "doc_id must be unique within a job"
                 if origin == "documents"
                 else "two files map to one doc_id"
             )
             raise InvalidRequest(f"{origin}: {what}", field=origin)
+        return self.create(source_key, documents, spec)
+
+    def create(self, source_key: str, documents: list[JobDocument], spec: JobSpec) -> JobAccepted:
+        """Store a job of ready-made documents and wake a worker (also S3 object events' single jobs)."""
+        if self._registry.get_sources([source_key]).get(source_key) is None:
+            raise NotFound(f"source {source_key} is not published", field="source")
         job = IngestionJob(
             job_id=str(uuid.uuid4()),
             source_key=source_key,
@@ -182,6 +203,19 @@ class IngestionService:
             for seq, p in enumerate(files)
         ]
 
+    def _s3_prefix(self, request: IngestionJobRequest) -> tuple[list[JobDocument], JobSpec]:
+        """An S3 prefix's objects as the job's documents; the job's origin is `s3://bucket/prefix`."""
+        if self._s3 is None:
+            raise InvalidRequest("s3_uri: not available on this deployment", field="s3_uri")
+        assert request.s3_uri is not None and request.acl is not None
+        if request.sync and not request.doc_id_prefix:  # SPEC §7, as for a directory
+            raise InvalidRequest("doc_id_prefix: required with sync (non-empty)", field="doc_id_prefix")
+        location = self._s3.location(request.s3_uri)
+        acl = request.acl.to_acl()
+        documents = self._s3.job_documents(location, request.doc_id_prefix, acl)
+        prefix, sync = request.doc_id_prefix, request.sync
+        return documents, JobSpec(prefix=prefix, sync=sync, tenant=acl.tenant, origin=location.uri)
+
     def _job(self, source_key: str, job_id: str) -> IngestionJob:
         job = self._jobs.get_job(job_id)
         if job is None or job.source_key != source_key:
@@ -190,7 +224,7 @@ class IngestionService:
 
     def _status(self, job: IngestionJob) -> JobStatus:
         errors = [
-            JobDocumentError(doc_id=d.doc_id, code=d.error or "failed")
+            JobDocumentError(doc_id=d.doc_id, code=d.error or "failed", uri=_uri(d))
             for d in self._jobs.job_documents(job.job_id, state="failed", limit=MAX_ERRORS_SHOWN + 1)
         ]
         return JobStatus(
@@ -313,6 +347,15 @@ class IngestionService:
         for item in queued:
             if outcomes and deadline is not None and self._clock.now() > deadline:
                 break
+            if self._s3 is not None and "s3" in (item.payload or {}):
+                stored = self._backend.get_document(job.source_key, item.doc_id)
+                expected_tag = sync_origin_tag(job.spec.sync_origin or "") if job.spec.sync else None
+                if self._s3.unchanged(stored, item.payload or {}, expected_tag):  # ETag, size: no read
+                    assert stored is not None
+                    outcomes.append(
+                        DocumentOutcome(item.seq, "unchanged", passages=len(split_passages(stored.body)))
+                    )
+                    continue
             try:
                 document = self._document_of(job, item)
             except ExtractionError as exc:
@@ -336,8 +379,9 @@ class IngestionService:
         if item.attempts >= MAX_DOCUMENT_ATTEMPTS:
             raise ExtractionError("attempts_exhausted")
         origin = job.spec.sync_origin if job.spec.sync else None
+        item, file = self._s3_object(item)  # outside the try: S3 being down is no document's error
         try:
-            return self.document(job.source_key, item, extractor=self._extract, sync_origin=origin)
+            return self.document(job.source_key, item, extractor=self._extract, sync_origin=origin, file=file)
         except ExtractionError:
             raise
         except RecursionError:
@@ -347,6 +391,18 @@ class IngestionService:
         except Exception:
             raise ExtractionError("extraction_failed") from None
 
+    def _s3_object(self, item: JobDocument) -> tuple[JobDocument, tuple[str, bytes] | None]:
+        """An S3 job document's object, read (its uri, ETag and size go to its structured_source); any
+        other job document as it is. ExtractionError per object; SourceFailure when S3 is down."""
+        payload = item.payload or {}
+        if "s3" not in payload:
+            return item, None
+        if self._s3 is None:
+            raise ExtractionError("not_found")
+        name, data, s3_source = self._s3.read(payload)
+        structured = {**(payload.get("structured_source") or {}), **s3_source}
+        return replace(item, payload={**payload, "structured_source": structured}), (name, data)
+
     @staticmethod
     def document(
         source_key: str,
@@ -354,15 +410,17 @@ class IngestionService:
         *,
         extractor: Extractor = extract,
         sync_origin: str | None = None,
+        file: tuple[str, bytes] | None = None,
     ) -> Document:
         """The Document a job document stands for; ExtractionError when it cannot be made. A sync records
-        its origin (as a digest) in `structured_source.sync_origin`: its sweep deletes only those."""
+        its origin (as a digest) in `structured_source.sync_origin`: its sweep deletes only those. `file`:
+        the name and bytes already read (an S3 object)."""
         payload = dict(item.payload or {})
         structured: dict[str, Any] = dict(payload.get("structured_source") or {})
         if "body" in payload:
             title, body = payload["title"], payload["body"]
         else:
-            name, data = _file_of(payload)
+            name, data = file or _file_of(payload)
             if "path" in payload:
                 structured.setdefault("uri", payload.get("uri", name))
             extracted = extractor(name, data)

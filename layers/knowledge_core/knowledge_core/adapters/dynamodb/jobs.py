@@ -304,9 +304,9 @@ class DynamoJobStore(TableAdapter, JobStore):
             for o in chunk:
                 values = {":st": _s(o.state), ":p": _n(o.passages), ":queued": _s("queued")}
                 update = "SET #st = :st, passages = :p REMOVE payload"
-                if o.error:
+                if o.error:  # a failed document keeps its payload: its error names the file or object
                     values[":e"] = _s(o.error)
-                    update = "SET #st = :st, passages = :p, #err = :e REMOVE payload"
+                    update = "SET #st = :st, passages = :p, #err = :e"
                 docs.append(
                     {
                         "Update": {

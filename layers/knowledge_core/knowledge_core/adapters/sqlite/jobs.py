@@ -200,10 +200,12 @@ class SqliteJobStore(SqliteStore, JobStore):
             ).rowcount
             if not held:
                 return False
+            # A failed document keeps its payload: its error names the file or object it came from.
             changed = conn.executemany(
-                "UPDATE ingestion_documents SET state = ?, error = ?, passages = ?, payload = NULL "
+                "UPDATE ingestion_documents SET state = ?, error = ?, passages = ?, "
+                "payload = CASE WHEN ? = 'failed' THEN payload END "
                 "WHERE job_id = ? AND seq = ? AND state = 'queued'",
-                [(o.state, o.error, o.passages, job_id, o.seq) for o in outcomes],
+                [(o.state, o.error, o.passages, o.state, job_id, o.seq) for o in outcomes],
             ).rowcount
             if changed != len(outcomes):  # a document handled twice would count twice: refuse it all
                 raise Conflict("job documents already handled")
