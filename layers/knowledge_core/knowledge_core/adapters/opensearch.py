@@ -609,22 +609,25 @@ class OpenSearchBackend(SearchBackend):
 
     # --- documents ----------------------------------------------------------------------------------
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
-        return self.get_documents([(source_key, doc_id)]).get((source_key, doc_id))
+        """One GET of the stored document (a read by ref: `_doc`, the read function's only grant)."""
+        from opensearchpy.exceptions import NotFoundError
+
+        try:
+            found = self.client.get(
+                index=self.documents_alias, id=doc_key(source_key, doc_id), _source_includes=_DOC_FIELDS
+            )
+        except NotFoundError:
+            return None
+        except transport_errors() as exc:
+            raise _failure(exc) from None
+        src = found["_source"]
+        if src["source_key"] != source_key or src["doc_id"] != doc_id:
+            return None
+        return _document(src)
 
     def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
         """One `_mget` on the documents alias for every key (bodies included)."""
-        return {
-            key: Document(
-                source_key=src["source_key"],
-                doc_id=src["doc_id"],
-                title=src["title"],
-                body=src["body"],
-                status=src["status"],
-                acl=DocumentAcl.model_validate(src["acl"]),
-                structured_source=src.get("structured_source"),
-            )
-            for key, src in self._mget(keys, _DOC_FIELDS).items()
-        }
+        return {key: _document(src) for key, src in self._mget(keys, _DOC_FIELDS).items()}
 
     def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
         """One `_mget` without bodies: the live check of every hit of a retrieval."""
@@ -950,6 +953,19 @@ def _stored_vectors(src: dict[str, Any]) -> dict[str, Vector]:
 def _cosines(queries: Sequence[Vector], raw_hits: list[dict[str, Any]]) -> list[float | None]:
     """The cosine of each hit's passage with the first query vector of a model it has a vector of."""
     return matching_cosines(queries, [_stored_vectors(h["_source"]) for h in raw_hits])
+
+
+def _document(src: dict[str, Any]) -> Document:
+    """A stored document from its `_source` (the fields of `_DOC_FIELDS`)."""
+    return Document(
+        source_key=src["source_key"],
+        doc_id=src["doc_id"],
+        title=src["title"],
+        body=src["body"],
+        status=src["status"],
+        acl=DocumentAcl.model_validate(src["acl"]),
+        structured_source=src.get("structured_source"),
+    )
 
 
 def _hit(source_key: str, raw: dict[str, Any]) -> Hit:
