@@ -175,7 +175,7 @@ def _seed_demo(container: Container, state: Path) -> None:
         )
     what = "seeded" if seeded else "kept"
     key = f"{demo.SOURCE['id']}@{demo.SOURCE['version']}"
-    count = len(container.backend.list_documents(key, 100_000))  # what is stored, not what was seeded
+    count = len(container.backend.document_ids(key))  # what is stored, not what was seeded
     print(f"demo workspace 'demo' {what}: {count} documents in {key} (tenant {demo.DEFAULT_TENANT})")
     print(f"bearer token for route demo (also in {token_file}):\n{token}")
 

@@ -67,6 +67,8 @@ PASSAGES_VERSION = "v3"  # v3: `index.knn` (a final setting) and a k-NN field pe
 DOCUMENTS_VERSION = "v2"
 # Passages the k-NN search is asked for per wanted document (a document has several passages).
 KNN_PASSAGES_PER_DOC = 4
+# An index's default `index.max_result_window`: one search page never asks for more.
+MAX_RESULT_WINDOW = 10_000
 # After the node rejects a k-NN search, searches skip it this long before trying again.
 DENSE_RETRY_S = 300.0
 # One bulk request stays under the smallest Amazon OpenSearch Service HTTP payload limit (10 MiB).
@@ -890,7 +892,7 @@ class OpenSearchBackend(SearchBackend):
     def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
         body = {
             "query": {"term": {"source_key": source_key}},
-            "size": limit,
+            "size": min(limit, MAX_RESULT_WINDOW),
             "sort": [{"doc_id": "asc"}],
             "_source": ["doc_id", "title", "revision", "status", "updated_at", "acl.tenant"],
             "script_fields": {"chars": {"script": {"source": "params._source.body.length()"}}},
