@@ -11,9 +11,11 @@ deadline checked between pages and blocks. Memory and CPU are bounded by the pro
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,8 +103,15 @@ def extract(filename: str, data: bytes, limits: ExtractionLimits = DEFAULT_LIMIT
     """`data` as Markdown, or an ExtractionError whatever went wrong: a library's own exception (a
     RecursionError on deep markup, NotImplementedError on an unknown PDF cipher, MemoryError…) becomes a
     typed code, so one hostile file never stops the job it is part of."""
-    try:
+    with typed_failures():
         return _extract(filename, data, _Budget(limits))
+
+
+@contextlib.contextmanager
+def typed_failures() -> Iterator[None]:
+    """Any exception inside becomes an ExtractionError with its code (the one rule for it)."""
+    try:
+        yield
     except ExtractionError:
         raise
     except RecursionError:

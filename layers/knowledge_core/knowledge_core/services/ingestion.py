@@ -44,7 +44,7 @@ from ..domain.ingestion import (
 )
 from ..domain.models import MAX_BODY_BYTES, Document, DocumentAcl
 from ..domain.passages import split_passages
-from ..extraction import DEFAULT_LIMITS, Extracted, ExtractionError, extract
+from ..extraction import DEFAULT_LIMITS, Extracted, ExtractionError, extract, typed_failures
 from ..local_files import read_regular_file
 from ..ports import Clock, JobQueue, JobStore, Registry, SearchBackend
 
@@ -380,16 +380,8 @@ class IngestionService:
             raise ExtractionError("attempts_exhausted")
         origin = job.spec.sync_origin if job.spec.sync else None
         item, file = self._s3_object(item)  # outside the try: S3 being down is no document's error
-        try:
+        with typed_failures():
             return self.document(job.source_key, item, extractor=self._extract, sync_origin=origin, file=file)
-        except ExtractionError:
-            raise
-        except RecursionError:
-            raise ExtractionError("too_complex") from None
-        except MemoryError:
-            raise ExtractionError("too_large") from None
-        except Exception:
-            raise ExtractionError("extraction_failed") from None
 
     def _s3_object(self, item: JobDocument) -> tuple[JobDocument, tuple[str, bytes] | None]:
         """An S3 job document's object, read (its uri, ETag and size go to its structured_source); any

@@ -286,15 +286,19 @@ class SqliteFtsBackend(SearchBackend):
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
         return self.get_documents([(source_key, doc_id)]).get((source_key, doc_id))
 
-    def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
+    def _documents_rows(self, columns: str, keys: Sequence[tuple[str, str]]) -> list[tuple[Any, ...]]:
+        """`columns` of the documents of (source_key, doc_id) keys, in one statement."""
         if not keys:
-            return {}
+            return []
         values = ",".join("(?,?)" for _ in keys)
-        rows = self._read(
-            "SELECT source_key, doc_id, title, body, status, acl, structured_source FROM documents "
+        return self._read(
+            f"SELECT source_key, doc_id, {columns} FROM documents "
             f"WHERE (source_key, doc_id) IN (VALUES {values})",
             [part for key in keys for part in key],
         )
+
+    def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
+        rows = self._documents_rows("title, body, status, acl, structured_source", keys)
         # Validated when they were written: rebuilt without re-checking (bodies are large).
         return {
             (source_key, doc_id): Document.model_construct(
@@ -310,14 +314,7 @@ class SqliteFtsBackend(SearchBackend):
         }
 
     def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
-        if not keys:
-            return {}
-        values = ",".join("(?,?)" for _ in keys)
-        rows = self._read(
-            "SELECT source_key, doc_id, status, acl, revision FROM documents "
-            f"WHERE (source_key, doc_id) IN (VALUES {values})",
-            [part for key in keys for part in key],
-        )
+        rows = self._documents_rows("status, acl, revision", keys)
         return {
             (source_key, doc_id): DocumentState(
                 source_key, doc_id, status, DocumentAcl.model_validate_json(acl), revision
