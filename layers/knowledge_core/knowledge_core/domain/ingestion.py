@@ -8,7 +8,9 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .models import DOC_ID_PATTERN, Document
 
@@ -54,6 +56,81 @@ FORMATS: dict[str, str] = {
     ".docx": "docx",
 }
 JOB_TTL_SECONDS = 30 * 86400
+
+
+class _Payload(BaseModel):
+    """What every kind of job document carries beside its content (stored as JSON; `kind` tells which)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    acl: dict[str, Any] = Field(default_factory=dict)
+    title: str | None = None
+    structured_source: dict[str, Any] | None = None
+    status: str = "ready"
+
+
+class TextPayload(_Payload):
+    """A text document sent inline (`body`): stored as it is."""
+
+    kind: Literal["text"] = "text"
+    title: str
+    body: str
+
+
+class UploadPayload(_Payload):
+    """A file sent inline (its bytes base64): extracted by format."""
+
+    kind: Literal["upload"] = "upload"
+    filename: str
+    content_base64: str
+
+
+class DirectoryFilePayload(_Payload):
+    """A file of a directory the service reads (`uri`: its path inside `root`, never this machine's)."""
+
+    kind: Literal["directory"] = "directory"
+    path: str
+    uri: str
+    root: str | None = None
+
+
+class S3ObjectPayload(_Payload):
+    """An object of an S3 prefix (`s3`: bucket, key, listing ETag and size; `uri`: s3://bucket/key)."""
+
+    kind: Literal["s3"] = "s3"
+    s3: dict[str, Any]
+    uri: str
+
+
+JobPayload = Annotated[
+    TextPayload | UploadPayload | DirectoryFilePayload | S3ObjectPayload, Field(discriminator="kind")
+]
+_PAYLOAD: TypeAdapter[JobPayload] = TypeAdapter(JobPayload)
+
+
+def job_payload(raw: dict[str, Any]) -> JobPayload:
+    """A stored payload as its kind. Payloads written before `kind` existed are told apart by their keys,
+    here and nowhere else. A payload of no kind raises pydantic's ValidationError."""
+    if "kind" not in raw:
+        legacy = (
+            "text" if "body" in raw else "directory" if "path" in raw else "s3" if "s3" in raw else "upload"
+        )
+        raw = {**raw, "kind": legacy}
+    return _PAYLOAD.validate_python(raw)
+
+
+def known_payload(raw: dict[str, Any] | None) -> JobPayload | None:
+    """`job_payload`, or None for a missing or malformed payload (the document then fails, typed, where it
+    is made)."""
+    try:
+        return job_payload(raw) if raw else None
+    except ValidationError:
+        return None
+
+
+def payload_json(payload: JobPayload) -> dict[str, Any]:
+    """A payload as stored (JSON, with its `kind`)."""
+    return payload.model_dump(mode="json", exclude_none=True)
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,20 @@ from ..domain.admin_wire import (
 from ..domain.errors import InvalidRequest, NotFound, SourceFailure
 from ..domain.ingestion import (
     MAX_DOCUMENT_ATTEMPTS,
+    DirectoryFilePayload,
     DocumentOutcome,
     IngestionJob,
     JobDocument,
     JobSpec,
+    S3ObjectPayload,
+    TextPayload,
+    UploadPayload,
     directory_doc_id,
     encode_payload,
     file_format,
+    job_payload,
+    known_payload,
+    payload_json,
     stored_unchanged,
     sync_origin_tag,
     written_by_sync,
@@ -66,26 +73,28 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _file_of(payload: dict[str, Any]) -> tuple[str, bytes]:
+def _file_of(payload: UploadPayload | DirectoryFilePayload) -> tuple[str, bytes]:
     """A job document's file name and bytes: read from its directory without following links (never a
     file the job cannot take), or decoded from the request."""
-    if "path" in payload:
-        path = PurePath(payload["path"])
+    if isinstance(payload, DirectoryFilePayload):
+        path = PurePath(payload.path)
         if file_format(path.name) is None:
             raise ExtractionError("unsupported_format")
-        uri = str(payload.get("uri") or path.name)
-        root = payload.get("root") or str(path.parents[len(PurePath(uri).parts) - 1])
+        uri = payload.uri or path.name
+        root = payload.root or str(path.parents[len(PurePath(uri).parts) - 1])
         return path.name, read_regular_file(root, uri, DEFAULT_LIMITS.max_input_bytes)
     try:
-        return payload["filename"], base64.b64decode(payload["content_base64"], validate=True)
+        return payload.filename, base64.b64decode(payload.content_base64, validate=True)
     except (binascii.Error, ValueError):
         raise ExtractionError("corrupt") from None
 
 
 def _uri(document: JobDocument) -> str | None:
     """Where a failed document came from (never this machine's path: a directory's is relative)."""
-    payload = document.payload or {}
-    uri = payload.get("uri") or (payload.get("structured_source") or {}).get("uri")
+    payload = known_payload(document.payload)
+    if payload is None:
+        return None
+    uri = getattr(payload, "uri", None) or (payload.structured_source or {}).get("uri")
     return uri if isinstance(uri, str) else None
 
 
@@ -173,8 +182,9 @@ class IngestionService:
         """A body over the 5 MiB limit fails here, at submit, not after a worker has queued it."""
         if request.body is not None and len(request.body.encode("utf-8")) > MAX_BODY_BYTES:
             return JobDocument(seq, request.doc_id, None, "failed", "too_large")
-        payload = request.model_dump(mode="json", exclude_none=True, exclude={"doc_id"})
-        return self._sized(JobDocument(seq, request.doc_id, payload))
+        fields = request.model_dump(mode="json", exclude_none=True, exclude={"doc_id"})
+        payload = job_payload({**fields, "kind": "text" if request.body is not None else "upload"})
+        return self._sized(JobDocument(seq, request.doc_id, payload_json(payload)))
 
     def _directory(self, directory: str, prefix: str, acl: DocumentAcl) -> list[JobDocument]:
         if not self._allow_directories:
@@ -198,7 +208,11 @@ class IngestionService:
             JobDocument(
                 seq,
                 directory_doc_id(prefix, PurePath(p.relative_to(root))),
-                {"path": str(p), "root": str(root), "uri": p.relative_to(root).as_posix(), "acl": acl_json},
+                payload_json(
+                    DirectoryFilePayload(
+                        path=str(p), root=str(root), uri=p.relative_to(root).as_posix(), acl=acl_json
+                    )
+                ),
             )
             for seq, p in enumerate(files)
         ]
@@ -347,10 +361,11 @@ class IngestionService:
         for item in queued:
             if outcomes and deadline is not None and self._clock.now() > deadline:
                 break
-            if self._s3 is not None and "s3" in (item.payload or {}):
+            payload = known_payload(item.payload)
+            if self._s3 is not None and isinstance(payload, S3ObjectPayload):
                 stored = self._backend.get_document(job.source_key, item.doc_id)
                 expected_tag = sync_origin_tag(job.spec.sync_origin or "") if job.spec.sync else None
-                if self._s3.unchanged(stored, item.payload or {}, expected_tag):  # ETag, size: no read
+                if self._s3.unchanged(stored, payload, expected_tag):  # ETag, size: no read
                     assert stored is not None
                     outcomes.append(
                         DocumentOutcome(item.seq, "unchanged", passages=len(split_passages(stored.body)))
@@ -386,14 +401,15 @@ class IngestionService:
     def _s3_object(self, item: JobDocument) -> tuple[JobDocument, tuple[str, bytes] | None]:
         """An S3 job document's object, read (its uri, ETag and size go to its structured_source); any
         other job document as it is. ExtractionError per object; SourceFailure when S3 is down."""
-        payload = item.payload or {}
-        if "s3" not in payload:
+        payload = known_payload(item.payload)
+        if not isinstance(payload, S3ObjectPayload):
             return item, None
         if self._s3 is None:
             raise ExtractionError("not_found")
         name, data, s3_source = self._s3.read(payload)
-        structured = {**(payload.get("structured_source") or {}), **s3_source}
-        return replace(item, payload={**payload, "structured_source": structured}), (name, data)
+        structured = {**(payload.structured_source or {}), **s3_source}
+        kept = payload.model_copy(update={"structured_source": structured})
+        return replace(item, payload=payload_json(kept)), (name, data)
 
     @staticmethod
     def document(
@@ -407,16 +423,21 @@ class IngestionService:
         """The Document a job document stands for; ExtractionError when it cannot be made. A sync records
         its origin (as a digest) in `structured_source.sync_origin`: its sweep deletes only those. `file`:
         the name and bytes already read (an S3 object)."""
-        payload = dict(item.payload or {})
-        structured: dict[str, Any] = dict(payload.get("structured_source") or {})
-        if "body" in payload:
-            title, body = payload["title"], payload["body"]
+        payload = job_payload(item.payload or {})
+        structured: dict[str, Any] = dict(payload.structured_source or {})
+        if isinstance(payload, TextPayload):
+            title, body = payload.title, payload.body
         else:
-            name, data = file or _file_of(payload)
-            if "path" in payload:
-                structured.setdefault("uri", payload.get("uri", name))
+            if file is not None:
+                name, data = file
+            elif isinstance(payload, S3ObjectPayload):
+                raise ExtractionError("not_found")  # an S3 object is read before (`_s3_object`)
+            else:
+                name, data = _file_of(payload)
+            if isinstance(payload, DirectoryFilePayload):
+                structured.setdefault("uri", payload.uri or name)
             extracted = extractor(name, data)
-            title = payload.get("title") or extracted.title or PurePath(name).stem or item.doc_id
+            title = payload.title or extracted.title or PurePath(name).stem or item.doc_id
             body = extracted.body
             structured["format"] = extracted.format
             if extracted.page_starts:
@@ -430,8 +451,8 @@ class IngestionService:
                 title=title[:4096],
                 body=body,
                 structured_source=structured or None,
-                acl=DocumentAcl.model_validate(payload.get("acl") or {}),
-                status=payload.get("status", "ready"),
+                acl=DocumentAcl.model_validate(payload.acl),
+                status=payload.status,
             )
         except ValidationError:
             raise ExtractionError("too_large") from None

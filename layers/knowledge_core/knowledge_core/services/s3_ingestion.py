@@ -6,7 +6,6 @@ directory job's: IngestionService calls in here only where an S3 object differs 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from ..domain.errors import (
     Forbidden,
@@ -16,7 +15,7 @@ from ..domain.errors import (
     NotFound,
     SourceFailure,
 )
-from ..domain.ingestion import ErrorCode, JobDocument, file_format
+from ..domain.ingestion import ErrorCode, JobDocument, S3ObjectPayload, file_format, payload_json
 from ..domain.models import Document, DocumentAcl
 from ..domain.s3_source import (
     MAX_OBJECT_BYTES,
@@ -83,11 +82,13 @@ class S3Origin:
             JobDocument(
                 seq,
                 object_doc_id(location, doc_id_prefix, obj.key),
-                {
-                    "s3": {"bucket": location.bucket, "key": obj.key, "etag": obj.etag, "size": obj.size},
-                    "uri": location.object_uri(obj.key),
-                    "acl": acl_json,
-                },
+                payload_json(
+                    S3ObjectPayload(
+                        s3={"bucket": location.bucket, "key": obj.key, "etag": obj.etag, "size": obj.size},
+                        uri=location.object_uri(obj.key),
+                        acl=acl_json,
+                    )
+                ),
             )
             for seq, obj in enumerate(objects)
         ]
@@ -106,7 +107,7 @@ class S3Origin:
         return objects
 
     @staticmethod
-    def unchanged(stored: Document | None, payload: dict[str, Any], sync_tag: str | None = None) -> bool:
+    def unchanged(stored: Document | None, payload: S3ObjectPayload, sync_tag: str | None = None) -> bool:
         """True when the stored document came from this very object (uri, ETag, size) with the same ACL,
         is ready and carries the sync mark this job would give it (`sync_tag`): equal ETag and size mean
         equal bytes, so nothing needs reading (SPEC §1's stored-equality rule then holds: title, body
@@ -116,14 +117,14 @@ class S3Origin:
         source = stored.structured_source or {}
         if source.get("sync_origin") != sync_tag:
             return False
-        s3 = payload["s3"]
+        s3 = payload.s3
         same_object = (
-            source.get("uri") == payload["uri"]
+            source.get("uri") == payload.uri
             and source.get("etag") == s3["etag"]
             and source.get("size") == s3["size"]
             and bool(s3["etag"])
         )
-        return same_object and stored.acl == DocumentAcl.model_validate(payload.get("acl") or {})
+        return same_object and stored.acl == DocumentAcl.model_validate(payload.acl)
 
     def exists(self, bucket: str, key: str) -> bool:
         """Whether the object is there now; S3 unavailable is SourceFailure (the message is retried)."""
@@ -132,11 +133,11 @@ class S3Origin:
         except ObjectStoreError as exc:
             raise SourceFailure("unavailable", f"S3 head failed: {exc.code}") from None
 
-    def read(self, payload: dict[str, Any]) -> tuple[str, bytes, dict[str, object]]:
+    def read(self, payload: S3ObjectPayload) -> tuple[str, bytes, dict[str, object]]:
         """The object's name (its key), bytes, and what its document's structured_source records.
         ExtractionError for a per-document failure; SourceFailure when S3 is unavailable (the job
         waits and resumes, like a search backend that is down)."""
-        s3 = payload["s3"]
+        s3 = payload.s3
         if file_format(s3["key"]) is None:  # never read an object the job cannot take
             raise ExtractionError("unsupported_format")
         if s3["size"] > MAX_OBJECT_BYTES:  # nor one too large to hold (before any byte arrives)
@@ -149,4 +150,4 @@ class S3Origin:
                 raise SourceFailure("unavailable", "S3 read failed") from None
             raise ExtractionError(code) from None
         # The ETag of the bytes read (the object may have changed since it was listed).
-        return s3["key"], data, {"uri": payload["uri"], "etag": etag or s3["etag"], "size": len(data)}
+        return s3["key"], data, {"uri": payload.uri, "etag": etag or s3["etag"], "size": len(data)}
