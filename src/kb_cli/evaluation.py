@@ -26,9 +26,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from knowledge_core.domain.hybrid import HybridRanking
+
+if TYPE_CHECKING:
+    from .local_env import LocalRanking
 
 DEMO_QUERIES = Path(__file__).parent / "demo_corpus" / "queries.jsonl"
 
@@ -789,22 +792,29 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true")
 
 
+def _ranking(args: argparse.Namespace, query_translation: bool | None = False) -> LocalRanking:
+    """The models (and lexicon) as every local door resolves them (kb_cli.local_env.LocalRanking); an
+    unusable directory named explicitly stops here, a broken per-user cache falls back."""
+    from .local_env import LocalRanking
+    from .models import ModelError
+
+    try:
+        return LocalRanking.resolve(args.embedding_model, query_translation)
+    except ModelError as exc:
+        raise SystemExit(f"kb eval: {exc}") from None
+
+
 def embedding_from(args: argparse.Namespace) -> Semantic | None:
     """The embedding model and vector cache of `--embedding-model` / `--embedding-cache` (knobs at their
     defaults); None for BM25 alone."""
-    from .models import ModelError, resolve
-
-    try:  # as kb serve: an unusable directory named explicitly stops here; a broken cache falls back
-        choice, ranking = resolve(args.embedding_model)
-    except ModelError as exc:
-        raise SystemExit(f"kb eval: {exc}") from None
-    if choice is None:
-        print(f"ranking: {ranking}", file=sys.stderr)
+    ranking = _ranking(args)
+    if ranking.model_dir is None:
+        print(f"ranking: {ranking.ranking}", file=sys.stderr)
         return None
     cache = args.embedding_cache or None
     if cache:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
-    return Semantic(choice, cache=cache, cross_script=args.cross_script)
+    return Semantic(ranking.model_dir, cache=cache, cross_script=args.cross_script)
 
 
 def semantic_from(args: argparse.Namespace) -> Semantic | None:
@@ -823,14 +833,12 @@ def semantic_from(args: argparse.Namespace) -> Semantic | None:
 
 def lexicon_from(args: argparse.Namespace) -> str | None:
     """The lexicon directory of `--query-translation` (None: queries stay monolingual)."""
-    from .models import ModelError, resolve_lexicon
-
-    try:
-        lexicon, translation = resolve_lexicon(args.query_translation)
-    except ModelError as exc:
-        raise SystemExit(f"kb eval: {exc}") from None
-    print(f"query translation: {translation}", file=sys.stderr)
-    return lexicon
+    if not args.query_translation:
+        print("query translation: off", file=sys.stderr)
+        return None
+    ranking = _ranking(argparse.Namespace(**{**vars(args), "embedding_model": "none"}), True)
+    print(f"query translation: {ranking.translation}", file=sys.stderr)
+    return ranking.lexicon_dir
 
 
 def _opensearch_url(args: argparse.Namespace) -> str | None:
