@@ -44,7 +44,7 @@ from knowledge_core.domain.wire import SearchRequest  # noqa: E402
 from knowledge_core.ports import SourceQuery, SystemClock  # noqa: E402
 from knowledge_core.settings import Settings  # noqa: E402
 
-from kb_cli import services  # noqa: E402
+from kb_cli import supervisor  # noqa: E402
 
 SCIFACT = Path(os.environ.get("KB_SCIFACT_ZIP", "/work/shared/eval/scifact/scifact.zip"))
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"")
@@ -97,7 +97,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=250, help="documents per put_documents call")
     args = parser.parse_args()
 
-    endpoints = services.ensure_running(Path(os.environ.get("KB_SERVICES_STATE", ".kb-state")))
+    endpoints = supervisor.ensure_running(Path(os.environ.get("KB_SERVICES_STATE", ".kb-state")))
     tag = uuid.uuid4().hex[:8]
     settings = Settings(
         state_backend="dynamodb",

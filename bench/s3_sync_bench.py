@@ -35,7 +35,7 @@ from knowledge_core.extraction import extract  # noqa: E402
 from knowledge_core.ports import SystemClock  # noqa: E402
 from knowledge_core.settings import Settings  # noqa: E402
 
-from kb_cli import services  # noqa: E402
+from kb_cli import supervisor  # noqa: E402
 
 SOURCE = "bench-s3@1.0.0"
 PARAGRAPH = "Routine maintenance keeps the plant running: inspect the seals, bearings and filters. "
@@ -44,9 +44,9 @@ PARAGRAPH = "Routine maintenance keeps the plant running: inspect the seals, bea
 def s3_client(state: Path) -> Any:
     """A boto3 client of the local S3-API server, found the way the service finds it (the environment)."""
 
-    endpoint = services.ensure_running(state, (services.S3,))["S3_ENDPOINT"]
+    endpoint = supervisor.ensure_running(state, (supervisor.S3,))["S3_ENDPOINT"]
     os.environ.update({"AWS_ENDPOINT_URL_S3": endpoint, "AWS_DEFAULT_REGION": "us-east-1"})
-    os.environ.update(services.s3_credentials(state))
+    os.environ.update(supervisor.s3_credentials(state))
     return S3ObjectStore(region="us-east-1").client
 
 

@@ -256,9 +256,9 @@ def main() -> None:
         bench_calls(embedded, args.rounds, "embedded: sqlite state + sqlite FTS5")
         bench_contention(embedded, args.callers, args.per_caller, "embedded: sqlite state")
         if args.real:
-            from kb_cli import services
+            from kb_cli import supervisor
 
-            endpoint = services.ensure_running(Path(os.environ.get("KB_SERVICES_STATE", ".kb-state")))[
+            endpoint = supervisor.ensure_running(Path(os.environ.get("KB_SERVICES_STATE", ".kb-state")))[
                 "DYNAMODB_ENDPOINT"
             ]
             (Path(tmp) / "real").mkdir()

@@ -715,9 +715,9 @@ def format_table(results: list[EvalResult]) -> str:
 
 def default_opensearch_url() -> str:
     """The loopback OpenSearch that `kb services start` runs (started if needed)."""
-    from . import services  # type: ignore[attr-defined]
+    from . import supervisor  # type: ignore[attr-defined]
 
-    return str(services.ensure_running(Path(".kb-state"))["OPENSEARCH_URL"])
+    return str(supervisor.ensure_running(Path(".kb-state"))["OPENSEARCH_URL"])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -88,7 +88,7 @@ class ModelError(RuntimeError):
 
 
 def _jar(spec: ModelSpec, work: Path) -> Path:
-    from .services import ServiceError, run_maven, sources_dir
+    from .supervisor import ServiceError, run_maven, sources_dir
 
     jars = work / "jars"
     jars.mkdir(parents=True, exist_ok=True)

@@ -48,10 +48,10 @@ def services_state() -> Path:
 
 def real_endpoints_or_skip() -> dict[str, str]:
     try:
-        from kb_cli import services
+        from kb_cli import supervisor
 
         # OpenSearch and DynamoDB only: a suite that needs the S3-API server asks for it (s3_endpoint).
-        return services.ensure_running(services_state(), (services.OPENSEARCH, services.DYNAMODB))
+        return supervisor.ensure_running(services_state(), (supervisor.OPENSEARCH, supervisor.DYNAMODB))
     except Exception as exc:  # any reason the servers cannot run here
         message = f"real backends unavailable: {type(exc).__name__}: {exc}"
         if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":
@@ -64,10 +64,10 @@ def s3_endpoint_or_skip() -> dict[str, str]:
     boto3 reads them from the environment."""
     state = Path(os.environ.get("KB_S3_SERVICES_STATE") or services_state())
     try:
-        from kb_cli import services
+        from kb_cli import supervisor
 
-        endpoint = services.ensure_running(state, (services.S3,))["S3_ENDPOINT"]
-        return {"AWS_ENDPOINT_URL_S3": endpoint} | services.s3_credentials(state)
+        endpoint = supervisor.ensure_running(state, (supervisor.S3,))["S3_ENDPOINT"]
+        return {"AWS_ENDPOINT_URL_S3": endpoint} | supervisor.s3_credentials(state)
     except Exception as exc:  # any reason the server cannot run here
         message = f"S3-API server unavailable: {type(exc).__name__}: {exc}"
         if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":

@@ -362,7 +362,7 @@ def test_kb_serve_on_the_real_backends_keeps_state_across_restarts(tmp_path: Pat
         assert fused(tool)["retrievalsUsed"] == 2  # the ledger kept the first call's charge
     from knowledge_core.adapters.opensearch import OpenSearchBackend
 
-    from kb_cli.services import ensure_running  # noqa: F401 - the servers outlive this test
+    from kb_cli.supervisor import ensure_running  # noqa: F401 - the servers outlive this test
 
     OpenSearchBackend(
         endpoints["OPENSEARCH_URL"], index_prefix=env["KB_OPENSEARCH_INDEX_PREFIX"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kb_cli import services
+from kb_cli import supervisor
 from tests.e2e.conftest import KbServer, index_integrity
 from tests.e2e.test_durability import own_group_kb_serve
 from tests.e2e.test_ingestion_jobs import JOBS, SOURCE, job
@@ -32,10 +32,13 @@ pytestmark = pytest.mark.timeout(600)
 def s3_env() -> dict[str, str]:
     """The S3-API server's endpoint and key pair (started in the services state dir when not running)."""
     state = Path(os.environ.get("KB_S3_SERVICES_STATE") or os.environ.get("KB_SERVICES_STATE", ".kb-state"))
-    if not services.status(state, (services.S3,))[services.S3]["running"] and shutil.which("go") is None:
+    if (
+        not supervisor.status(state, (supervisor.S3,))[supervisor.S3]["running"]
+        and shutil.which("go") is None
+    ):
         pytest.skip("the S3-API server is not running and go is not on PATH to build it")
-    endpoint = services.ensure_running(state, (services.S3,))["S3_ENDPOINT"]
-    return {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_DEFAULT_REGION": "us-east-1"} | services.s3_credentials(
+    endpoint = supervisor.ensure_running(state, (supervisor.S3,))["S3_ENDPOINT"]
+    return {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_DEFAULT_REGION": "us-east-1"} | supervisor.s3_credentials(
         state
     )
 

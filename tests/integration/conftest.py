@@ -13,10 +13,10 @@ import pytest
 @pytest.fixture(scope="session")
 def dynamodb_endpoint() -> str:
     try:
-        from kb_cli import services
+        from kb_cli import supervisor
 
         state = Path(os.environ.get("KB_SERVICES_STATE", ".kb-state"))
-        return services.ensure_running(state, (services.DYNAMODB,))["DYNAMODB_ENDPOINT"]
+        return supervisor.ensure_running(state, (supervisor.DYNAMODB,))["DYNAMODB_ENDPOINT"]
     except Exception as exc:  # any reason the server cannot run here
         message = f"real DynamoDB-API server unavailable: {type(exc).__name__}: {exc}"
         if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":

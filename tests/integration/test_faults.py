@@ -104,14 +104,14 @@ def _assert_no_internals(raw: str) -> None:
 def stopped_opensearch(endpoints: dict[str, str]) -> Iterator[tuple[Container, FakeClock, str]]:
     """The demo workspace on a separate OpenSearch node (state under /tmp), searched once while it runs
     (the hint ref is kept), then that node is stopped. DynamoDB is the shared server."""
-    from kb_cli import services
+    from kb_cli import supervisor
 
     state = Path(tempfile.mkdtemp(prefix="kb-faults-"))
     saved = os.environ.get("KB_OPENSEARCH_JAVA_OPTS")
     os.environ["KB_OPENSEARCH_JAVA_OPTS"] = "-Xms256m -Xmx512m -XX:+ExitOnOutOfMemoryError"
     try:
         try:
-            own = services.start(state)
+            own = supervisor.start(state)
         except Exception as exc:
             if os.environ.get("KB_REQUIRE_REAL_BACKENDS") == "1":
                 pytest.fail(f"second OpenSearch node could not start: {exc}")
@@ -130,14 +130,14 @@ def stopped_opensearch(endpoints: dict[str, str]) -> Iterator[tuple[Container, F
         status, body, _ = _invoke(handlers, "search", "search/search.json")
         assert status == 200 and body["status"] == "ok" and body["hints"], body
         ref = body["hints"][0]["ref"]
-        services.stop(state)
-        assert not services.status(state)["opensearch"]["running"]
+        supervisor.stop(state)
+        assert not supervisor.status(state)["opensearch"]["running"]
         clock.advance(11)  # past the 10 s health cache; the ref (300 s) is still valid
         yield container, clock, ref
         container.table.delete()
     finally:
         bootstrap.reset(None)
-        services.stop(state)
+        supervisor.stop(state)
         if saved is None:
             os.environ.pop("KB_OPENSEARCH_JAVA_OPTS", None)
         else:
@@ -353,7 +353,7 @@ def test_document_ingest_with_opensearch_down_is_knowledge_unavailable():
 
 def test_shared_services_untouched(endpoints):
     """The shared services (state dir $KB_SERVICES_STATE) are still running after these tests."""
-    from kb_cli import services
+    from kb_cli import supervisor
 
-    status = services.status(services_state())
+    status = supervisor.status(services_state())
     assert all(s["running"] for s in status.values()), status

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kb_cli import services
+from kb_cli import supervisor
 
 pytestmark = [
     pytest.mark.integration,
@@ -28,18 +28,18 @@ pytestmark = [
 
 
 def _state_dir() -> Path:
-    return Path(os.environ.get("KB_SERVICES_STATE", services.DEFAULT_STATE_DIR))
+    return Path(os.environ.get("KB_SERVICES_STATE", supervisor.DEFAULT_STATE_DIR))
 
 
 @pytest.fixture(scope="module")
 def endpoints() -> dict[str, str]:
     state = _state_dir()
-    st = services.status(state)
+    st = supervisor.status(state)
     if not all(s["running"] for s in st.values()):
         missing = [tool for tool in ("java", "mvn", "go") if shutil.which(tool) is None]
         if missing:
             pytest.skip(f"local services not running and {', '.join(missing)} not on PATH")
-    return services.ensure_running(state)
+    return supervisor.ensure_running(state)
 
 
 def _os(url: str, method: str = "GET", body: Any = None) -> Any:
@@ -66,8 +66,8 @@ def test_endpoints_are_loopback_urls(endpoints: dict[str, str]) -> None:
     for url in endpoints.values():
         assert url.startswith("http://127.0.0.1:")
     # idempotent: a second call reuses the running processes
-    assert services.ensure_running(_state_dir()) == endpoints
-    st = services.status(_state_dir())
+    assert supervisor.ensure_running(_state_dir()) == endpoints
+    st = supervisor.status(_state_dir())
     assert all(s["running"] and s["pid"] for s in st.values())
 
 

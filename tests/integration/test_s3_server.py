@@ -17,7 +17,7 @@ import pytest
 from knowledge_core.adapters.s3_objects import S3ObjectStore
 from knowledge_core.domain.s3_source import ObjectStoreError
 
-from kb_cli import services
+from kb_cli import supervisor
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 KB = [str(Path(sys.executable).parent / "kb")]
@@ -35,7 +35,7 @@ def started(tmp_path_factory: pytest.TempPathFactory):
     yield state, env
     stopped = subprocess.run([*KB, "services", "stop", "--only", "s3", "--state", str(state)], timeout=60)
     assert stopped.returncode == 0
-    assert not services.status(state, (services.S3,))[services.S3]["process_alive"]
+    assert not supervisor.status(state, (supervisor.S3,))[supervisor.S3]["process_alive"]
 
 
 def test_i_ingest_s3_server_start_prints_endpoint_and_keys_on_loopback(started) -> None:

