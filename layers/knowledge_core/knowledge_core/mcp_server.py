@@ -34,7 +34,10 @@ if TYPE_CHECKING:
 
 SERVER_NAME = "agent-knowledge"
 SERVER_VERSION = "0.1.0"
-SEARCH_TOOL = "knowledge_search"
+# Hint search (§2.3) over MCP. Its wire name is the seed's `knowledge_search`, which the agent tool's cited,
+# budgeted retrieval (services/tools.py, §3.6) also answers to; in code the two are hint search and cited
+# retrieval, and both run services/retrieval.py (K-PIPE).
+HINT_SEARCH_TOOL = "knowledge_search"
 READ_TOOL = "knowledge_read"
 # Refusals that are about who is calling, not about the call: JSON-RPC errors, never tool results (§6).
 AUTH_CODES = frozenset({"unauthorized", "forbidden"})
@@ -70,7 +73,7 @@ READ_DESCRIPTION = (
 )
 
 _PROPERTY_DESCRIPTIONS: dict[str, dict[str, str]] = {
-    SEARCH_TOOL: {
+    HINT_SEARCH_TOOL: {
         "query": "What to look for, in the user's language (not empty, at most 2000 characters).",
         "limit": "Maximum number of documents to return (1-3, default 3).",
         "run_id": "Optional run UUID from a turn; refs are then bound to that run.",
@@ -133,7 +136,9 @@ class ToolSpec:
 
 
 TOOLS: dict[str, ToolSpec] = {
-    SEARCH_TOOL: ToolSpec(SEARCH_TOOL, "Search knowledge", SEARCH_DESCRIPTION, SearchRequest, SearchResponse),
+    HINT_SEARCH_TOOL: ToolSpec(
+        HINT_SEARCH_TOOL, "Search knowledge", SEARCH_DESCRIPTION, SearchRequest, SearchResponse
+    ),
     READ_TOOL: ToolSpec(READ_TOOL, "Read knowledge", READ_DESCRIPTION, ReadRequest, ReadResponse),
 }
 
@@ -208,7 +213,7 @@ def call_tool(door: KnowledgeDoor, name: str, arguments: dict[str, Any] | None) 
     spec = TOOLS[name]
     try:
         raw = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
-        if spec.name == SEARCH_TOOL:
+        if spec.name == HINT_SEARCH_TOOL:
             body = door.search(parse_request(SearchRequest, raw))
         else:
             body = door.read(parse_request(ReadRequest, raw))
@@ -220,7 +225,7 @@ def call_tool(door: KnowledgeDoor, name: str, arguments: dict[str, Any] | None) 
 
 
 UNKNOWN_TOOL = InvalidRequest(
-    f"name: unknown tool (the tools are {SEARCH_TOOL} and {READ_TOOL})", field="name"
+    f"name: unknown tool (the tools are {HINT_SEARCH_TOOL} and {READ_TOOL})", field="name"
 )
 UNKNOWN_RESOURCE = InvalidRequest("uri: unknown resource (see resources/list)", field="uri")
 
@@ -478,8 +483,8 @@ async def _serve_http(
 
 
 __all__ = [
+    "HINT_SEARCH_TOOL",
     "READ_TOOL",
-    "SEARCH_TOOL",
     "TOOLS",
     "AuthRefused",
     "HttpAnswer",

@@ -1,4 +1,5 @@
-"""The agent tool calls (SPEC §3): `startup` retrieval and the model-callable `knowledge_search`.
+"""Cited retrieval, the agent tool (SPEC §3): `startup` and the model-callable `knowledge_search` — budgeted,
+cited references (not the hint search of §2.3 that MCP's tool of the same name answers).
 
 Order of one call: validate (mode, explicit sources) -> plan (R-ROUTE) -> open the invocation chain's
 ledger -> leases and deadline of the selected sources -> charge every request to the whole chain in one
