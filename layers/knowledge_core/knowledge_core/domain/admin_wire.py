@@ -36,7 +36,18 @@ def _text_body(body: str) -> str:
     return body
 
 
-TextBody = Annotated[str, AfterValidator(_text_body)]
+# The schema states the NUL rule (a pattern); the magic numbers are in its description (a file's first bytes).
+TextBody = Annotated[
+    str,
+    AfterValidator(_text_body),
+    Field(
+        json_schema_extra={
+            "pattern": "^[^\\u0000]*$",
+            "description": "UTF-8 text: no NUL character, and not a file's bytes (a PDF, ZIP/DOCX or OLE "
+            "file's magic number); send files as an ingestion job (filename + content_base64)",
+        }
+    ),
+]
 
 
 class TokenRequest(StrictRequest):
