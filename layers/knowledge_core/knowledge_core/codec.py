@@ -65,6 +65,7 @@ class RefClaims:
     doc_id: str
     revision: str  # document revision
     expires_at: int
+    version: str | None = None  # models.stored_version when the hit knew it (refs from before: None)
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,14 @@ class TokenCodec:
 
     # --- refs ---------------------------------------------------------------------------------
     def issue_ref(
-        self, *, identity: str, scope_revision: str, source_key: str, doc_id: str, revision: str
+        self,
+        *,
+        identity: str,
+        scope_revision: str,
+        source_key: str,
+        doc_id: str,
+        revision: str,
+        version: str = "",
     ) -> tuple[str, int]:
         expires_at = int(self._clock.now()) + self.ttl_seconds
         # The same bytes json.dumps(separators=(",", ":")) gives for this dict, without its dispatch cost.
@@ -169,7 +177,9 @@ class TokenCodec:
         location = _seal_location(keys.location_keys[0], identity, source_key, doc_id)
         payload = (
             f'{{"t":"ref","i":{_q(identity)},"s":{_q(_scope_tag(scope_revision))},"x":"{location}",'
-            f'"r":{_q(revision.removeprefix("sha256:"))},"e":{expires_at:d}}}'
+            f'"r":{_q(revision.removeprefix("sha256:"))},'
+            + (f'"v":{_q(version)},' if version else "")
+            + f'"e":{expires_at:d}}}'
         )
         return self._seal_text(keys.ref_keys[0], payload), expires_at
 
@@ -191,10 +201,13 @@ class TokenCodec:
             raise ReferenceInvalid()
         if not hmac.compare_digest(identity_, identity):
             raise ReferenceInvalid()
+        version = p.get("v")
+        if version is not None and type(version) is not str:
+            raise ReferenceInvalid()
         source_key, doc_id = _open_location(keys.location_keys, identity_, location)
         if expires_at <= self._clock.now():
             raise ReferenceExpired()
-        return RefClaims(identity_, scope, source_key, doc_id, "sha256:" + revision, expires_at)
+        return RefClaims(identity_, scope, source_key, doc_id, "sha256:" + revision, expires_at, version)
 
     @staticmethod
     def scope_matches(claims: RefClaims, scope_revision: str) -> bool:

@@ -76,7 +76,7 @@ BULK_MAX_BYTES = 8 * 1024 * 1024
 _HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "text", "structured_source"]
 _VECTOR_FIELDS = ["vectors", "vector", "vector_model"]
 _DOC_FIELDS = ["source_key", "doc_id", "title", "body", "revision", "status", "acl", "structured_source"]
-_STATE_FIELDS = ["source_key", "doc_id", "revision", "status", "acl"]
+_STATE_FIELDS = ["source_key", "doc_id", "revision", "status", "acl", "structured_source"]
 
 
 # The embedded backend's `analyzer.index_terms` in Lucene terms: CJK runs as bigrams (a lone character
@@ -640,6 +640,7 @@ class OpenSearchBackend(SearchBackend):
                 src["status"],
                 DocumentAcl.model_validate(src["acl"]),
                 src["revision"],
+                src.get("structured_source"),
             )
             for key, src in self._mget(keys, _STATE_FIELDS).items()
         }

@@ -40,6 +40,7 @@ class Hit:
     score: float  # the vendor's score, kept as is
     passage: str
     structured_source: dict[str, Any] | None = None
+    version: str = ""  # models.stored_version of the parent document when the backend read it ("": unknown)
 
 
 Candidate = Hit  # fusion's name for a hit it ranks

@@ -4,6 +4,7 @@ principals and runs. Definitions use the camelCase of the definition files; pure
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -326,6 +327,24 @@ class Document(BaseModel):
     def revision(self) -> str:
         return document_revision(self.title, self.body)
 
+    @property
+    def version(self) -> str:
+        """`stored_version` of this document (what a ref binds beside the revision)."""
+        return stored_version(self.revision, self.acl, self.structured_source)
+
+
+def stored_version(revision: str, acl: DocumentAcl, structured_source: dict[str, Any] | None) -> str:
+    """A digest of what is stored about a document beyond its revision (SPEC §1: any change of what is
+    stored is an update — its ACL and structured source as well as its title and body): refs bind it, so an
+    old ref answers 409 after any such change, never the newer state under the old ref."""
+    canonical = json.dumps(
+        {"r": revision, "a": acl.model_dump(mode="json"), "s": structured_source},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+
 
 @dataclass(frozen=True)
 class DocumentState:
@@ -337,6 +356,11 @@ class DocumentState:
     status: str
     acl: DocumentAcl
     revision: str
+    structured_source: dict[str, Any] | None = None
+
+    @property
+    def version(self) -> str:
+        return stored_version(self.revision, self.acl, self.structured_source)
 
 
 def citable(doc: Document | DocumentState | None, source_key: str, revision: str, viewer: Viewer) -> bool:

@@ -139,6 +139,7 @@ class KnowledgeService:
             source_key=hit.source_key,
             doc_id=hit.doc_id,
             revision=hit.revision,
+            version=hit.version,
         )
 
     def _ranked_hits(
@@ -211,6 +212,8 @@ class KnowledgeService:
         if not citable(doc, claims.source_key, claims.revision, principal.viewer):
             raise KnowledgeChanged()
         assert doc is not None  # citable
+        if claims.version is not None and doc.version != claims.version:
+            raise KnowledgeChanged()  # its ACL or structured source changed since the ref (SPEC §1)
         return self._page(
             scope,
             route,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..domain.errors import SourceFailure
 from ..domain.fusion import Hit
@@ -178,11 +178,10 @@ class Retrieval:
                         o.error, kept[i] = exc, []
                 break
             for i, b in enumerate(batch):
-                kept[i] += [
-                    h
-                    for h in b
-                    if citable(documents.get((h.source_key, h.doc_id)), h.source_key, h.revision, viewer)
-                ]
+                for h in b:
+                    state = documents.get((h.source_key, h.doc_id))
+                    if state is not None and citable(state, h.source_key, h.revision, viewer):
+                        kept[i].append(replace(h, version=state.version))
         for o, hits in zip(ranked, kept, strict=True):
             o.hits = hits
         return Retrieved(ranked)

@@ -21,7 +21,7 @@ from typing import Any
 from ...domain.analyzer import index_terms, query_terms
 from ...domain.errors import SourceFailure
 from ...domain.fusion import Hit
-from ...domain.models import Document, DocumentAcl, DocumentState, Viewer
+from ...domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
 from ...domain.passages import hit_source, page_starts_of, passage_pages, split_passages
 from ...ports import (
     DocumentInfo,
@@ -93,9 +93,11 @@ def _hit(
     score: float,
     title: str,
     revision: str,
+    acl: DocumentAcl,
     structured: str | None,
     pages: str | None,
 ) -> Hit:
+    stored = json.loads(structured) if structured else None
     return Hit(
         key,
         doc_id,
@@ -103,7 +105,8 @@ def _hit(
         revision,
         score,
         passage,
-        hit_source(json.loads(structured) if structured else None, json.loads(pages) if pages else None),
+        hit_source(stored, json.loads(pages) if pages else None),
+        stored_version(revision, acl, stored),
     )
 
 
@@ -193,10 +196,13 @@ class SqliteFtsBackend(SearchBackend):
                     return list(best.values()), passage_ids
                 if doc_id in best or doc_id in hidden:
                     continue
-                if not DocumentAcl.model_validate_json(acl).visible_to(viewer):
+                access = DocumentAcl.model_validate_json(acl)
+                if not access.visible_to(viewer):
                     hidden.add(doc_id)
                     continue
-                best[doc_id] = _hit(q.key, doc_id, passage, float(score), title, revision, structured, pages)
+                best[doc_id] = _hit(
+                    q.key, doc_id, passage, float(score), title, revision, access, structured, pages
+                )
                 passage_ids.append(passage_id)
                 if len(best) == q.top_k:
                     return list(best.values()), passage_ids
@@ -262,11 +268,12 @@ class SqliteFtsBackend(SearchBackend):
                 if row is None or row[1] in out or row[1] in hidden:
                     continue
                 _, doc_id, passage, title, revision, acl, structured, pages = row
-                if not DocumentAcl.model_validate_json(acl).visible_to(viewer):
+                access = DocumentAcl.model_validate_json(acl)
+                if not access.visible_to(viewer):
                     hidden.add(doc_id)
                     continue
                 out[doc_id] = (
-                    _hit(q.key, doc_id, passage, cosine, title, revision, structured, pages),
+                    _hit(q.key, doc_id, passage, cosine, title, revision, access, structured, pages),
                     cosine,
                 )
                 if len(out) == want:
@@ -314,12 +321,17 @@ class SqliteFtsBackend(SearchBackend):
         }
 
     def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
-        rows = self._documents_rows("status, acl, revision", keys)
+        rows = self._documents_rows("status, acl, revision, structured_source", keys)
         return {
             (source_key, doc_id): DocumentState(
-                source_key, doc_id, status, DocumentAcl.model_validate_json(acl), revision
+                source_key,
+                doc_id,
+                status,
+                DocumentAcl.model_validate_json(acl),
+                revision,
+                json.loads(structured) if structured else None,
             )
-            for source_key, doc_id, status, acl, revision in rows
+            for source_key, doc_id, status, acl, revision, structured in rows
         }
 
     def put_documents(self, documents: list[Document]) -> None:
