@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -43,6 +44,26 @@ def make_corpus(folder: Path, term: str, n: int) -> None:
             )
 
 
+def kill_mid_job(kb: KbServer, proc: subprocess.Popen[bytes], job_id: str, done: int = 50) -> dict:
+    """SIGKILL kb serve's process group once `done` documents of the job are done; the job as last seen."""
+    deadline = time.monotonic() + 120
+    while (seen := job(kb, job_id))["counts"]["done"] < done:
+        assert time.monotonic() < deadline and seen["state"] != "completed", seen
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return seen
+
+
+def until_completed(kb: KbServer, job_id: str, timeout_s: float) -> dict:
+    """The job once it is completed (polled), within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while (done := job(kb, job_id))["state"] != "completed":
+        assert time.monotonic() < deadline, done
+        time.sleep(0.2)
+    return done
+
+
 def job(kb: KbServer, job_id: str) -> dict:
     response = kb.request("GET", f"{JOBS}/{job_id}")
     assert response.status == 200, response.raw
@@ -62,21 +83,13 @@ def test_i_ingest_kill_9_mid_job_then_restart_completes_it_exactly_once(tmp_path
         )
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.strip()
-        deadline = time.monotonic() + 120
-        while (seen := job(kb, job_id))["counts"]["done"] < 50:
-            assert time.monotonic() < deadline and seen["state"] != "completed", seen
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        seen = kill_mid_job(kb, proc, job_id)
     assert seen["state"] == "running" and seen["counts"]["queued"] > 0, "killed too late to test anything"
     documents, orphans, empty, unindexed = index_integrity(state, term)
     assert 50 <= documents < files and orphans == empty == unindexed == 0  # whole documents only
 
     with own_group_kb_serve(state) as (kb, _):
-        deadline = time.monotonic() + 120
-        while (done := job(kb, job_id))["state"] != "completed":
-            assert time.monotonic() < deadline, done
-            time.sleep(0.2)
+        done = until_completed(kb, job_id, 120)
         counts = done["counts"]
         assert counts["failed"] == 0 and counts["queued"] == 0, done["errors"]
         # A batch written just before the kill is found already stored on resume: `unchanged`.

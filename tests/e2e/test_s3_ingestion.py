@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,7 @@ import pytest
 from kb_cli import supervisor
 from tests.e2e.conftest import KbServer, index_integrity
 from tests.e2e.test_durability import own_group_kb_serve
-from tests.e2e.test_ingestion_jobs import JOBS, SOURCE, job
+from tests.e2e.test_ingestion_jobs import JOBS, SOURCE, kill_mid_job, until_completed
 from tests.unit.test_extraction import make_pdf
 
 pytestmark = pytest.mark.timeout(600)
@@ -132,21 +130,13 @@ def test_i_ingest_s3_kill_9_mid_sync_then_restart_ingests_every_object_exactly_o
         submitted = ingest(kb, f"s3://{name}/bulk/", term, "--sync", "--no-wait")
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.strip()
-        deadline = time.monotonic() + 120
-        while (seen := job(kb, job_id))["counts"]["done"] < 50:
-            assert time.monotonic() < deadline and seen["state"] != "completed", seen
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        seen = kill_mid_job(kb, proc, job_id)
     assert seen["state"] == "running" and seen["counts"]["queued"] > 0, "killed too late to test anything"
     documents, orphans, empty, unindexed = index_integrity(state, term)
     assert 50 <= documents < objects and orphans == empty == unindexed == 0  # whole documents only
 
     with own_group_kb_serve(state) as (kb, _):
-        deadline = time.monotonic() + 180
-        while (done := job(kb, job_id))["state"] != "completed":
-            assert time.monotonic() < deadline, done
-            time.sleep(0.2)
+        done = until_completed(kb, job_id, 180)
         counts = done["counts"]
         assert counts["failed"] == 0 and counts["queued"] == 0 and counts["deleted"] == 0, done["errors"]
         assert counts["done"] + counts["unchanged"] == objects == done["total"]
