@@ -76,7 +76,7 @@ def local_settings(
         "token_secret": None,
         "token_secret_previous": None,
         "token_secret_file": str(secret_file.resolve()),
-        "secret_refresh_seconds": float(os.environ.get("KB_SECRET_REFRESH_SECONDS", "5")),
+        "secret_refresh_seconds": _unless_set(base, "secret_refresh_seconds", 5.0),
         "search_backend": search_backend,
         "sqlite_path": str(state / "search.sqlite3"),
         "opensearch_url": opensearch_url,
@@ -85,10 +85,10 @@ def local_settings(
         "dynamodb_endpoint": dynamodb_endpoint,
         # Every function runs in its own processes here: without a registry cache, a disabled source or an
         # ended run is seen by the next request (local reads are cheap); on Lambda the default is 2 s.
-        "registry_cache_seconds": float(os.environ.get("KB_REGISTRY_CACHE_SECONDS", "0")),
+        "registry_cache_seconds": _unless_set(base, "registry_cache_seconds", 0.0),
         # The admin API answers on loopback only here, so an ingestion job may name a local directory
         # (unless KB_INGEST_DIRECTORIES=false: the fuzz run reads none of this machine's files).
-        "ingest_directories": os.environ.get("KB_INGEST_DIRECTORIES", "true").strip().lower() != "false",
+        "ingest_directories": _unless_set(base, "ingest_directories", True),
         "embedding_model_dir": ranking.model_dir,
         # Hybrid ranking: re-seeding (or a restart) must not re-embed the corpus.
         "embedding_cache": (base.embedding_cache or str(state / "embedding-cache.sqlite3"))
@@ -98,6 +98,11 @@ def local_settings(
         "lexicon_dir": ranking.lexicon_dir,
     }
     return Settings.model_validate({**base.model_dump(), **local})
+
+
+def _unless_set(base: Settings, field: str, local_default: object) -> Any:
+    """The environment's value of `field` (read once, by Settings.from_env), else the local default."""
+    return getattr(base, field) if field in base.model_fields_set else local_default
 
 
 def configure_local_env(state: Path, **kwargs: Any) -> Settings:

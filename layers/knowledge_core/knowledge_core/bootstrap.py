@@ -331,7 +331,6 @@ class Container:
         return TurnService(
             scopes=self.scopes,
             knowledge=self.knowledge,
-            backend=self.backend,
             runs=self.state.runs,
             run_guard=self.run_guard,
             turns=self.state.turns,

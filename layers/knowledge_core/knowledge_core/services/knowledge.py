@@ -17,7 +17,7 @@ from ..domain.errors import (
 from ..domain.fusion import Hit
 from ..domain.models import Principal, citable
 from ..domain.passages import page_label
-from ..domain.router import PlannedSource, plan_search
+from ..domain.router import PlannedSource, expired_leases, plan_search
 from ..domain.scope import KnowledgeScope
 from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
 from ..domain.wire import (
@@ -160,7 +160,7 @@ class KnowledgeService:
         if not planned:
             return "ok", []
         # An expired runtime lease makes a source unavailable without querying it (R-ROUTE).
-        expired = self.retrieval.expired(scope, planned, self._clock.now())
+        expired = expired_leases(scope, planned, self._clock.now())
         to_call = [p for p in planned if p.key not in expired]
         retrieved = (
             self.retrieval.run(

@@ -22,8 +22,7 @@ from ..domain.errors import SourceFailure
 from ..domain.fusion import Hit
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentState, Viewer, citable
-from ..domain.router import PlannedSource, expired_leases
-from ..domain.scope import KnowledgeScope
+from ..domain.router import PlannedSource
 from ..ports import (
     Embedder,
     QueryAnalysis,
@@ -102,12 +101,6 @@ class Retrieval:
             expansion = self._translator.expand(text) if self._translator is not None else ""
         return QueryAnalysis(text, expansion, tuple(query_vectors(self._embedder, text, expansion)))
 
-    # --- leases ------------------------------------------------------------------------------------
-    @staticmethod
-    def expired(scope: KnowledgeScope, planned: Sequence[PlannedSource], now: float) -> set[str]:
-        """Planned sources whose runtime lease has run out: unavailable without being asked (R-ROUTE)."""
-        return expired_leases(scope, list(planned), now)
-
     # --- the step ------------------------------------------------------------------------------------
     def run(
         self, sources: Sequence[SourceAsk], query: QueryAnalysis, viewer: Viewer, timeout_s: float
@@ -167,7 +160,7 @@ class Retrieval:
             for i, (o, k) in enumerate(zip(ranked, top_ks, strict=True)):
                 batch.append(o.hits[position[i] : position[i] + k - len(kept[i])])
                 position[i] += len(batch[-1])
-            keys = [k for k in dict.fromkeys((h.source_key, h.doc_id) for b in batch for h in b)]
+            keys = list(dict.fromkeys((h.source_key, h.doc_id) for b in batch for h in b))
             if not keys:
                 break
             try:

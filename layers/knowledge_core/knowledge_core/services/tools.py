@@ -33,7 +33,7 @@ from ..domain.errors import (
 )
 from ..domain.fusion import Fused, RankedList, content_fingerprint, fuse
 from ..domain.models import AgentDefinition, Viewer
-from ..domain.router import PlannedSource, plan_startup, plan_tool
+from ..domain.router import PlannedSource, expired_leases, plan_startup, plan_tool
 from ..domain.scope import KnowledgeScope
 from ..domain.tool_wire import (
     CitationCreated,
@@ -181,7 +181,7 @@ class ToolsService:
             return []
 
         # Leases and the chain's deadline fail a source before it is asked or charged.
-        expired = self._retrieval.expired(scope, planned, now)
+        expired = expired_leases(scope, planned, now)
         timeout = source_timeout(
             now, routing.source_timeout_seconds, [e.deadline for e in chain] + [inv.deadline_epoch]
         )

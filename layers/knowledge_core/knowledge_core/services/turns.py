@@ -22,7 +22,7 @@ from ..domain.scope import KnowledgeScope
 from ..domain.text import cut_title
 from ..domain.turn_wire import KnowledgeDelivery, KnowledgeItem, TurnContext, TurnRequest, TurnResponse
 from ..domain.wire import SearchStatus
-from ..ports import Clock, RunStore, SearchBackend, TurnRecord, TurnStore
+from ..ports import Clock, RunStore, TurnRecord, TurnStore
 from .access import RunGuard, authorize_route
 from .knowledge import KnowledgeService
 from .scope import ScopeResolver
@@ -46,7 +46,6 @@ class TurnService:
         self,
         scopes: ScopeResolver,
         knowledge: KnowledgeService,
-        backend: SearchBackend,
         runs: RunStore,
         run_guard: RunGuard,
         turns: TurnStore,
@@ -58,7 +57,6 @@ class TurnService:
     ) -> None:
         self._scopes = scopes
         self._knowledge = knowledge
-        self._backend = backend
         self._runs = runs
         self._run_guard = run_guard
         self._turns = turns
