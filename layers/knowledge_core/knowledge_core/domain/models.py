@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -19,6 +20,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from .filters import FilterInvalid, MetadataValue, validate_metadata
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$"
@@ -293,6 +296,21 @@ class DocumentAcl(BaseModel):
 DocStatus = Literal["ready", "processing", "disabled", "deleted"]
 
 
+def _metadata(metadata: dict[str, Any] | None) -> dict[str, MetadataValue] | None:
+    """§8's limits on a document's metadata; the error names the key (`metadata.region`)."""
+    if not metadata:
+        return None  # {} is no metadata: stored equal to none (the unchanged rule, §1)
+    try:
+        return validate_metadata(metadata)
+    except FilterInvalid as exc:
+        raise exc.pydantic() from None
+
+
+Metadata = Annotated[dict[str, Any] | None, AfterValidator(_metadata)]
+"""A document's optional metadata (SPEC §8): ≤ 32 keys, each a string ≤ 256 chars, a finite number, a
+boolean or a list of ≤ 32 strings."""
+
+
 def document_revision(title: str, body: str) -> str:
     return "sha256:" + hashlib.sha256((title + "\n\0" + body).encode("utf-8")).hexdigest()
 
@@ -305,6 +323,7 @@ class Document(BaseModel):
     structured_source: dict[str, Any] | None = None
     acl: DocumentAcl = DocumentAcl()
     status: DocStatus = "ready"
+    metadata: Metadata = None
 
     @field_validator("structured_source")
     @classmethod
