@@ -35,7 +35,14 @@ from ..embedding import VectorMatrix, document_vectors, matching_cosines, passag
 from . import candidates
 from .candidates import Restriction
 from .db import SqliteDatabase, statements
-from .filters import METADATA_SCHEMA, delete_metadata, write_metadata
+from .filters import (
+    METADATA_SCHEMA,
+    admitted_passages,
+    delete_metadata,
+    filter_restriction,
+    nearest_admitted,
+    write_metadata,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -211,9 +218,9 @@ class SqliteFtsBackend(SearchBackend):
         return result
 
     def _restriction(self, q: SourceQuery) -> Restriction | None:
-        """An extra condition on the source's candidate passages (none yet): the document pre-filter hook,
-        applied inside the FTS5 top-k (candidates.Restriction says how to write one)."""
-        return None
+        """The document pre-filter (§8): only passages of documents `q.filter` admits are candidates,
+        inside the FTS5 top-k (so the top-k are the best matching ones, never a post-filtered remainder)."""
+        return filter_restriction(q.key, q.filter) if q.filter is not None else None
 
     def _lexical(
         self, conn: sqlite3.Connection, q: SourceQuery, match: str, viewer: Viewer
@@ -277,8 +284,15 @@ class SqliteFtsBackend(SearchBackend):
         want = q.dense_k
         matrix = self._matrix(conn, q.key, vector.model)
         k = want * _CANDIDATES_PER_DOC
+        # §8: the scan ranks only passages of documents the filter admits (before any top-k).
+        admitted = admitted_passages(conn, q.key, q.filter) if q.filter is not None else None
+        size = len(matrix) if admitted is None else len(admitted)
         while True:
-            nearest = matrix.nearest(vector, k)
+            nearest = (
+                matrix.nearest(vector, k)
+                if admitted is None
+                else nearest_admitted(matrix, vector, k, admitted)
+            )
             marks = ",".join("?" * len(nearest))
             rows = (
                 {r[0]: r for r in conn.execute(_DENSE_SQL.format(marks=marks), [i for i, _ in nearest])}
@@ -302,7 +316,7 @@ class SqliteFtsBackend(SearchBackend):
                 )
                 if len(out) == want:
                     return list(out.values())
-            if k >= len(matrix):
+            if k >= size:
                 return list(out.values())
             k *= 4  # hidden or unready documents, or many passages of a few: look deeper
 
