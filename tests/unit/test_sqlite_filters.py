@@ -107,3 +107,28 @@ def test_f_filter_sqlite_document_predicate_matches_the_oracle(corpus) -> None:
         assert admitted_among(conn, "s@1", list(metadata), node) == {
             d for d, m in metadata.items() if matches(m, node)
         }
+
+
+def test_f_filter_sqlite_broad_filter_falls_back_when_deeper_candidates_hold_too_few(tmp_path) -> None:
+    """A broad filter whose admitted documents rank below many passages of the others: the deeper
+    unfiltered rows hold none of them, so the restricted query answers — never fewer than exist."""
+    from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
+    from knowledge_core.domain.models import Document, DocumentAcl, Viewer
+    from knowledge_core.ports import QueryAnalysis, SourceQuery
+
+    backend = SqliteFtsBackend(tmp_path / "kb.sqlite3")
+    acl = DocumentAcl(tenant="t")
+    # Paragraphs of ~500 characters stay one passage each: 17 x 40 strong passages above 3 weak ones.
+    loud = "\n\n".join(" ".join(["valve"] * 20 + [f"w{i}x{j}" for j in range(60)]) for i in range(40))
+    weak = " ".join(["valve"] + [f"filler{j}" for j in range(80)])
+    docs = [Document(source_key="s@1", doc_id=f"o{i}", title="", body=loud, acl=acl) for i in range(17)]
+    docs += [
+        Document(source_key="s@1", doc_id=f"a{i}", title="", body=weak, acl=acl, metadata={"pick": True})
+        for i in range(3)
+    ]
+    backend.put_documents(docs)
+    node = parse_filter({"equals": {"key": "pick", "value": True}})  # 3 of 20 documents: broad (15 %)
+    [result] = backend.search(
+        [SourceQuery("s@1", 5, 0.0, filter=node)], QueryAnalysis("valve"), Viewer(tenant="t", subject="u")
+    )
+    assert sorted(h.doc_id for h in result.hits) == ["a0", "a1", "a2"]
