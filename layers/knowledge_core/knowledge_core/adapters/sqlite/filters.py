@@ -26,12 +26,13 @@ from ...domain.filters import (
     Scalar,
 )
 from ...ports import Vector
+from ..embedding import VectorMatrix
 from .candidates import Restriction
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..embedding import VectorMatrix
+    from .dense_index import DenseIndex
 
 METADATA_SCHEMA = """
 CREATE TABLE IF NOT EXISTS document_metadata (
@@ -260,3 +261,62 @@ def nearest_admitted(
     top = np.argpartition(-sims, k - 1)[:k]
     top = top[np.argsort(-sims[top], kind="stable")]
     return [(int(matrix.ids[positions[i]]), float(sims[i]) / _COSINE_SCALE) for i in top]
+
+
+def admitted_vectors(conn: sqlite3.Connection, source_key: str, node: Filter, model: str) -> VectorMatrix:
+    """The admitted passages' vectors of `model`, as an exact matrix (a selective filter on a source whose
+    dense index is a graph: its few admitted passages are scanned exactly)."""
+    sql, params = matching_documents(source_key, node)
+    rows = conn.execute(
+        "SELECT passage_id, vector FROM passage_vectors WHERE model = ? AND vector IS NOT NULL "
+        f"AND passage_id IN ({_PASSAGES_OF.format(documents=sql)}) ORDER BY passage_id",
+        (model, source_key, *params),
+    ).fetchall()
+    return VectorMatrix(model, [r[0] for r in rows], [r[1] for r in rows])
+
+
+@dataclass(frozen=True)
+class DenseScan:
+    """How the dense stage looks for nearest passages under a filter (§8): unfiltered; selective (only
+    the admitted passages are ranked: `admitted` ids of an exact matrix, or the admitted vectors as their own
+    matrix); or broad (the index's nearest, deeper, their rows read only where `predicate` admits the
+    document). `first` and `deepest` bound the looks (candidates to ask for, first and at most)."""
+
+    index: DenseIndex
+    first: int
+    deepest: int
+    admitted: np.ndarray | None = None
+    predicate: str = ""
+    params: tuple[Any, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        conn: sqlite3.Connection,
+        source_key: str,
+        index: DenseIndex,
+        plan: FilterPlan | None,
+        k: int,
+        deepest: int,
+    ) -> DenseScan:
+        if plan is None:
+            return cls(index, k, min(len(index), deepest))
+        if plan.broad:
+            predicate, params = document_predicate(plan.node)
+            return cls(
+                index, plan.deeper(k), min(len(index), plan.deeper(deepest)), None, predicate, tuple(params)
+            )
+        if isinstance(index, VectorMatrix):
+            admitted = admitted_passages(conn, source_key, plan.node)
+            return cls(index, k, len(admitted), admitted)
+        own = admitted_vectors(conn, source_key, plan.node, index.model)
+        return cls(own, k, len(own))
+
+    def nearest(self, query: Vector, k: int) -> list[tuple[int, float]]:
+        if self.admitted is not None and isinstance(self.index, VectorMatrix):
+            return nearest_admitted(self.index, query, k, self.admitted)
+        return self.index.nearest(query, k)
+
+    def rows_sql(self, sql: str) -> str:
+        """The statement reading the nearest passages' rows, restricted to admitted documents when broad."""
+        return f"{sql} AND {self.predicate}" if self.predicate else sql
