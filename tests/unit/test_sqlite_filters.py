@@ -146,6 +146,9 @@ def test_f_filter_sqlite_dense_stage_on_the_hnsw_index(tmp_path, monkeypatch, ra
     from knowledge_core.domain.models import Document, DocumentAcl, Viewer
     from knowledge_core.ports import Embedder, QueryAnalysis, SourceQuery, Vector
 
+    # usearch imported before onnxruntime makes onnxruntime's import segfault (this venv: usearch 2.26,
+    # onnxruntime's wheel): load them in a serving process's order so later tests can still embed.
+    pytest.importorskip("onnxruntime")
     monkeypatch.setattr(dense_index, "EXACT_MAX", 10)
     rng = np.random.default_rng(3)
     rows = {f"body {i}": rng.integers(-127, 128, 16).astype(np.int8).tobytes() for i in range(80)}

@@ -279,12 +279,11 @@ def admitted_vectors(conn: sqlite3.Connection, source_key: str, node: Filter, mo
 class DenseScan:
     """How the dense stage looks for nearest passages under a filter (§8): unfiltered; selective (only
     the admitted passages are ranked: `admitted` ids of an exact matrix, or the admitted vectors as their own
-    matrix); or broad (the index's nearest, deeper, their rows read only where `predicate` admits the
-    document). `first` and `deepest` bound the looks (candidates to ask for, first and at most)."""
+    matrix); or broad (the index's nearest, their rows read only where `predicate` admits the document).
+    `looks`: how many nearest passages each successive look asks for, until the stage has its documents."""
 
     index: DenseIndex
-    first: int
-    deepest: int
+    looks: tuple[int, ...]
     admitted: np.ndarray | None = None
     predicate: str = ""
     params: tuple[Any, ...] = ()
@@ -300,17 +299,16 @@ class DenseScan:
         deepest: int,
     ) -> DenseScan:
         if plan is None:
-            return cls(index, k, min(len(index), deepest))
-        if plan.broad:
+            return cls(index, _looks(k, min(len(index), deepest)))
+        if plan.broad:  # as many as unfiltered first, then deeper by the admitted share, then the deepest
             predicate, params = document_predicate(plan.node)
-            return cls(
-                index, plan.deeper(k), min(len(index), plan.deeper(deepest)), None, predicate, tuple(params)
-            )
+            looks = _looks(k, plan.deeper(k), min(len(index), plan.deeper(deepest)))
+            return cls(index, looks, None, predicate, tuple(params))
         if isinstance(index, VectorMatrix):
             admitted = admitted_passages(conn, source_key, plan.node)
-            return cls(index, k, len(admitted), admitted)
+            return cls(index, _looks(k, len(admitted)), admitted)
         own = admitted_vectors(conn, source_key, plan.node, index.model)
-        return cls(own, k, len(own))
+        return cls(own, _looks(k, len(own)))
 
     def nearest(self, query: Vector, k: int) -> list[tuple[int, float]]:
         if self.admitted is not None and isinstance(self.index, VectorMatrix):
@@ -320,3 +318,12 @@ class DenseScan:
     def rows_sql(self, sql: str) -> str:
         """The statement reading the nearest passages' rows, restricted to admitted documents when broad."""
         return f"{sql} AND {self.predicate}" if self.predicate else sql
+
+
+def _looks(first: int, *deeper: int) -> tuple[int, ...]:
+    """Increasing look sizes: `first`, then each deeper one that asks for more than the look before."""
+    looks = [first]
+    for k in deeper:
+        if k > looks[-1]:
+            looks.append(k)
+    return tuple(looks)

@@ -258,15 +258,19 @@ class SqliteFtsBackend(SearchBackend):
         id_range: tuple[int, int],
         plan: FilterPlan,
     ) -> tuple[list[Hit], list[int]] | None:
-        """A broad filter (§8): BM25's deeper top rows of the whole source, kept where their document is
-        admitted (one predicate over those few documents) — far cheaper than building a large admitted set,
-        and the same answer as the restricted query whenever they hold the top_k (every better passage of an
-        admitted document is among them). None when they do not: the restricted query decides."""
-        deeper = plan.deeper(q.top_k * _CANDIDATES_PER_DOC + 16)
-        rows = candidates.candidate_rows(conn, match, id_range, deeper)
-        admitted = admitted_among(conn, q.key, {str(r[0]) for r in rows}, plan.node)
-        best, passage_ids, complete = _best_documents(q, [r for r in rows if r[0] in admitted], viewer)
-        return (best, passage_ids) if complete or len(rows) < deeper else None
+        """A broad filter (§8): BM25's top rows of the whole source (as many as unfiltered, then deeper by the
+        admitted share), kept where their document is admitted (one predicate over those few documents) —
+        far cheaper than building a large admitted set, and the same answer as the restricted query whenever
+        they hold the top_k (every better passage of an admitted document is among them). None when they do
+        not: the restricted query decides."""
+        limit = q.top_k * _CANDIDATES_PER_DOC + 16
+        for depth in (limit, plan.deeper(limit)):
+            rows = candidates.candidate_rows(conn, match, id_range, depth)
+            admitted = admitted_among(conn, q.key, {str(r[0]) for r in rows}, plan.node)
+            best, passage_ids, complete = _best_documents(q, [r for r in rows if r[0] in admitted], viewer)
+            if complete or len(rows) < depth:
+                return best, passage_ids
+        return None
 
     def _lexical(
         self,
@@ -367,14 +371,14 @@ class SqliteFtsBackend(SearchBackend):
         # Exact: the deeper look reads every vector (as before); HNSW: 16x deeper, a bound at 1M vectors.
         exact = len(matrix) <= dense_index.EXACT_MAX
         scan = DenseScan.of(conn, q.key, matrix, plan, k, len(matrix) if exact else k * 16)
-        k, rows_sql = scan.first, scan.rows_sql(_DENSE_SQL)
-        while True:
+        rows_sql = scan.rows_sql(_DENSE_SQL)
+        out: dict[str, tuple[Hit, float]] = {}
+        hidden: set[str] = set()
+        for k in scan.looks:  # hidden or unready documents, or many passages of a few: look deeper
             nearest = scan.nearest(vector, k)
             marks = ",".join("?" * len(nearest))
             params = [*(i for i, _ in nearest), *scan.params]
             rows = {r[0]: r for r in conn.execute(rows_sql.format(marks=marks), params)} if nearest else {}
-            out: dict[str, tuple[Hit, float]] = {}
-            hidden: set[str] = set()
             for passage_id, cosine in nearest:
                 row = rows.get(passage_id)
                 if row is None or row[1] in out or row[1] in hidden:
@@ -390,9 +394,7 @@ class SqliteFtsBackend(SearchBackend):
                 )
                 if len(out) == want:
                     return list(out.values())
-            if k >= scan.deepest:
-                return list(out.values())
-            k = scan.deepest  # hidden or unready documents, or many passages of a few: one deeper look
+        return list(out.values())
 
     # --- documents ------------------------------------------------------------------------------
     def _read(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
