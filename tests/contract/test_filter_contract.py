@@ -189,3 +189,85 @@ def test_f_filter_contract_metadata_reads_back_and_rewrites(world: World) -> Non
     world.ingest(tagged(key, "d", "valve", {"region": "us"}))
     assert retrieve(world, key, 5, "valve", eu) == []
     assert world.c.backend.get_documents([(key, "d")])[(key, "d")].metadata == {"region": "us"}
+
+
+def test_f_filter_sqlite_file_from_before_metadata_migrates_on_open(tmp_path) -> None:
+    """A search file written before metadata (no column, no side table) opens, keeps its documents (no
+    metadata: notEquals admits them) and filters new ones."""
+    import sqlite3
+
+    from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
+
+    path = tmp_path / "kb.sqlite3"
+    SqliteFtsBackend(path).put_documents([tagged("s@1", "old", "valve", {})])
+    with sqlite3.connect(path) as conn:  # the layout before metadata
+        conn.execute("DROP TABLE document_metadata")
+        conn.execute("ALTER TABLE documents DROP COLUMN metadata")
+    backend = SqliteFtsBackend(path)
+    backend.put_documents([tagged("s@1", "new", "valve", {"region": "eu"})])
+    viewer = PRINCIPAL.viewer
+    from knowledge_core.ports import QueryAnalysis, SourceQuery
+
+    def found(raw: dict[str, Any]) -> list[str]:
+        [result] = backend.search(
+            [SourceQuery("s@1", 5, 0.0, filter=parse_filter(raw))], QueryAnalysis("valve"), viewer
+        )
+        return sorted(h.doc_id for h in result.hits)
+
+    assert found({"equals": {"key": "region", "value": "eu"}}) == ["new"]
+    assert found({"notEquals": {"key": "region", "value": "eu"}}) == ["old"]
+    assert backend.get_documents([("s@1", "old")])[("s@1", "old")].metadata is None
+
+
+@pytest.mark.integration
+@pytest.mark.opensearch
+def test_f_filter_opensearch_indices_from_before_metadata_get_its_fields(real_endpoints) -> None:
+    """Indices made before metadata (strict mappings without its fields) get the typed fields by a mapping
+    update in ensure_indices; their documents stay searchable and new ones filter."""
+    import uuid
+
+    from knowledge_core.adapters.opensearch import DOCUMENT_MAPPINGS, PASSAGE_MAPPINGS, OpenSearchBackend
+    from knowledge_core.adapters.opensearch_filters import METADATA_PROPERTIES
+    from knowledge_core.ports import QueryAnalysis, SourceQuery
+
+    def before(mappings: dict[str, Any]) -> dict[str, Any]:
+        properties = {k: v for k, v in mappings["properties"].items() if k not in METADATA_PROPERTIES}
+        return {"dynamic": "strict", "properties": properties}
+
+    backend = OpenSearchBackend(real_endpoints["OPENSEARCH_URL"], index_prefix=f"kbt-{uuid.uuid4().hex[:10]}")
+    try:
+        client = backend.client
+        settings = {"number_of_shards": 1, "number_of_replicas": 0}
+        analysis = backend.index_templates(knn=False)[backend.passages_index]["template"]["settings"][
+            "analysis"
+        ]
+        client.indices.create(
+            index=backend.passages_index,
+            body={
+                "settings": {**settings, "analysis": analysis},
+                "mappings": before(PASSAGE_MAPPINGS),
+                "aliases": {backend.passages_alias: {}},
+            },
+        )
+        client.indices.create(
+            index=backend.documents_index,
+            body={
+                "settings": settings,
+                "mappings": before(DOCUMENT_MAPPINGS),
+                "aliases": {backend.documents_alias: {}},
+            },
+        )
+        backend.put_documents([tagged("s@1", "old", "valve", {})])  # ensure_indices runs first
+        backend.put_documents([tagged("s@1", "new", "valve", {"region": "eu", "year": 2024})])
+        mapping = client.indices.get_mapping(index=backend.passages_index)[backend.passages_index]["mappings"]
+        assert mapping["properties"]["meta_n"]["properties"]["year"]["type"] == "double"
+
+        def found(raw: dict[str, Any]) -> list[str]:
+            q = SourceQuery("s@1", 5, 0.0, filter=parse_filter(raw))
+            [result] = backend.search([q], QueryAnalysis("valve"), PRINCIPAL.viewer)
+            return sorted(h.doc_id for h in result.hits)
+
+        assert found({"greaterThan": {"key": "year", "value": 2000}}) == ["new"]
+        assert found({"notEquals": {"key": "region", "value": "eu"}}) == ["old"]
+    finally:
+        backend.drop_indices()
