@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from ..codec import TokenCodec, identity_digest
@@ -19,6 +20,7 @@ from ..domain.models import Principal, citable
 from ..domain.passages import page_label
 from ..domain.router import PlannedSource, expired_leases, plan_search
 from ..domain.scope import KnowledgeScope
+from ..domain.source_filters import retrieval_filter
 from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
 from ..domain.wire import (
     LIMITS,
@@ -164,7 +166,11 @@ class KnowledgeService:
         to_call = [p for p in planned if p.key not in expired]
         retrieved = (
             self.retrieval.run(
-                [SourceAsk.of(p, depth) for p in to_call],
+                # The route's agent's sourceFilters; no runtime here, so no trusted context (§3.1).
+                [
+                    replace(SourceAsk.of(p, depth), filter=retrieval_filter(scope.routing, p.key, {}))
+                    for p in to_call
+                ],
                 self.retrieval.analyse(query),
                 principal.viewer,
                 float(scope.routing.source_timeout_seconds),

@@ -1,0 +1,63 @@
+"""An agent's `sourceFilters` at retrieval time (SPEC §3.1, §8): the document filter the server applies to
+every retrieval of a source for that agent, bound to the runtime's trusted context, and combined with
+whatever filter the request itself sent (`andAll`: each only narrows).
+
+Which doors have a trusted context: the agent tool (`startup` and `knowledge_search`) takes it from the
+invocation the runtime fills. Search, MCP and turns act for the workspace route's agent — the same agent,
+so its sourceFilters apply there too — but no runtime stands behind them: they bind an empty context, and a
+condition whose value names the trusted context matches nothing (fail closed: a door without the context
+never sees more than the runtime would have allowed). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from .filters import Condition, ContextValue, Filter, Group, all_of, bind_context
+
+if TYPE_CHECKING:  # models validates definitions with `context_misuse` below: no import cycle at run time
+    from .models import KnowledgeRouting
+
+
+def source_filter(routing: KnowledgeRouting, key: str, context: Mapping[str, str]) -> Filter | None:
+    """The agent's filter for source `key`, its `{"context": …}` values taken from `context`; None when
+    the agent has none for that source."""
+    for entry in routing.source_filters:
+        if entry.knowledge.key == key:
+            return bind_context(entry.filter, context)
+    return None
+
+
+def retrieval_filter(
+    routing: KnowledgeRouting,
+    key: str,
+    context: Mapping[str, str],
+    requested: Filter | None = None,
+) -> Filter | None:
+    """What one retrieval of source `key` is filtered by: the agent's source filter and the request's
+    filter, both (`andAll`); None when neither narrows it."""
+    return all_of([source_filter(routing, key, context), requested])
+
+
+# A trusted context holds strings (the runtime's `trusted_context`): the operators that take one.
+_STRING_VALUED = frozenset(("equals", "notEquals", "startsWith", "listContains", "stringContains"))
+
+
+def context_misuse(node: Filter, path: str = "") -> tuple[str, str] | None:
+    """(path, reason) of the first `{"context": …}` value where a trusted context's string can never be
+    what the operator compares (ranges take numbers, in/notIn a list): refused at publish rather than left
+    to match nothing at every call. None when every context value is in a string position."""
+    if isinstance(node, Group):
+        for i, child in enumerate(node.filters):
+            found = context_misuse(child, f"{path}.{node.operator}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if not isinstance(node, Condition) or not isinstance(node.value, ContextValue):
+        return None
+    if node.operator in _STRING_VALUED:
+        return None
+    return (
+        f"{path}.{node.operator}.value",
+        f"a trusted context value is a string: {node.operator} cannot take one",
+    )
