@@ -88,7 +88,7 @@ def metadata_text(metadata: dict | None) -> str:
                 return value
         except MetadataError:
             pass  # `[eu`: not JSON, so quoted
-        return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
     return " ".join(f"{k}={shown(v)}" for k, v in sorted(metadata.items()))
 
