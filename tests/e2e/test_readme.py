@@ -3,6 +3,7 @@ fresh `kb serve` state, finds the example PDF, HTML, Markdown and Chinese text f
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -43,3 +44,36 @@ def test_issue22_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(
     # doc list: the tenant of every document is the default one
     rows = [line for line in out.splitlines() if line.startswith("manuals-")]
     assert len(rows) == 4 and all(line.split()[1] == "default" for line in rows), out
+
+
+def metadata_block() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- metadata-example:[^>]*-->\n```bash\n(.*?)```", readme, re.S)
+    assert found, "README.md lost its metadata worked example"
+    return found.group(1)
+
+
+def test_issue25_readme_metadata_example_works_verbatim(tmp_path):
+    """Issue 25 point 5: the worked example (sidecar + --meta + filtered search + an agent bound to the
+    trusted context) run verbatim after the five-minutes block, on a fresh state."""
+    if not (ROOT / ".venv" / "bin" / "activate").exists():
+        pytest.skip("the README's `source .venv/bin/activate` needs the repository's .venv (make dev)")
+    script = five_minute_block() + metadata_block()
+    (tmp_path / "state").mkdir()
+    with running_kb_serve(tmp_path / "state") as server:
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "KB_ENDPOINT": server.endpoint, "POWERTOOLS_LOG_LEVEL": "ERROR"},
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "ingested 4 document(s) into plant-manuals@1.0.0 (0 unchanged, 0 failed, 0 deleted)" in out
+    assert 'metadata:  equipment=["pump","seal"] region=eu reviewed=true site=plant-7 year=2024' in out
+    search = json.loads(next(line for line in out.splitlines() if line.startswith('{"schema"')))
+    assert [h["title"] for h in search["hints"]] == ["Pump seal replacement"]
+    startup = json.loads(out[out.rindex('{\n  "references"') :])
+    assert [r["source"]["title"] for r in startup["references"]] == ["Boiler cold start"]
