@@ -139,3 +139,13 @@ def test_r_admin_publish_agent_with_a_bad_source_filter_is_a_400(handlers: Any) 
     assert body["error"]["message"].startswith(
         "knowledgeRouting.sourceFilters[0].filter.andAll[1].greaterThan.value:"
     )
+
+
+def test_r_cfg_agents_without_source_filters_keep_their_scope_revision() -> None:
+    """An agent published before sourceFilters existed dumps (and so digests, knowledge_scope_revision) as
+    it did: no `sourceFilters: []` appears; one with filters dumps them."""
+    plain = parse_request(AgentDefinition, json.dumps(agent([])))
+    assert "sourceFilters" not in plain.model_dump(mode="json", by_alias=True)["knowledgeRouting"]
+    filtered = parse_request(AgentDefinition, json.dumps(agent([{"knowledge": KNOWLEDGE, "filter": REGION}])))
+    dumped = filtered.model_dump(mode="json", by_alias=True)["knowledgeRouting"]["sourceFilters"]
+    assert dumped == [{"knowledge": KNOWLEDGE, "filter": REGION}]

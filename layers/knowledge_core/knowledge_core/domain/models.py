@@ -16,9 +16,11 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -209,6 +211,16 @@ class KnowledgeRouting(Strict):
     rerank: Literal["NONE", "LEXICAL"] = "NONE"
     rules: Annotated[list[RoutingRule], Field(max_length=64)] = []
     source_filters: Annotated[list[SourceFilter], Field(max_length=64, alias="sourceFilters")] = []
+
+    @model_serializer(mode="wrap")
+    def _without_empty_source_filters(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An agent without sourceFilters dumps as before they existed: its knowledge_scope_revision (a
+        digest of this dump) and its listings stay what they were."""
+        dumped: dict[str, Any] = handler(self)
+        for name in ("sourceFilters", "source_filters"):
+            if dumped.get(name) == []:
+                del dumped[name]
+        return dumped
 
     @field_validator("source_filters")
     @classmethod
