@@ -16,7 +16,6 @@ from knowledge_core.domain.filters import (
     Nothing,
     all_of,
     bind_context,
-    capabilities,
     matches,
     parse_filter,
 )
@@ -168,7 +167,10 @@ def test_f_filter_context_values_bind_from_trusted_context() -> None:
 
 
 def test_f_filter_capabilities_advertise_operators_and_limits() -> None:
-    assert capabilities() == {
+    from knowledge_core.domain.wire import CapabilitiesResponse
+
+    wire = CapabilitiesResponse(route="r", enabled=True, knowledge_scope_revision="x").wire()
+    assert wire["extensions"]["filter"] == {
         "schema": "bailing.agent-knowledge-filter.v1",
         "operators": list(OPERATORS),
         "max_conditions": 16,
@@ -309,3 +311,22 @@ def test_f_filter_metadata_is_part_of_everything_stored_equal() -> None:
     assert stored_unchanged(doc({"a": 1}), doc({"a": 1}))
     assert not stored_unchanged(doc({"a": 1}), doc({"a": 2}))
     assert not stored_unchanged(doc(None), doc({"a": 1}))
+
+
+def test_f_filter_opensearch_compiles_to_typed_fields_and_escapes_wildcards() -> None:
+    from knowledge_core.adapters.opensearch_filters import filter_query, metadata_fields
+
+    assert metadata_fields({"team.name": "x", "n": 1, "b": True, "l": ["a"]}) == {
+        "metadata": {"team.name": "x", "n": 1, "b": True, "l": ["a"]},
+        "meta_s": {"team~name": "x"},
+        "meta_n": {"n": 1.0},
+        "meta_b": {"b": True},
+        "meta_l": {"l": ["a"]},
+    }
+    query = filter_query(parse_filter(leaf("stringContains", "a.b", "x*?\\")))
+    patterns = [w["wildcard"] for w in query["bool"]["should"]]
+    assert patterns == [
+        {"meta_s.a~b": {"value": "*x\\*\\?\\\\*"}},
+        {"meta_l.a~b": {"value": "*x\\*\\?\\\\*"}},
+    ]
+    assert filter_query(parse_filter(leaf("notIn", "a", []))) == {"bool": {"must_not": [{"match_none": {}}]}}

@@ -376,46 +376,89 @@ class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _comparison_doc(name: str, value: Any) -> type[BaseModel]:
-    return create_model(name, __base__=_Doc, key=(_Key, ...), value=(value, ...))
+class _ContextDoc(_Doc):
+    """A value from the runtime's trusted context (agent definitions' sourceFilters, §3.1)."""
+
+    context: Annotated[str, StringConstraints(min_length=1, max_length=MAX_STRING, pattern=r"\S")]
 
 
-_ScalarCondition = _comparison_doc("FilterScalarCondition", _ScalarDoc)
-_NumberCondition = _comparison_doc("FilterNumberCondition", float)
-_ListCondition = _comparison_doc(
-    "FilterListCondition", Annotated[list[_ScalarDoc], Field(max_length=MAX_LIST)]
-)
-_StringCondition = _comparison_doc("FilterStringCondition", _Str)
-_CONDITION_DOCS = {
-    **{op: _ScalarCondition for op in EQUALITY},
-    **{op: _NumberCondition for op in RANGES},
-    **{op: _ListCondition for op in MEMBERSHIP},
-    **{op: _StringCondition for op in STRINGS},
+_VALUE_DOCS: dict[str, Any] = {
+    **{op: _ScalarDoc for op in EQUALITY},
+    **{op: float for op in RANGES},
+    **{op: Annotated[list[_ScalarDoc], Field(max_length=MAX_LIST)] for op in MEMBERSHIP},
+    **{op: _Str for op in STRINGS},
 }
+_DESCRIPTION = (
+    "A metadata filter (SPEC §8, the shape of Amazon Bedrock's RetrievalFilter): exactly one operator per "
+    "object; andAll/orAll take 2–16 filters and nest at most 3 deep; at most 16 conditions in all. Range "
+    "operators compare numbers only; in/notIn take at most 32 values; startsWith applies to string values, "
+    "stringContains to strings and list members, listContains to lists. A condition on a key the document "
+    "lacks is false, except notEquals/notIn, which are true. A filter only narrows a search."
+)
 
 
-def _operator_doc(operator: str, value: Any) -> type[BaseModel]:
-    title = operator[0].upper() + operator[1:]
-    return create_model(f"{title}Filter", __base__=_Doc, **{operator: (value, ...)})  # type: ignore[call-overload, no-any-return]
+def _title(operator: str) -> str:
+    return operator[0].upper() + operator[1:]
 
 
-_GroupItems = Annotated[list["FilterDocument"], Field(min_length=GROUP_MIN, max_length=GROUP_MAX)]
-_OPERATOR_DOCS = [_operator_doc(op, doc) for op, doc in _CONDITION_DOCS.items()] + [
-    _operator_doc(op, _GroupItems) for op in GROUPS
-]
+def _root(name: str, members: Sequence[type[BaseModel]], doc: str) -> type[BaseModel]:
+    union = Union[tuple(members)]  # type: ignore[valid-type]  # noqa: UP007
+    return type(name, (RootModel[union],), {"__module__": __name__, "__doc__": doc})  # type: ignore[valid-type]
 
 
-class FilterDocument(RootModel[Union[tuple(_OPERATOR_DOCS)]]):  # type: ignore[misc]  # noqa: UP007
-    """A metadata filter (SPEC §8, Amazon Bedrock's RetrievalFilter shape): exactly one operator per
-    object; andAll/orAll take 2–16 filters and nest at most 3 deep; at most 16 conditions in all. Range
-    operators compare numbers only; in/notIn take at most 32 values; startsWith applies to string values,
-    stringContains to strings and list members, listContains to lists. A condition on a key the document
-    lacks is false, except notEquals/notIn, which are true. A filter only narrows a search."""
+def _operator_model(name: str, operator: str, body: Any) -> type[BaseModel]:
+    """`{"<operator>": body}` as a model (the field's name is the operator)."""
+    fields: dict[str, Any] = {operator: (body, ...)}
+    return create_model(name, __base__=_Doc, **fields)
 
 
-for _doc in _OPERATOR_DOCS:
-    _doc.model_rebuild()
-FilterDocument.model_rebuild()
+def _filter_documents(prefix: str, context: bool) -> type[BaseModel]:
+    """The JSON Schema of a filter as pydantic models: each comparison operator's object, then the groups
+    unrolled level by level (`{prefix}FilterDepth1` holds conditions only in its andAll/orAll, …), so the
+    schema itself says how deep groups nest; the top level is `{prefix}Filter`."""
+    comparisons: list[type[BaseModel]] = []
+    for op, value in _VALUE_DOCS.items():
+        typed = value | _ContextDoc if context else value
+        condition = create_model(
+            f"{prefix}{_title(op)}Condition", __base__=_Doc, key=(_Key, ...), value=(typed, ...)
+        )
+        comparisons.append(_operator_model(f"{prefix}{_title(op)}Filter", op, condition))
+    level = _root(f"{prefix}FilterCondition", comparisons, "One comparison: a filter without andAll/orAll.")
+    for depth in range(1, MAX_DEPTH + 1):
+        items = Annotated[list[level], Field(min_length=GROUP_MIN, max_length=GROUP_MAX)]  # type: ignore[valid-type]
+        groups = [_operator_model(f"{prefix}{_title(op)}FilterDepth{depth}", op, items) for op in GROUPS]
+        name = f"{prefix}Filter" if depth == MAX_DEPTH else f"{prefix}FilterDepth{depth}"
+        level = _root(
+            name,
+            [*comparisons, *groups],
+            _DESCRIPTION if depth == MAX_DEPTH else f"A filter whose groups nest at most {depth} deep.",
+        )
+    return level
+
+
+def compact_filter_schema() -> dict[str, Any]:
+    """A filter's JSON Schema in a few hundred bytes, for an MCP tool's input schema (which clients take
+    without `$ref`s, where the unrolled `FilterDocument` would be ~80 KB): one operator per object, each
+    comparison `{key, value}`, each group a list of 2–16 objects; the server checks the rest (§8)."""
+    comparison = {
+        "type": "object",
+        "properties": {"key": {"type": "string", "pattern": KEY_PATTERN}, "value": {}},
+        "required": ["key", "value"],
+        "additionalProperties": False,
+    }
+    group = {"type": "array", "minItems": GROUP_MIN, "maxItems": GROUP_MAX, "items": {"type": "object"}}
+    return {
+        "type": "object",
+        "minProperties": 1,
+        "maxProperties": 1,
+        "propertyNames": {"enum": list(OPERATORS)},
+        "additionalProperties": {"anyOf": [comparison, group]},
+        "description": _DESCRIPTION,
+    }
+
+
+FilterDocument = _filter_documents("", context=False)
+ContextFilterDocument = _filter_documents("Context", context=True)
 
 
 def _validated(raw: Any, allow_context: bool) -> Filter:
@@ -437,7 +480,9 @@ class _FilterField:
         allow = self.allow_context
         return core_schema.no_info_plain_validator_function(
             lambda raw: _validated(raw, allow),
-            json_schema_input_schema=handler.generate_schema(FilterDocument),
+            json_schema_input_schema=handler.generate_schema(
+                ContextFilterDocument if allow else FilterDocument
+            ),
             serialization=core_schema.plain_serializer_function_ser_schema(lambda f: f.wire()),
         )
 
@@ -446,13 +491,3 @@ FilterField = Annotated[Filter, _FilterField()]
 """A request's `filter` (search, MCP)."""
 ContextFilterField = Annotated[Filter, _FilterField(allow_context=True)]
 """An agent definition's `sourceFilters[].filter`: values may name the trusted context."""
-
-
-def capabilities() -> dict[str, Any]:
-    """`capabilities.extensions.filter` (SPEC §2.1): what a host may send."""
-    return {
-        "schema": FILTER_SCHEMA,
-        "operators": list(OPERATORS),
-        "max_conditions": MAX_CONDITIONS,
-        "max_depth": MAX_DEPTH,
-    }

@@ -18,6 +18,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
 from .errors import InvalidRequest
+from .filters import FILTER_SCHEMA, MAX_CONDITIONS, MAX_DEPTH, OPERATORS, FilterField
 from .models import WHOLE_NUMBER
 
 PROTOCOL = "bailing.agent-knowledge.v1"
@@ -81,6 +82,7 @@ class SearchRequest(StrictRequest):
     query: Annotated[str, Field(max_length=2000), NonBlank]
     limit: Annotated[int, Field(ge=1, le=LIMITS.search_max_results), WHOLE_NUMBER] = LIMITS.search_max_results
     run_id: RunId = None
+    filter: FilterField | None = None  # §8: narrows every source's candidates, before ranking
 
 
 class ReadRequest(StrictRequest):
@@ -159,6 +161,21 @@ class ReadResponse(WireModel):
     read_chain_max_bytes: int = LIMITS.read_chain_max_bytes
 
 
+class FilterExtension(BaseModel):
+    """What a search's `filter` may hold (§8)."""
+
+    schema_: Annotated[str, Field(alias="schema")] = FILTER_SCHEMA
+    operators: list[str] = list(OPERATORS)
+    max_conditions: int = MAX_CONDITIONS
+    max_depth: int = MAX_DEPTH
+
+
+class Extensions(BaseModel):
+    """Extensions beyond the seed protocol (§2.1): a host that ignores them keeps working unchanged."""
+
+    filter: FilterExtension = FilterExtension()
+
+
 class CapabilitiesResponse(WireModel):
     schema_: Annotated[str, Field(alias="schema")] = "bailing.agent-knowledge-capabilities.v1"
     protocol: str = PROTOCOL
@@ -168,6 +185,7 @@ class CapabilitiesResponse(WireModel):
     knowledge_scope_revision: str
     delivery_modes: list[str] = ["inline", "on_demand"]
     limits: Limits = LIMITS
+    extensions: Extensions = Extensions()
 
 
 def to_wire(model: BaseModel) -> dict[str, Any]:

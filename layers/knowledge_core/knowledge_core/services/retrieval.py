@@ -51,10 +51,10 @@ class SourceAsk:
     filter: Filter | None = None
 
     @classmethod
-    def of(cls, planned: PlannedSource, depth: int | None = None) -> SourceAsk:
+    def of(cls, planned: PlannedSource, depth: int | None = None, filter_: Filter | None = None) -> SourceAsk:
         """A planned source's own `topK` and `minScore` (or `depth` documents: the evaluation door)."""
         definition = planned.source.definition
-        return cls(planned.key, depth or definition.top_k, definition.min_score)
+        return cls(planned.key, depth or definition.top_k, definition.min_score, filter_)
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from ..domain.budget import (
@@ -203,7 +202,7 @@ class ToolsService:
         viewer = Viewer(tenant=inv.tenant, subject=inv.subject, groups=inv.groups)
         # The agent's sourceFilters, bound to the runtime's trusted context (§3.1): never the model's input.
         context = inv.trusted_context
-        asks = [replace(SourceAsk.of(p), filter=retrieval_filter(routing, p.key, context)) for p in to_call]
+        asks = [SourceAsk.of(p, None, retrieval_filter(routing, p.key, context)) for p in to_call]
         retrieved = self._retrieval.run(asks, self._retrieval.analyse(query), viewer, timeout)
         lists: list[RankedList] = []
         for p, outcome in zip(to_call, retrieved.outcomes, strict=True):

@@ -34,6 +34,7 @@ from ...ports import (
 )
 from ..embedding import VectorMatrix, document_vectors, matching_cosines, passage_text
 from .db import SqliteDatabase, statements
+from .filters import METADATA_SCHEMA, delete_metadata, write_metadata
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -134,12 +135,21 @@ class SqliteFtsBackend(SearchBackend):
             # passage_vectors.)
             if "pages" not in columns:  # a file written before page-aware passages (PDF)
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN pages TEXT")
+            self._migrate_metadata(conn)
             if conn.execute("PRAGMA user_version").fetchone()[0] != ANALYZER_VERSION:
                 self._reindex(conn)
         self._embed_missing()
 
     def _conn(self) -> sqlite3.Connection:
         return self._db.connection()
+
+    @staticmethod
+    def _migrate_metadata(conn: sqlite3.Connection) -> None:
+        """Metadata (§8): a JSON column of documents (read back) and the indexed side table filters run on;
+        a file from before them gets both, its documents without metadata."""
+        if "metadata" not in {row[1] for row in conn.execute("PRAGMA table_info(documents)")}:
+            conn.execute("ALTER TABLE documents ADD COLUMN metadata TEXT")
+        statements(conn, METADATA_SCHEMA)
 
     # --- search -----------------------------------------------------------------------------------
     def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
@@ -305,7 +315,7 @@ class SqliteFtsBackend(SearchBackend):
         )
 
     def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
-        rows = self._documents_rows("title, body, status, acl, structured_source", keys)
+        rows = self._documents_rows("title, body, status, acl, structured_source, metadata", keys)
         # Validated when they were written: rebuilt without re-checking (bodies are large).
         return {
             (source_key, doc_id): Document.model_construct(
@@ -316,8 +326,9 @@ class SqliteFtsBackend(SearchBackend):
                 status=status,
                 acl=DocumentAcl.model_validate_json(acl),
                 structured_source=json.loads(structured) if structured else None,
+                metadata=json.loads(metadata) if metadata else None,
             )
-            for source_key, doc_id, title, body, status, acl, structured in rows
+            for source_key, doc_id, title, body, status, acl, structured, metadata in rows
         }
 
     def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
@@ -345,7 +356,8 @@ class SqliteFtsBackend(SearchBackend):
             for doc, doc_passages, doc_vectors in zip(documents, passages, vectors, strict=True):
                 self._delete(conn, doc.source_key, doc.doc_id)
                 conn.execute(
-                    "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO documents (source_key, doc_id, title, body, revision, status, acl, "
+                    "structured_source, updated_at, metadata) VALUES (?,?,?,?,?,?,?,?,?,?)",
                     (
                         doc.source_key,
                         doc.doc_id,
@@ -356,8 +368,10 @@ class SqliteFtsBackend(SearchBackend):
                         doc.acl.model_dump_json(),
                         json.dumps(doc.structured_source) if doc.structured_source else None,
                         time.time(),
+                        json.dumps(doc.metadata) if doc.metadata else None,
                     ),
                 )
+                write_metadata(conn, doc.source_key, doc.doc_id, doc.metadata)
                 pages = passage_pages(doc.body, doc_passages, page_starts_of(doc.structured_source))
                 self._index(conn, doc.source_key, doc.doc_id, doc.title, doc_passages, doc_vectors, pages)
 
@@ -453,6 +467,7 @@ class SqliteFtsBackend(SearchBackend):
             (source_key, doc_id),
         )
         conn.execute("DELETE FROM passage_rows WHERE source_key=? AND doc_id=?", (source_key, doc_id))
+        delete_metadata(conn, source_key, doc_id)
         return conn.execute(
             "DELETE FROM documents WHERE source_key=? AND doc_id=?", (source_key, doc_id)
         ).rowcount

@@ -1,0 +1,129 @@
+"""Metadata filters on the embedded backend (SPEC §8): the indexed side table of document metadata and the
+compiler of a filter to SQL over it.
+
+`document_metadata` holds one row per scalar value (`kind` s = string, n = number, b = boolean as 0/1) and
+one per list member (`kind` l), indexed by (source, key, kind, value), so a condition is an index range.
+`matching_documents` compiles a filter to one SELECT of the doc ids of a source's documents that match:
+set algebra over those rows (andAll = INTERSECT, orAll = UNION, notEquals / notIn = the source's documents
+EXCEPT the positive condition), which the candidate query uses as `doc_id IN (…)` — SQLite builds the set
+once, so the filter restricts candidates inside the query, before ranking. Values always go as bound
+parameters; only this module's own fragments are SQL text."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+from ...domain.filters import (
+    NEGATIONS,
+    RANGES,
+    Condition,
+    Filter,
+    Group,
+    Nothing,
+    Scalar,
+)
+
+METADATA_SCHEMA = """
+CREATE TABLE IF NOT EXISTS document_metadata (
+  source_key TEXT NOT NULL, doc_id TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL,
+  text_value TEXT, num_value REAL
+);
+CREATE INDEX IF NOT EXISTS document_metadata_text ON document_metadata (source_key, key, kind, text_value);
+CREATE INDEX IF NOT EXISTS document_metadata_num ON document_metadata (source_key, key, kind, num_value);
+CREATE INDEX IF NOT EXISTS document_metadata_doc ON document_metadata (source_key, doc_id);
+"""
+_RANGE_SQL = {"greaterThan": ">", "greaterThanOrEquals": ">=", "lessThan": "<", "lessThanOrEquals": "<="}
+_ROWS = "SELECT doc_id FROM document_metadata WHERE source_key = ? AND key = ? AND "
+_UNIVERSE = "SELECT doc_id FROM documents WHERE source_key = ?"
+
+Sql = tuple[str, list[Any]]
+
+
+# --- storage ---------------------------------------------------------------------------------------
+
+
+def metadata_rows(metadata: Mapping[str, Any] | None) -> list[tuple[str, str, str | None, float | None]]:
+    """(key, kind, text_value, num_value) rows of a document's metadata."""
+    rows: list[tuple[str, str, str | None, float | None]] = []
+    for key, value in (metadata or {}).items():
+        if isinstance(value, list):
+            rows += [(key, "l", member, None) for member in value]
+        elif isinstance(value, bool):
+            rows.append((key, "b", None, 1.0 if value else 0.0))
+        elif isinstance(value, str):
+            rows.append((key, "s", value, None))
+        else:
+            rows.append((key, "n", None, float(value)))
+    return rows
+
+
+def write_metadata(
+    conn: sqlite3.Connection, source_key: str, doc_id: str, metadata: Mapping[str, Any] | None
+) -> None:
+    """Replace the document's metadata rows (inside the caller's transaction, with its document row)."""
+    delete_metadata(conn, source_key, doc_id)
+    conn.executemany(
+        "INSERT INTO document_metadata VALUES (?,?,?,?,?,?)",
+        [(source_key, doc_id, *row) for row in metadata_rows(metadata)],
+    )
+
+
+def delete_metadata(conn: sqlite3.Connection, source_key: str, doc_id: str) -> None:
+    conn.execute("DELETE FROM document_metadata WHERE source_key = ? AND doc_id = ?", (source_key, doc_id))
+
+
+# --- the compiler -------------------------------------------------------------------------------------
+
+
+def _typed(value: Scalar) -> tuple[str, str, Any]:
+    """A scalar's kind, value column and stored value."""
+    if isinstance(value, bool):
+        return "b", "num_value", 1.0 if value else 0.0
+    if isinstance(value, str):
+        return "s", "text_value", value
+    return "n", "num_value", float(value)
+
+
+def _leaf(source_key: str, c: Condition) -> Sql:
+    """The doc ids of the source whose value under `c.key` satisfies a positive condition."""
+    head: list[Any] = [source_key, c.key]
+    if c.operator == "equals":
+        kind, column, value = _typed(c.value)  # type: ignore[arg-type]
+        return f"{_ROWS}kind = ? AND {column} = ?", [*head, kind, value]
+    if c.operator == "in":
+        if not c.value:
+            return f"{_UNIVERSE} AND 0", [source_key]
+        typed = [_typed(v) for v in c.value]  # type: ignore[union-attr]
+        alternatives = " OR ".join(f"(kind = ? AND {column} = ?)" for _, column, _ in typed)
+        return f"{_ROWS}({alternatives})", [*head, *(p for kind, _, v in typed for p in (kind, v))]
+    if c.operator in RANGES:
+        return f"{_ROWS}kind = 'n' AND num_value {_RANGE_SQL[c.operator]} ?", [*head, float(c.value)]  # type: ignore[arg-type]
+    if c.operator == "startsWith":
+        prefix = str(c.value)
+        # The range uses the index; substr (characters, not bytes) decides.
+        sql = f"{_ROWS}kind = 's' AND text_value >= ? AND substr(text_value, 1, ?) = ?"
+        return sql, [*head, prefix, len(prefix), prefix]
+    if c.operator == "listContains":
+        return f"{_ROWS}kind = 'l' AND text_value = ?", [*head, c.value]
+    if c.operator == "stringContains":
+        return f"{_ROWS}kind IN ('s', 'l') AND instr(text_value, ?) > 0", [*head, c.value]
+    raise AssertionError(c.operator)
+
+
+def matching_documents(source_key: str, node: Filter) -> Sql:
+    """One SELECT of the doc ids of `source_key`'s documents that match `node` (SPEC §8: an absent key
+    fails a condition, except notEquals / notIn, the source's documents minus the positive condition's)."""
+    if isinstance(node, Nothing):
+        return f"{_UNIVERSE} AND 0", [source_key]
+    if isinstance(node, Group):
+        parts = [matching_documents(source_key, f) for f in node.filters]
+        joiner = " INTERSECT " if node.operator == "andAll" else " UNION "
+        sql = joiner.join(f"SELECT doc_id FROM ({part})" for part, _ in parts)
+        return sql, [p for _, params in parts for p in params]
+    positive = NEGATIONS.get(node.operator)
+    if positive is not None:
+        sql, params = _leaf(source_key, Condition(positive, node.key, node.value))
+        return f"{_UNIVERSE} EXCEPT SELECT doc_id FROM ({sql})", [source_key, *params]
+    return _leaf(source_key, node)
