@@ -78,7 +78,7 @@ def _tool(world: World, agent: str, operation: str, context: dict[str, str], n: 
     )
     result = world.c.tools.call(envelope).wire()
     assert "error" not in result, result
-    return [r["source"]["doc_id"] for r in result["references"]]
+    return [r["source"]["docId"] for r in result["references"]]
 
 
 REGION_FROM_CONTEXT = {"equals": {"key": "region", "value": {"context": "region"}}}

@@ -495,12 +495,12 @@ class SqliteFtsBackend(SearchBackend):
 
     def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
         rows = self._read(
-            "SELECT doc_id, title, revision, status, length(body), updated_at, json_extract(acl, '$.tenant') "
-            "FROM documents "
+            "SELECT doc_id, title, revision, status, length(body), updated_at, "
+            "json_extract(acl, '$.tenant'), metadata FROM documents "
             "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
             (source_key, limit),
         )
-        return [DocumentInfo(*row) for row in rows]
+        return [DocumentInfo(*row[:-1], metadata=json.loads(row[-1]) if row[-1] else None) for row in rows]
 
     def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
         rows = self._read(
