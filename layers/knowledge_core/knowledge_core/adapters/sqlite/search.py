@@ -500,7 +500,12 @@ class SqliteFtsBackend(SearchBackend):
             "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
             (source_key, limit),
         )
-        return [DocumentInfo(*row[:-1], metadata=json.loads(row[-1]) if row[-1] else None) for row in rows]
+        return [
+            DocumentInfo(
+                doc_id, title, revision, status, chars, updated, tenant, json.loads(meta) if meta else None
+            )
+            for doc_id, title, revision, status, chars, updated, tenant, meta in rows
+        ]
 
     def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
         rows = self._read(
