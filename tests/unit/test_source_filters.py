@@ -149,3 +149,39 @@ def test_r_cfg_agents_without_source_filters_keep_their_scope_revision() -> None
     filtered = parse_request(AgentDefinition, json.dumps(agent([{"knowledge": KNOWLEDGE, "filter": REGION}])))
     dumped = filtered.model_dump(mode="json", by_alias=True)["knowledgeRouting"]["sourceFilters"]
     assert dumped == [{"knowledge": KNOWLEDGE, "filter": REGION}]
+
+
+def admin_event(method: str, path: str, body: Any) -> dict[str, Any]:
+    event = copy.deepcopy(load_event("admin/publish-source.json"))
+    event["routeKey"] = f"{method} {path}"
+    event["rawPath"] = event["requestContext"]["http"]["path"] = path
+    event["requestContext"]["http"]["method"] = method
+    event["body"] = json.dumps(body)
+    return event
+
+
+def test_i_ingest_put_and_bulk_documents_take_metadata_and_name_a_bad_one(
+    handlers: Any,  # noqa: F811
+    container: Any,  # noqa: F811
+) -> None:
+    """Issue 25 point 1: `metadata` on PUT and bulk documents is stored (and listed); a bad one is a 400
+    naming it."""
+    doc = {"title": "Meta", "body": "zzmeta", "acl": {"tenant": "default"}, "metadata": {"region": "eu"}}
+    put = admin_event("PUT", "/admin/v1/sources/demo-docs@1.0.0/documents/meta-put", doc)
+    assert run(handlers, "AdminFunction", put)[0] == 200
+    bulk = {"documents": [doc | {"doc_id": "meta-bulk", "metadata": {"year": 2024, "tags": ["a"]}}]}
+    post = admin_event("POST", "/admin/v1/sources/demo-docs@1.0.0/documents", bulk)
+    assert run(handlers, "AdminFunction", post)[0] == 200
+    assert container.backend.get_document("demo-docs@1.0.0", "meta-put").metadata == {"region": "eu"}
+    listed = container.admin.list_documents("demo-docs@1.0.0").documents
+    assert {d.doc_id: d.metadata for d in listed}["meta-bulk"] == {"year": 2024, "tags": ["a"]}
+    bad = admin_event("PUT", "/admin/v1/sources/demo-docs@1.0.0/documents/x", doc | {"metadata": {"r": [1]}})
+    status, body = run(handlers, "AdminFunction", bad)
+    assert status == 400 and body["error"]["message"].startswith("metadata.r[0]:")
+    bad_bulk = {"documents": [doc | {"doc_id": "y", "metadata": {"k" * 65: 1}}]}
+    status, body = run(
+        handlers,
+        "AdminFunction",
+        admin_event("POST", "/admin/v1/sources/demo-docs@1.0.0/documents", bad_bulk),
+    )
+    assert status == 400 and body["error"]["message"].startswith("documents[0].metadata.")
