@@ -70,3 +70,27 @@ def test_f_filter_sqlite_rewrite_replaces_metadata_rows(corpus) -> None:
     write_metadata(conn, "s@1", "a", {"region": "us"})
     assert selected(conn, {"equals": {"key": "region", "value": "us"}}) == {"a"}
     assert selected(conn, {"listContains": {"key": "tags", "value": "x"}}) == set()
+
+
+@pytest.mark.parametrize("share", [0.02, 0.5])
+def test_f_filter_sqlite_dense_scan_ranks_admitted_passages_only(share: float) -> None:
+    """Both ways of the filtered scan (a small admitted set multiplies its own rows, a large one masks the
+    full product) give the nearest admitted passages, best first."""
+    import numpy as np
+    from knowledge_core.adapters.embedding import VectorMatrix
+    from knowledge_core.adapters.sqlite.filters import nearest_admitted
+    from knowledge_core.ports import Vector
+
+    rng = np.random.default_rng(5)
+    ids = list(range(10, 2010, 2))
+    rows = rng.integers(-127, 128, (len(ids), 8)).astype(np.int8)
+    matrix = VectorMatrix("m", ids, [r.tobytes() for r in rows])
+    query = Vector("m", rng.integers(-127, 128, 8).astype(np.int8).tobytes())
+    admitted = np.array(
+        [*sorted(rng.choice(ids, int(share * len(ids)), replace=False)), 99_999], dtype=np.int64
+    )
+    got = nearest_admitted(matrix, query, 10, admitted)
+    everything = matrix.nearest(query, len(ids))
+    allowed = set(admitted.tolist())
+    assert [i for i, _ in got] == [i for i, _ in everything if i in allowed][:10]
+    assert nearest_admitted(matrix, Vector("other", query.data), 10, admitted) == []

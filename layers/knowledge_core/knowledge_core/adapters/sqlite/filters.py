@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...domain.filters import (
     NEGATIONS,
@@ -24,6 +24,13 @@ from ...domain.filters import (
     Nothing,
     Scalar,
 )
+from ...ports import Vector
+from .candidates import Restriction
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..embedding import VectorMatrix
 
 METADATA_SCHEMA = """
 CREATE TABLE IF NOT EXISTS document_metadata (
@@ -127,3 +134,53 @@ def matching_documents(source_key: str, node: Filter) -> Sql:
         sql, params = _leaf(source_key, Condition(positive, node.key, node.value))
         return f"{_UNIVERSE} EXCEPT SELECT doc_id FROM ({sql})", [source_key, *params]
     return _leaf(source_key, node)
+
+
+# --- the filter inside the candidate query and the dense scan ------------------------------------------
+
+_PASSAGES_OF = "SELECT id FROM passage_rows WHERE source_key = ? AND doc_id IN ({documents})"
+# Below this share of a source's passages, the dense scan multiplies only the admitted rows.
+_GATHER_SHARE = 0.125
+_COSINE_SCALE = 127.0 * 127.0  # int8 unit vectors are stored times 127 (adapters.embedding)
+
+
+def filter_restriction(source_key: str, node: Filter) -> Restriction:
+    """The candidate query's restriction (candidates.Restriction): only passages of the documents the
+    filter admits, inside the FTS5 top-k — the top-k are the best matching passages, not a remainder."""
+    sql, params = matching_documents(source_key, node)
+    return Restriction(f"passages.rowid IN ({_PASSAGES_OF.format(documents=sql)})", (source_key, *params))
+
+
+def admitted_passages(conn: sqlite3.Connection, source_key: str, node: Filter) -> np.ndarray:
+    """The sorted ids of the source's passages whose documents the filter admits (the dense stage's set)."""
+    import numpy as np
+
+    sql, params = matching_documents(source_key, node)
+    rows = conn.execute(_PASSAGES_OF.format(documents=sql) + " ORDER BY id", (source_key, *params)).fetchall()
+    return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+
+def nearest_admitted(
+    matrix: VectorMatrix, query: Vector, k: int, admitted: np.ndarray
+) -> list[tuple[int, float]]:
+    """`matrix.nearest` among the admitted passage ids only (sorted): a small set multiplies its own rows,
+    a large one masks the full product — either way the nearest admitted passages, best first."""
+    import numpy as np
+
+    if query.model != matrix.model or not len(matrix) or k <= 0 or matrix.matrix.shape[1] != len(query.data):
+        return []
+    positions = np.searchsorted(matrix.ids, admitted)
+    inside = positions < len(matrix.ids)
+    positions, wanted = positions[inside], admitted[inside]
+    positions = positions[matrix.ids[positions] == wanted]  # admitted passages with a vector of the model
+    if not len(positions):
+        return []
+    q = np.frombuffer(query.data, dtype=np.int8).astype(np.float32)
+    if len(positions) < _GATHER_SHARE * len(matrix.ids):
+        sims = matrix.matrix[positions] @ q
+    else:
+        sims = (matrix.matrix @ q)[positions]
+    k = min(k, len(sims))
+    top = np.argpartition(-sims, k - 1)[:k]
+    top = top[np.argsort(-sims[top], kind="stable")]
+    return [(int(matrix.ids[positions[i]]), float(sims[i]) / _COSINE_SCALE) for i in top]
