@@ -67,7 +67,7 @@ def test_r_cfg_source_filters_publish_and_round_trip() -> None:
         ({"equals": {"key": "region", "value": "eu"}, "in": {}}, "knowledgeRouting.sourceFilters[0].filter"),
         ({"near": {"key": "region", "value": "eu"}}, "knowledgeRouting.sourceFilters[0].filter.near"),
         (
-            {"orAll": [REGION, {"lessThan": {"key": "year", "value": {"context": "year"}}}]},
+            {"orAll": [REGION, {"lessThan": {"key": "year", "value": {"context": "year", "x": 1}}}]},
             "knowledgeRouting.sourceFilters[0].filter.orAll[1].lessThan.value",
         ),
         (
@@ -185,3 +185,13 @@ def test_i_ingest_put_and_bulk_documents_take_metadata_and_name_a_bad_one(
         admin_event("POST", "/admin/v1/sources/demo-docs@1.0.0/documents", bad_bulk),
     )
     assert status == 400 and body["error"]["message"].startswith("documents[0].metadata.")
+
+
+def test_r_cfg_context_value_of_a_type_its_operator_does_not_take_matches_nothing() -> None:
+    """The trusted context holds strings: `greaterThan {"context": "year"}` publishes (the filter language's
+    own rule) and binds to a condition that matches nothing, like an absent key."""
+    ranged = {"greaterThan": {"key": "year", "value": {"context": "year"}}}
+    definition = parse_request(
+        AgentDefinition, json.dumps(agent([{"knowledge": KNOWLEDGE, "filter": ranged}]))
+    )
+    assert isinstance(source_filter(definition.routing, "manuals@1.0.0", {"year": "2024"}), Nothing)

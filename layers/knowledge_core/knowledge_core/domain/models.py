@@ -25,7 +25,6 @@ from pydantic import (
 )
 
 from .filters import ContextFilterField, FilterInvalid, MetadataValue, validate_metadata
-from .filters import Filter as DocumentFilter
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$"
@@ -182,16 +181,6 @@ class SourceFilter(Strict):
 
     knowledge: KnowledgeRef
     filter: ContextFilterField
-
-    @field_validator("filter")
-    @classmethod
-    def _context_values_are_strings(cls, node: DocumentFilter) -> DocumentFilter:
-        from .source_filters import context_misuse
-
-        misuse = context_misuse(node)
-        if misuse is not None:
-            raise FilterInvalid(*misuse).pydantic()
-        return node
 
 
 class KnowledgeRouting(Strict):

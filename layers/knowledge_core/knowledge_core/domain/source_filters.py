@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .filters import Condition, ContextValue, Filter, Group, all_of, bind_context
+from .filters import Filter, all_of, bind_context
 
-if TYPE_CHECKING:  # models validates definitions with `context_misuse` below: no import cycle at run time
+if TYPE_CHECKING:
     from .models import KnowledgeRouting
 
 
@@ -37,27 +37,3 @@ def retrieval_filter(
     """What one retrieval of source `key` is filtered by: the agent's source filter and the request's
     filter, both (`andAll`); None when neither narrows it."""
     return all_of([source_filter(routing, key, context), requested])
-
-
-# A trusted context holds strings (the runtime's `trusted_context`): the operators that take one.
-_STRING_VALUED = frozenset(("equals", "notEquals", "startsWith", "listContains", "stringContains"))
-
-
-def context_misuse(node: Filter, path: str = "") -> tuple[str, str] | None:
-    """(path, reason) of the first `{"context": …}` value where a trusted context's string can never be
-    what the operator compares (ranges take numbers, in/notIn a list): refused at publish rather than left
-    to match nothing at every call. None when every context value is in a string position."""
-    if isinstance(node, Group):
-        for i, child in enumerate(node.filters):
-            found = context_misuse(child, f"{path}.{node.operator}[{i}]")
-            if found is not None:
-                return found
-        return None
-    if not isinstance(node, Condition) or not isinstance(node.value, ContextValue):
-        return None
-    if node.operator in _STRING_VALUED:
-        return None
-    return (
-        f"{path}.{node.operator}.value",
-        f"a trusted context value is a string: {node.operator} cannot take one",
-    )
