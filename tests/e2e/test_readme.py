@@ -20,10 +20,10 @@ def five_minute_block() -> str:
     return found.group(1)
 
 
-def test_issue22_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path):
+def run_verbatim(script: str, tmp_path) -> str:
+    """README commands run as they are (bash, -euo pipefail) against a fresh `kb serve`; their stdout."""
     if not (ROOT / ".venv" / "bin" / "activate").exists():
         pytest.skip("the README's `source .venv/bin/activate` needs the repository's .venv (make dev)")
-    script = five_minute_block()
     (tmp_path / "state").mkdir()
     with running_kb_serve(tmp_path / "state") as server:
         done = subprocess.run(
@@ -35,7 +35,11 @@ def test_issue22_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(
             env={**os.environ, "KB_ENDPOINT": server.endpoint, "POWERTOOLS_LOG_LEVEL": "ERROR"},
         )
     assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    return done.stdout
+
+
+def test_issue22_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path):
+    out = run_verbatim(five_minute_block(), tmp_path)
     assert "ingested 4 document(s) into plant-manuals@1.0.0 (0 unchanged, 0 failed, 0 deleted)" in out
     assert "Pump seal replacement" in out  # Markdown: title from its heading
     assert "阀门检修" in out  # text file: title from its file name
@@ -56,21 +60,7 @@ def metadata_block() -> str:
 def test_issue25_readme_metadata_example_works_verbatim(tmp_path):
     """Issue 25 point 5: the worked example (sidecar + --meta + filtered search + an agent bound to the
     trusted context) run verbatim after the five-minutes block, on a fresh state."""
-    if not (ROOT / ".venv" / "bin" / "activate").exists():
-        pytest.skip("the README's `source .venv/bin/activate` needs the repository's .venv (make dev)")
-    script = five_minute_block() + metadata_block()
-    (tmp_path / "state").mkdir()
-    with running_kb_serve(tmp_path / "state") as server:
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "KB_ENDPOINT": server.endpoint, "POWERTOOLS_LOG_LEVEL": "ERROR"},
-        )
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    out = run_verbatim(five_minute_block() + metadata_block(), tmp_path)
     assert "ingested 4 document(s) into plant-manuals@1.0.0 (0 unchanged, 0 failed, 0 deleted)" in out
     assert 'metadata:  equipment=["pump","seal"] region=eu reviewed=true site=plant-7 year=2024' in out
     search = json.loads(next(line for line in out.splitlines() if line.startswith('{"schema"')))
