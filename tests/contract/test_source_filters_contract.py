@@ -13,6 +13,7 @@ from knowledge_core.domain.models import AgentDefinition, Document, DocumentAcl,
 from knowledge_core.domain.tool_wire import parse_envelope
 from knowledge_core.domain.turn_wire import TurnRequest
 from knowledge_core.domain.wire import SearchRequest
+from knowledge_core.mcp_server import ServiceDoor
 
 from tests.contract.conftest import PRINCIPAL, World
 
@@ -114,6 +115,21 @@ def test_r_cfg_doors_without_trusted_context_apply_the_route_agents_filter(world
     turn = world.c.turns.start(PRINCIPAL, "kb", TurnRequest(turn_id="t-1", message="pump seal torque")).wire()
     titles = [k["title"] for k in turn["context"]["knowledge"]]
     assert titles and all(" us " not in t for t in titles)
+    mcp = ServiceDoor(world.c.knowledge, PRINCIPAL, "kb").search(
+        SearchRequest(query="pump seal torque", limit=3)
+    )
+    assert len(mcp["hints"]) == 3 and all(" us " not in h["title"] for h in mcp["hints"])
+    # A request's own filter narrows further (andAll with the agent's).
+    only_apac = SearchRequest.model_validate(
+        {"query": "pump seal torque", "filter": {"startsWith": {"key": "region", "value": "ap"}}}
+    )
+    both = world.c.knowledge.search(PRINCIPAL, "kb", only_apac).wire()
+    assert sorted(h["title"] for h in both["hints"]) == ["Pump seal note apac 0", "Pump seal note apac 1"]
+    # A request cannot widen the agent's filter: asking for `us` finds nothing.
+    only_us = SearchRequest.model_validate(
+        {"query": "pump seal torque", "filter": {"equals": {"key": "region", "value": "us"}}}
+    )
+    assert world.c.knowledge.search(PRINCIPAL, "kb", only_us).wire()["hints"] == []
 
 
 def test_r_cfg_context_bound_filter_on_a_door_without_context_matches_nothing(world: World) -> None:
