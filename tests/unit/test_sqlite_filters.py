@@ -94,3 +94,16 @@ def test_f_filter_sqlite_dense_scan_ranks_admitted_passages_only(share: float) -
     allowed = set(admitted.tolist())
     assert [i for i, _ in got] == [i for i, _ in everything if i in allowed][:10]
     assert nearest_admitted(matrix, Vector("other", query.data), 10, admitted) == []
+
+
+def test_f_filter_sqlite_document_predicate_matches_the_oracle(corpus) -> None:
+    """The per-document form (broad filters check candidates with it) admits what the set form admits."""
+    from knowledge_core.adapters.sqlite.filters import admitted_among
+
+    conn, metadata = corpus
+    rng = random.Random(9)
+    for _ in range(200):
+        node = parse_filter(random_filter(rng))
+        assert admitted_among(conn, "s@1", list(metadata), node) == {
+            d for d, m in metadata.items() if matches(m, node)
+        }

@@ -37,8 +37,11 @@ from .candidates import Restriction
 from .db import SqliteDatabase, statements
 from .filters import (
     METADATA_SCHEMA,
+    FilterPlan,
+    admitted_among,
     admitted_passages,
     delete_metadata,
+    document_predicate,
     filter_restriction,
     nearest_admitted,
     write_metadata,
@@ -197,8 +200,9 @@ class SqliteFtsBackend(SearchBackend):
         conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
         passage_ids: list[int] = []
         try:
+            plan = FilterPlan.of(conn, q.key, q.filter)  # §8: selective or broad, once per source search
             if match is not None:
-                result.hits, passage_ids = self._lexical(conn, q, match, viewer)
+                result.hits, passage_ids = self._lexical(conn, q, match, viewer, plan)
             if vectors and passage_ids:
                 stored = self._stored_vectors(conn, passage_ids, [v.model for v in vectors])
                 result.cosines = matching_cosines(vectors, [stored.get(i, {}) for i in passage_ids])
@@ -207,7 +211,8 @@ class SqliteFtsBackend(SearchBackend):
             if vectors and q.dense_k:
                 # One scan per query vector (its own model's passages); a document keeps its best cosine.
                 result.dense = sorted(
-                    (pair for v in vectors for pair in self._dense(conn, q, v, viewer)), key=lambda p: -p[1]
+                    (pair for v in vectors for pair in self._dense(conn, q, v, viewer, plan)),
+                    key=lambda p: -p[1],
                 )
         except sqlite3.OperationalError as exc:
             kind = "timeout" if "interrupt" in str(exc) else "unavailable"
@@ -222,8 +227,32 @@ class SqliteFtsBackend(SearchBackend):
         inside the FTS5 top-k (so the top-k are the best matching ones, never a post-filtered remainder)."""
         return filter_restriction(q.key, q.filter) if q.filter is not None else None
 
+    @staticmethod
+    def _broad_lexical(
+        conn: sqlite3.Connection,
+        q: SourceQuery,
+        match: str,
+        viewer: Viewer,
+        id_range: tuple[int, int],
+        plan: FilterPlan,
+    ) -> tuple[list[Hit], list[int]] | None:
+        """A broad filter (§8): BM25's deeper top rows of the whole source, kept where their document is
+        admitted (one predicate over those few documents) — far cheaper than building a large admitted set,
+        and the same answer as the restricted query whenever they hold the top_k (every better passage of an
+        admitted document is among them). None when they do not: the restricted query decides."""
+        deeper = plan.deeper(q.top_k * _CANDIDATES_PER_DOC + 16)
+        rows = candidates.candidate_rows(conn, match, id_range, deeper)
+        admitted = admitted_among(conn, q.key, {str(r[0]) for r in rows}, plan.node)
+        best, passage_ids, complete = _best_documents(q, [r for r in rows if r[0] in admitted], viewer)
+        return (best, passage_ids) if complete or len(rows) < deeper else None
+
     def _lexical(
-        self, conn: sqlite3.Connection, q: SourceQuery, match: str, viewer: Viewer
+        self,
+        conn: sqlite3.Connection,
+        q: SourceQuery,
+        match: str,
+        viewer: Viewer,
+        plan: FilterPlan | None = None,
     ) -> tuple[list[Hit], list[int]]:
         """BM25's best `q.top_k` documents of the source scoring at least `q.min_score` (best passage each)
         and those passages' ids. FTS5's top rows of the source's id range are read once; when passages the
@@ -232,6 +261,10 @@ class SqliteFtsBackend(SearchBackend):
         id_range = candidates.source_range(conn, q.key)
         if id_range is None:
             return [], []
+        if plan is not None and plan.broad:
+            found = self._broad_lexical(conn, q, match, viewer, id_range, plan)
+            if found is not None:
+                return found
         restriction = self._restriction(q)
         limit = q.top_k * _CANDIDATES_PER_DOC + 16
         rows = candidates.candidate_rows(conn, match, id_range, limit, restriction)
@@ -277,16 +310,26 @@ class SqliteFtsBackend(SearchBackend):
         return matrix
 
     def _dense(
-        self, conn: sqlite3.Connection, q: SourceQuery, vector: Vector, viewer: Viewer
+        self,
+        conn: sqlite3.Connection,
+        q: SourceQuery,
+        vector: Vector,
+        viewer: Viewer,
+        plan: FilterPlan | None = None,
     ) -> list[tuple[Hit, float]]:
         """The dense stage: the documents (ready, visible to the viewer) of the source's passages nearest to
-        `vector`, best passage per document, best first, at most the hybrid ranking's dense depth."""
+        `vector`, best passage per document, best first, at most the hybrid ranking's dense depth. §8: a
+        selective filter ranks only the admitted passages; a broad one reads the rows of deeper nearest
+        passages where their document is admitted (the others are skipped like unready ones)."""
         want = q.dense_k
         matrix = self._matrix(conn, q.key, vector.model)
         k = want * _CANDIDATES_PER_DOC
-        # §8: the scan ranks only passages of documents the filter admits (before any top-k).
-        admitted = admitted_passages(conn, q.key, q.filter) if q.filter is not None else None
+        admitted = admitted_passages(conn, q.key, plan.node) if plan is not None and not plan.broad else None
         size = len(matrix) if admitted is None else len(admitted)
+        rows_sql, admits = _DENSE_SQL, list[Any]()
+        if plan is not None and plan.broad:
+            predicate, admits = document_predicate(plan.node)
+            rows_sql, k = f"{_DENSE_SQL} AND {predicate}", plan.deeper(k)
         while True:
             nearest = (
                 matrix.nearest(vector, k)
@@ -294,11 +337,12 @@ class SqliteFtsBackend(SearchBackend):
                 else nearest_admitted(matrix, vector, k, admitted)
             )
             marks = ",".join("?" * len(nearest))
-            rows = (
-                {r[0]: r for r in conn.execute(_DENSE_SQL.format(marks=marks), [i for i, _ in nearest])}
+            found = (
+                conn.execute(rows_sql.format(marks=marks), [*(i for i, _ in nearest), *admits])
                 if nearest
-                else {}
+                else []
             )
+            rows = {r[0]: r for r in found}
             out: dict[str, tuple[Hit, float]] = {}
             hidden: set[str] = set()
             for passage_id, cosine in nearest:
