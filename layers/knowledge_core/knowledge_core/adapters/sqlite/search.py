@@ -31,19 +31,17 @@ from ...ports import (
     SourceResult,
     Vector,
 )
-from ..embedding import VectorMatrix, document_vectors, matching_cosines, passage_text
+from ..embedding import document_vectors, matching_cosines, passage_text
 from . import candidates, dense_index
 from .candidates import Restriction
 from .db import SqliteDatabase, statements
 from .filters import (
     METADATA_SCHEMA,
+    DenseScan,
     FilterPlan,
     admitted_among,
-    admitted_passages,
     delete_metadata,
-    document_predicate,
     filter_restriction,
-    nearest_admitted,
     write_metadata,
 )
 
@@ -260,15 +258,19 @@ class SqliteFtsBackend(SearchBackend):
         id_range: tuple[int, int],
         plan: FilterPlan,
     ) -> tuple[list[Hit], list[int]] | None:
-        """A broad filter (§8): BM25's deeper top rows of the whole source, kept where their document is
-        admitted (one predicate over those few documents) — far cheaper than building a large admitted set,
-        and the same answer as the restricted query whenever they hold the top_k (every better passage of an
-        admitted document is among them). None when they do not: the restricted query decides."""
-        deeper = plan.deeper(q.top_k * _CANDIDATES_PER_DOC + 16)
-        rows = candidates.candidate_rows(conn, match, id_range, deeper)
-        admitted = admitted_among(conn, q.key, {str(r[0]) for r in rows}, plan.node)
-        best, passage_ids, complete = _best_documents(q, [r for r in rows if r[0] in admitted], viewer)
-        return (best, passage_ids) if complete or len(rows) < deeper else None
+        """A broad filter (§8): BM25's top rows of the whole source (as many as unfiltered, then deeper by the
+        admitted share), kept where their document is admitted (one predicate over those few documents) —
+        far cheaper than building a large admitted set, and the same answer as the restricted query whenever
+        they hold the top_k (every better passage of an admitted document is among them). None when they do
+        not: the restricted query decides."""
+        limit = q.top_k * _CANDIDATES_PER_DOC + 16
+        for depth in (limit, plan.deeper(limit)):
+            rows = candidates.candidate_rows(conn, match, id_range, depth)
+            admitted = admitted_among(conn, q.key, {str(r[0]) for r in rows}, plan.node)
+            best, passage_ids, complete = _best_documents(q, [r for r in rows if r[0] in admitted], viewer)
+            if complete or len(rows) < depth:
+                return best, passage_ids
+        return None
 
     def _lexical(
         self,
@@ -351,16 +353,6 @@ class SqliteFtsBackend(SearchBackend):
             ids, vectors = _dense_vectors(snap, low, high, model, None)
         return version, dense_index.build(model, ids, vectors)
 
-    @staticmethod
-    def _admitted_matrix(conn: sqlite3.Connection, admitted: Any, model: str) -> VectorMatrix:
-        """The stored vectors of `model` of the admitted passages (sorted ids), for an exact scan of them."""
-        rows = conn.execute(
-            "SELECT passage_id, vector FROM passage_vectors WHERE model = ? AND vector IS NOT NULL "
-            "AND passage_id IN (SELECT value FROM json_each(?)) ORDER BY passage_id",
-            (model, json.dumps([int(i) for i in admitted])),
-        ).fetchall()
-        return VectorMatrix(model, [r[0] for r in rows], [r[1] for r in rows])
-
     def _dense(
         self,
         conn: sqlite3.Connection,
@@ -376,33 +368,17 @@ class SqliteFtsBackend(SearchBackend):
         want = q.dense_k
         matrix = self._matrix(conn, q.key, vector.model)
         k = want * _CANDIDATES_PER_DOC
-        admitted = admitted_passages(conn, q.key, plan.node) if plan is not None and not plan.broad else None
-        if admitted is not None and not isinstance(matrix, VectorMatrix):
-            # A selective filter over an HNSW graph: the admitted passages are few, scan them exactly.
-            matrix, admitted = self._admitted_matrix(conn, admitted, vector.model), None
-        exact = matrix if isinstance(matrix, VectorMatrix) else None
-        size = len(matrix) if admitted is None else len(admitted)
         # Exact: the deeper look reads every vector (as before); HNSW: 16x deeper, a bound at 1M vectors.
-        deepest = size if exact is not None else k * 16
-        rows_sql, admits = _DENSE_SQL, list[Any]()
-        if plan is not None and plan.broad:
-            predicate, admits = document_predicate(plan.node)
-            rows_sql, k = f"{_DENSE_SQL} AND {predicate}", plan.deeper(k)
-        while True:
-            nearest = (
-                nearest_admitted(exact, vector, k, admitted)
-                if admitted is not None and exact is not None
-                else matrix.nearest(vector, k)
-            )
+        exact = len(matrix) <= dense_index.EXACT_MAX
+        scan = DenseScan.of(conn, q.key, matrix, plan, k, len(matrix) if exact else k * 16)
+        rows_sql = scan.rows_sql(_DENSE_SQL)
+        out: dict[str, tuple[Hit, float]] = {}
+        hidden: set[str] = set()
+        for k in scan.looks:  # hidden or unready documents, or many passages of a few: look deeper
+            nearest = scan.nearest(vector, k)
             marks = ",".join("?" * len(nearest))
-            found = (
-                conn.execute(rows_sql.format(marks=marks), [*(i for i, _ in nearest), *admits])
-                if nearest
-                else []
-            )
-            rows = {r[0]: r for r in found}
-            out: dict[str, tuple[Hit, float]] = {}
-            hidden: set[str] = set()
+            params = [*(i for i, _ in nearest), *scan.params]
+            rows = {r[0]: r for r in conn.execute(rows_sql.format(marks=marks), params)} if nearest else {}
             for passage_id, cosine in nearest:
                 row = rows.get(passage_id)
                 if row is None or row[1] in out or row[1] in hidden:
@@ -418,9 +394,7 @@ class SqliteFtsBackend(SearchBackend):
                 )
                 if len(out) == want:
                     return list(out.values())
-            if k >= min(size, deepest):
-                return list(out.values())
-            k = deepest  # hidden or unready documents, or many passages of a few: one deeper look
+        return list(out.values())
 
     # --- documents ------------------------------------------------------------------------------
     def _read(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
@@ -639,17 +613,12 @@ class SqliteFtsBackend(SearchBackend):
 
     def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
         rows = self._read(
-            "SELECT doc_id, title, revision, status, length(body), updated_at, "
-            "json_extract(acl, '$.tenant'), metadata FROM documents "
+            "SELECT doc_id, title, revision, status, length(body), updated_at, json_extract(acl, '$.tenant') "
+            "FROM documents "
             "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
             (source_key, limit),
         )
-        return [
-            DocumentInfo(
-                doc_id, title, revision, status, chars, updated, tenant, json.loads(meta) if meta else None
-            )
-            for doc_id, title, revision, status, chars, updated, tenant, meta in rows
-        ]
+        return [DocumentInfo(*row) for row in rows]
 
     def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
         rows = self._read(
