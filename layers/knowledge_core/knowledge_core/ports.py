@@ -160,6 +160,7 @@ class DocumentInfo:
     chars: int
     updated_at: float
     tenant: str | None = None  # the document's own tenant (None: stored before documents named one)
+    metadata: dict[str, Any] | None = None  # its §8 attributes (None: none)
 
 
 @dataclass

@@ -922,7 +922,7 @@ class OpenSearchBackend(SearchBackend):
             "query": {"term": {"source_key": source_key}},
             "size": min(limit, MAX_RESULT_WINDOW),
             "sort": [{"doc_id": "asc"}],
-            "_source": ["doc_id", "title", "revision", "status", "updated_at", "acl.tenant"],
+            "_source": ["doc_id", "title", "revision", "status", "updated_at", "acl.tenant", "metadata"],
             "script_fields": {"chars": {"script": {"source": "params._source.body.length()"}}},
         }
         try:
@@ -938,6 +938,7 @@ class OpenSearchBackend(SearchBackend):
                 chars=int(h.get("fields", {}).get("chars", [0])[0]),
                 updated_at=float(h["_source"].get("updated_at", 0)),
                 tenant=(h["_source"].get("acl") or {}).get("tenant"),
+                metadata=h["_source"].get("metadata") or None,
             )
             for h in found["hits"]["hits"]
         ]

@@ -102,6 +102,8 @@ def parse_request(model: type[M], raw: str | bytes | None) -> M:
         err = exc.errors(include_url=False, include_input=False)[0]
         field = ".".join(str(p) for p in err["loc"]) or "body"
         if err["type"] == "invalid_at_path":  # a filter or metadata: its own exact path (§8)
+            # List indexes as the path inside spells them: `sourceFilters[0].filter.andAll[1]`.
+            field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
             field += err.get("ctx", {}).get("path", "")
         if err["type"] == "extra_forbidden":
             # An unknown name is the client's own input: echo a bounded prefix, never all of it.

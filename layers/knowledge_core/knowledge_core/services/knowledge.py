@@ -20,6 +20,7 @@ from ..domain.models import Principal, citable
 from ..domain.passages import page_label
 from ..domain.router import PlannedSource, expired_leases, plan_search
 from ..domain.scope import KnowledgeScope
+from ..domain.source_filters import retrieval_filter
 from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
 from ..domain.wire import (
     LIMITS,
@@ -171,7 +172,12 @@ class KnowledgeService:
         to_call = [p for p in planned if p.key not in expired]
         retrieved = (
             self.retrieval.run(
-                [SourceAsk.of(p, depth, filter_) for p in to_call],
+                # The route's agent's sourceFilters and the request's filter, and-ed; no runtime stands
+                # behind this door, so no trusted context (§3.1: a context-bound condition matches nothing).
+                [
+                    SourceAsk.of(p, depth, retrieval_filter(scope.routing, p.key, {}, filter_))
+                    for p in to_call
+                ],
                 self.retrieval.analyse(query),
                 principal.viewer,
                 float(scope.routing.source_timeout_seconds),
