@@ -153,11 +153,16 @@ class Corpus:
 
     def vectors(self, doc: SyntheticDocument) -> np.ndarray:
         """int8 vectors of the document's passages, near its topic's centre (and near each other)."""
-        rng = np.random.default_rng([self.seed, 4, doc.index])
-        centre = _centres(self.seed)[doc.topic]
+        return self.vectors_of(doc.index)
+
+    def vectors_of(self, index: int) -> np.ndarray:
+        """`vectors` of document `index` without generating its text (10x faster: bulk vector loads)."""
+        topic = int(np.random.default_rng([self.seed, 3, index]).integers(TOPICS))
+        count = min(PASSAGES_PER_DOC, self.passages - index * PASSAGES_PER_DOC)
+        rng = np.random.default_rng([self.seed, 4, index])
+        centre = _centres(self.seed)[topic]
         offset = DOC_SPREAD * _noise(rng, 1)
-        rows = centre + offset + PASSAGE_SPREAD * _noise(rng, len(doc.passages))
-        return quantize(rows)
+        return quantize(centre + offset + PASSAGE_SPREAD * _noise(rng, count))
 
     def queries(self, count: int, seed: int = 1) -> list[SyntheticQuery]:
         """`count` queries: 2-3 mid-frequency words (one a topic word) and a vector near that topic."""

@@ -107,3 +107,82 @@ def test_f_filter_sqlite_document_predicate_matches_the_oracle(corpus) -> None:
         assert admitted_among(conn, "s@1", list(metadata), node) == {
             d for d, m in metadata.items() if matches(m, node)
         }
+
+
+def test_f_filter_sqlite_broad_filter_falls_back_when_deeper_candidates_hold_too_few(tmp_path) -> None:
+    """A broad filter whose admitted documents rank below many passages of the others: the deeper
+    unfiltered rows hold none of them, so the restricted query answers — never fewer than exist."""
+    from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
+    from knowledge_core.domain.models import Document, DocumentAcl, Viewer
+    from knowledge_core.ports import QueryAnalysis, SourceQuery
+
+    backend = SqliteFtsBackend(tmp_path / "kb.sqlite3")
+    acl = DocumentAcl(tenant="t")
+    # Paragraphs of ~500 characters stay one passage each: 17 x 40 strong passages above 3 weak ones.
+    loud = "\n\n".join(" ".join(["valve"] * 20 + [f"w{i}x{j}" for j in range(60)]) for i in range(40))
+    weak = " ".join(["valve"] + [f"filler{j}" for j in range(80)])
+    docs = [Document(source_key="s@1", doc_id=f"o{i}", title="", body=loud, acl=acl) for i in range(17)]
+    docs += [
+        Document(source_key="s@1", doc_id=f"a{i}", title="", body=weak, acl=acl, metadata={"pick": True})
+        for i in range(3)
+    ]
+    backend.put_documents(docs)
+    node = parse_filter({"equals": {"key": "pick", "value": True}})  # 3 of 20 documents: broad (15 %)
+    [result] = backend.search(
+        [SourceQuery("s@1", 5, 0.0, filter=node)], QueryAnalysis("valve"), Viewer(tenant="t", subject="u")
+    )
+    assert sorted(h.doc_id for h in result.hits) == ["a0", "a1", "a2"]
+
+
+@pytest.mark.parametrize(
+    "raw", [{"equals": {"key": "g", "value": 3}}, {"lessThan": {"key": "g", "value": 5}}]
+)
+def test_f_filter_sqlite_dense_stage_on_the_hnsw_index(tmp_path, monkeypatch, raw) -> None:
+    """Past EXACT_MAX vectors the dense index is a graph: a selective filter scans the admitted vectors
+    exactly, a broad one keeps the graph's deeper nearest admitted passages — the nearest admitted ones."""
+    import numpy as np
+    from knowledge_core.adapters.sqlite import dense_index
+    from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
+    from knowledge_core.domain.models import Document, DocumentAcl, Viewer
+    from knowledge_core.ports import Embedder, QueryAnalysis, SourceQuery, Vector
+
+    # usearch imported before onnxruntime makes onnxruntime's import segfault (this venv: usearch 2.26,
+    # onnxruntime's wheel): load them in a serving process's order so later tests can still embed.
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setattr(dense_index, "EXACT_MAX", 10)
+    rng = np.random.default_rng(3)
+    rows = {f"body {i}": rng.integers(-127, 128, 16).astype(np.int8).tobytes() for i in range(80)}
+
+    class Table(Embedder):
+        models = ("m",)
+
+        def dimensions(self, model: str) -> int:
+            return 16
+
+        def embed_query(self, text: str) -> Vector | None:
+            return None
+
+        def embed_passages(self, texts, models=None):
+            return [[Vector("m", rows[t])] for t in texts]
+
+    backend = SqliteFtsBackend(tmp_path / "kb.sqlite3", embedder=Table())
+    acl = DocumentAcl(tenant="t")
+    backend.put_documents(
+        [
+            Document(
+                source_key="s@1", doc_id=f"d{i}", title="", body=f"body {i}", acl=acl, metadata={"g": i % 10}
+            )
+            for i in range(80)
+        ]
+    )
+    query = Vector("m", rng.integers(-127, 128, 16).astype(np.int8).tobytes())
+    node = parse_filter(raw)
+    [result] = backend.search(
+        [SourceQuery("s@1", 5, float("-inf"), dense_k=5, filter=node)],
+        QueryAnalysis("zzz-no-term", "", (query,)),
+        Viewer(tenant="t", subject="u"),
+    )
+    q = np.frombuffer(query.data, dtype=np.int8).astype(np.int32)
+    cos = {i: int(np.frombuffer(rows[f"body {i}"], dtype=np.int8).astype(np.int32) @ q) for i in range(80)}
+    admitted = [i for i in sorted(cos, key=lambda i: -cos[i]) if matches({"g": i % 10}, node)]
+    assert [h.doc_id for h, _ in result.dense] == [f"d{i}" for i in admitted[:5]]

@@ -216,7 +216,7 @@ def _condition(operator: str, raw: Any, path: str, allow_context: bool) -> Condi
     key = _key(raw["key"], f"{path}.key")
     value = raw["value"]
     if allow_context and isinstance(value, dict):
-        return Condition(operator, key, _context_value(value, f"{path}.value"))  # type: ignore[arg-type]
+        return Condition(operator, key, _context_value(value, f"{path}.value"))
     return Condition(operator, key, _VALUE_RULES[operator](value, f"{path}.value"))
 
 

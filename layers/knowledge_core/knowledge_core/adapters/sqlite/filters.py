@@ -26,12 +26,13 @@ from ...domain.filters import (
     Scalar,
 )
 from ...ports import Vector
+from ..embedding import VectorMatrix
 from .candidates import Restriction
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..embedding import VectorMatrix
+    from .dense_index import DenseIndex
 
 METADATA_SCHEMA = """
 CREATE TABLE IF NOT EXISTS document_metadata (
@@ -260,3 +261,69 @@ def nearest_admitted(
     top = np.argpartition(-sims, k - 1)[:k]
     top = top[np.argsort(-sims[top], kind="stable")]
     return [(int(matrix.ids[positions[i]]), float(sims[i]) / _COSINE_SCALE) for i in top]
+
+
+def admitted_vectors(conn: sqlite3.Connection, source_key: str, node: Filter, model: str) -> VectorMatrix:
+    """The admitted passages' vectors of `model`, as an exact matrix (a selective filter on a source whose
+    dense index is a graph: its few admitted passages are scanned exactly)."""
+    sql, params = matching_documents(source_key, node)
+    rows = conn.execute(
+        "SELECT passage_id, vector FROM passage_vectors WHERE model = ? AND vector IS NOT NULL "
+        f"AND passage_id IN ({_PASSAGES_OF.format(documents=sql)}) ORDER BY passage_id",
+        (model, source_key, *params),
+    ).fetchall()
+    return VectorMatrix(model, [r[0] for r in rows], [r[1] for r in rows])
+
+
+@dataclass(frozen=True)
+class DenseScan:
+    """How the dense stage looks for nearest passages under a filter (§8): unfiltered; selective (only
+    the admitted passages are ranked: `admitted` ids of an exact matrix, or the admitted vectors as their own
+    matrix); or broad (the index's nearest, their rows read only where `predicate` admits the document).
+    `looks`: how many nearest passages each successive look asks for, until the stage has its documents."""
+
+    index: DenseIndex
+    looks: tuple[int, ...]
+    admitted: np.ndarray | None = None
+    predicate: str = ""
+    params: tuple[Any, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        conn: sqlite3.Connection,
+        source_key: str,
+        index: DenseIndex,
+        plan: FilterPlan | None,
+        k: int,
+        deepest: int,
+    ) -> DenseScan:
+        if plan is None:
+            return cls(index, _looks(k, min(len(index), deepest)))
+        if plan.broad:  # as many as unfiltered first, then deeper by the admitted share, then the deepest
+            predicate, params = document_predicate(plan.node)
+            looks = _looks(k, plan.deeper(k), min(len(index), plan.deeper(deepest)))
+            return cls(index, looks, None, predicate, tuple(params))
+        if isinstance(index, VectorMatrix):
+            admitted = admitted_passages(conn, source_key, plan.node)
+            return cls(index, _looks(k, len(admitted)), admitted)
+        own = admitted_vectors(conn, source_key, plan.node, index.model)
+        return cls(own, _looks(k, len(own)))
+
+    def nearest(self, query: Vector, k: int) -> list[tuple[int, float]]:
+        if self.admitted is not None and isinstance(self.index, VectorMatrix):
+            return nearest_admitted(self.index, query, k, self.admitted)
+        return self.index.nearest(query, k)
+
+    def rows_sql(self, sql: str) -> str:
+        """The statement reading the nearest passages' rows, restricted to admitted documents when broad."""
+        return f"{sql} AND {self.predicate}" if self.predicate else sql
+
+
+def _looks(first: int, *deeper: int) -> tuple[int, ...]:
+    """Increasing look sizes: `first`, then each deeper one that asks for more than the look before."""
+    looks = [first]
+    for k in deeper:
+        if k > looks[-1]:
+            looks.append(k)
+    return tuple(looks)

@@ -31,19 +31,17 @@ from ...ports import (
     SourceResult,
     Vector,
 )
-from ..embedding import VectorMatrix, document_vectors, matching_cosines, passage_text
-from . import candidates
+from ..embedding import document_vectors, matching_cosines, passage_text
+from . import candidates, dense_index
 from .candidates import Restriction
 from .db import SqliteDatabase, statements
 from .filters import (
     METADATA_SCHEMA,
+    DenseScan,
     FilterPlan,
     admitted_among,
-    admitted_passages,
     delete_metadata,
-    document_predicate,
     filter_restriction,
-    nearest_admitted,
     write_metadata,
 )
 
@@ -75,6 +73,10 @@ _DENSE_SQL = (
     "SELECT r.id, r.doc_id, r.text, d.title, d.revision, d.acl, d.structured_source, r.pages "
     "FROM passage_rows r JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
     "WHERE d.status = 'ready' AND r.id IN ({marks})"
+)
+_DENSE_IDS_SQL = (
+    "SELECT passage_id FROM passage_vectors WHERE passage_id BETWEEN ? AND ? AND model = ? "
+    "AND vector IS NOT NULL ORDER BY passage_id"
 )
 _VECTORS_SQL = (
     "SELECT passage_id, model, vector FROM passage_vectors "
@@ -151,13 +153,33 @@ def _best_documents(
     return list(best.values()), passage_ids, False
 
 
+def _dense_vectors(
+    conn: sqlite3.Connection, low: int, high: int, model: str, only: Any | None
+) -> tuple[Any, Any]:
+    """Passage ids and int8 vector rows of `model` with ids in [low, high] (just those in `only`)."""
+    import numpy as np
+
+    rows = conn.execute(
+        "SELECT passage_id, vector FROM passage_vectors WHERE passage_id BETWEEN ? AND ? AND model = ? "
+        "AND vector IS NOT NULL ORDER BY passage_id",
+        (low, high, model),
+    ).fetchall()
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    width = len(rows[0][1]) if rows else 0
+    vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), width)
+    if only is not None:
+        keep = np.isin(ids, only)
+        ids, vectors = ids[keep], vectors[keep]
+    return ids, vectors
+
+
 class SqliteFtsBackend(SearchBackend):
     live_hits = True  # one statement reads passages and their documents (status, ACL, revision)
 
     def __init__(self, path: str | Path, embedder: Embedder | None = None) -> None:
         self._db = SqliteDatabase(path)  # its own schema: the tables below, analyzer version in user_version
         self._embedder = embedder
-        self._matrices: dict[tuple[str, str], tuple[int, VectorMatrix]] = {}
+        self._matrices: dict[tuple[str, str], tuple[int, dense_index.DenseIndex]] = {}
         self._matrix_lock = threading.Lock()
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
@@ -236,15 +258,19 @@ class SqliteFtsBackend(SearchBackend):
         id_range: tuple[int, int],
         plan: FilterPlan,
     ) -> tuple[list[Hit], list[int]] | None:
-        """A broad filter (§8): BM25's deeper top rows of the whole source, kept where their document is
-        admitted (one predicate over those few documents) — far cheaper than building a large admitted set,
-        and the same answer as the restricted query whenever they hold the top_k (every better passage of an
-        admitted document is among them). None when they do not: the restricted query decides."""
-        deeper = plan.deeper(q.top_k * _CANDIDATES_PER_DOC + 16)
-        rows = candidates.candidate_rows(conn, match, id_range, deeper)
-        admitted = admitted_among(conn, q.key, {str(r[0]) for r in rows}, plan.node)
-        best, passage_ids, complete = _best_documents(q, [r for r in rows if r[0] in admitted], viewer)
-        return (best, passage_ids) if complete or len(rows) < deeper else None
+        """A broad filter (§8): BM25's top rows of the whole source (as many as unfiltered, then deeper by the
+        admitted share), kept where their document is admitted (one predicate over those few documents) —
+        far cheaper than building a large admitted set, and the same answer as the restricted query whenever
+        they hold the top_k (every better passage of an admitted document is among them). None when they do
+        not: the restricted query decides."""
+        limit = q.top_k * _CANDIDATES_PER_DOC + 16
+        for depth in (limit, plan.deeper(limit)):
+            rows = candidates.candidate_rows(conn, match, id_range, depth)
+            admitted = admitted_among(conn, q.key, {str(r[0]) for r in rows}, plan.node)
+            best, passage_ids, complete = _best_documents(q, [r for r in rows if r[0] in admitted], viewer)
+            if complete or len(rows) < depth:
+                return best, passage_ids
+        return None
 
     def _lexical(
         self,
@@ -286,28 +312,46 @@ class SqliteFtsBackend(SearchBackend):
                 found.setdefault(passage_id, {})[model] = Vector(model, vector)
         return found
 
-    def _matrix(self, conn: sqlite3.Connection, source_key: str, model: str) -> VectorMatrix:
-        """The source's passage vectors of `model`, cached until the source's version moves."""
+    def _matrix(self, conn: sqlite3.Connection, source_key: str, model: str) -> dense_index.DenseIndex:
+        """The dense index of the source's passage vectors of `model`, cached until the source's version
+        moves (then reloaded, or brought up to date by delta when it is an HNSW graph)."""
         row = conn.execute("SELECT version FROM source_versions WHERE source_key=?", (source_key,)).fetchone()
         version = row[0] if row else 0
         cached = self._matrices.get((source_key, model))
         if cached is not None and cached[0] == version:
             return cached[1]
-        with self._db.snapshot() as snap:  # the rows and the version they belong to, read together
+        with self._matrix_lock:  # one loader at a time: a million-vector load is not done twice
+            cached = self._matrices.get((source_key, model))
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            version, index = self._load_dense(source_key, model, cached[1] if cached else None)
+            self._matrices[(source_key, model)] = (version, index)
+        return index
+
+    def _load_dense(
+        self, source_key: str, model: str, previous: dense_index.DenseIndex | None
+    ) -> tuple[int, dense_index.DenseIndex]:
+        """The source's version and its dense index, read in one snapshot (rows and the version agree)."""
+        import numpy as np
+
+        with self._db.snapshot() as snap:
             row = snap.execute(
                 "SELECT version FROM source_versions WHERE source_key=?", (source_key,)
             ).fetchone()
             version = row[0] if row else 0
-            rows = snap.execute(
-                "SELECT r.id, v.vector FROM passage_rows r JOIN passage_vectors v "
-                "ON v.passage_id = r.id AND v.model = ? WHERE r.source_key = ? AND v.vector IS NOT NULL "
-                "ORDER BY r.id",
-                (model, source_key),
-            ).fetchall()
-        matrix = VectorMatrix(model, [r[0] for r in rows], [r[1] for r in rows])
-        with self._matrix_lock:
-            self._matrices[(source_key, model)] = (version, matrix)
-        return matrix
+            low, high = candidates.source_range(snap, source_key) or (1, 0)
+            ids = np.fromiter(
+                (r[0] for r in snap.execute(_DENSE_IDS_SQL, (low, high, model))), dtype=np.int64
+            )
+            if isinstance(previous, dense_index.HnswIndex) and len(ids) > dense_index.EXACT_MAX:
+                old = previous.keys()
+                added = np.setdiff1d(ids, old, assume_unique=True)
+                first = int(added[0]) if len(added) else high + 1
+                _, vectors = _dense_vectors(snap, first, high, model, added)
+                previous.update(added, vectors, np.setdiff1d(old, ids, assume_unique=True))
+                return version, previous
+            ids, vectors = _dense_vectors(snap, low, high, model, None)
+        return version, dense_index.build(model, ids, vectors)
 
     def _dense(
         self,
@@ -324,27 +368,17 @@ class SqliteFtsBackend(SearchBackend):
         want = q.dense_k
         matrix = self._matrix(conn, q.key, vector.model)
         k = want * _CANDIDATES_PER_DOC
-        admitted = admitted_passages(conn, q.key, plan.node) if plan is not None and not plan.broad else None
-        size = len(matrix) if admitted is None else len(admitted)
-        rows_sql, admits = _DENSE_SQL, list[Any]()
-        if plan is not None and plan.broad:
-            predicate, admits = document_predicate(plan.node)
-            rows_sql, k = f"{_DENSE_SQL} AND {predicate}", plan.deeper(k)
-        while True:
-            nearest = (
-                matrix.nearest(vector, k)
-                if admitted is None
-                else nearest_admitted(matrix, vector, k, admitted)
-            )
+        # Exact: the deeper look reads every vector (as before); HNSW: 16x deeper, a bound at 1M vectors.
+        exact = len(matrix) <= dense_index.EXACT_MAX
+        scan = DenseScan.of(conn, q.key, matrix, plan, k, len(matrix) if exact else k * 16)
+        rows_sql = scan.rows_sql(_DENSE_SQL)
+        out: dict[str, tuple[Hit, float]] = {}
+        hidden: set[str] = set()
+        for k in scan.looks:  # hidden or unready documents, or many passages of a few: look deeper
+            nearest = scan.nearest(vector, k)
             marks = ",".join("?" * len(nearest))
-            found = (
-                conn.execute(rows_sql.format(marks=marks), [*(i for i, _ in nearest), *admits])
-                if nearest
-                else []
-            )
-            rows = {r[0]: r for r in found}
-            out: dict[str, tuple[Hit, float]] = {}
-            hidden: set[str] = set()
+            params = [*(i for i, _ in nearest), *scan.params]
+            rows = {r[0]: r for r in conn.execute(rows_sql.format(marks=marks), params)} if nearest else {}
             for passage_id, cosine in nearest:
                 row = rows.get(passage_id)
                 if row is None or row[1] in out or row[1] in hidden:
@@ -360,9 +394,7 @@ class SqliteFtsBackend(SearchBackend):
                 )
                 if len(out) == want:
                     return list(out.values())
-            if k >= size:
-                return list(out.values())
-            k *= 4  # hidden or unready documents, or many passages of a few: look deeper
+        return list(out.values())
 
     # --- documents ------------------------------------------------------------------------------
     def _read(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
@@ -581,17 +613,12 @@ class SqliteFtsBackend(SearchBackend):
 
     def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
         rows = self._read(
-            "SELECT doc_id, title, revision, status, length(body), updated_at, "
-            "json_extract(acl, '$.tenant'), metadata FROM documents "
+            "SELECT doc_id, title, revision, status, length(body), updated_at, json_extract(acl, '$.tenant') "
+            "FROM documents "
             "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
             (source_key, limit),
         )
-        return [
-            DocumentInfo(
-                doc_id, title, revision, status, chars, updated, tenant, json.loads(meta) if meta else None
-            )
-            for doc_id, title, revision, status, chars, updated, tenant, meta in rows
-        ]
+        return [DocumentInfo(*row) for row in rows]
 
     def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
         rows = self._read(
