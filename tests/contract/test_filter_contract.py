@@ -50,6 +50,18 @@ def corpus(world: World, key: str, seed: int) -> dict[str, dict[str, Any] | None
     return metadata
 
 
+def tagged(key: str, doc_id: str, body: str, metadata: dict[str, Any], tenant: str = "acme") -> Document:
+    """A document titled by its id, of `tenant`, with `metadata`."""
+    return Document(
+        source_key=key,
+        doc_id=doc_id,
+        title=doc_id,
+        body=body,
+        acl=DocumentAcl(tenant=tenant),
+        metadata=metadata,
+    )
+
+
 def retrieve(world: World, key: str, top_k: int, query: str, node: Filter | None) -> list[Hit]:
     from knowledge_core.services.retrieval import SourceAsk
 
@@ -147,30 +159,9 @@ def test_f_filter_contract_search_door_takes_filter_and_never_widens_the_tenant(
     [key] = world.publish({"filters": {"topK": 5}})
     shared = {"region": "eu"}
     world.ingest(
-        Document(
-            source_key=key,
-            doc_id="mine",
-            title="mine",
-            body="valve",
-            acl=DocumentAcl(tenant="acme"),
-            metadata=shared,
-        ),
-        Document(
-            source_key=key,
-            doc_id="theirs",
-            title="theirs",
-            body="valve valve",
-            acl=DocumentAcl(tenant="other"),
-            metadata=shared,
-        ),
-        Document(
-            source_key=key,
-            doc_id="us",
-            title="us",
-            body="valve valve valve",
-            acl=DocumentAcl(tenant="acme"),
-            metadata={"region": "us"},
-        ),
+        tagged(key, "mine", "valve", shared),
+        tagged(key, "theirs", "valve valve", shared, tenant="other"),
+        tagged(key, "us", "valve valve valve", {"region": "us"}),
     )
     eu = {"equals": {"key": "region", "value": "eu"}}
     request = SearchRequest.model_validate({"query": "valve", "filter": eu})
@@ -190,24 +181,11 @@ def test_f_filter_contract_search_door_takes_filter_and_never_widens_the_tenant(
 def test_f_filter_contract_metadata_reads_back_and_rewrites(world: World) -> None:
     [key] = world.publish({"filters": {}})
     meta = {"region": "eu", "year": 2024, "public": False, "tags": ["a", "b"], "team.name": "x"}
-    world.ingest(
-        Document(
-            source_key=key, doc_id="d", title="d", body="valve", acl=DocumentAcl(tenant="acme"), metadata=meta
-        )
-    )
+    world.ingest(tagged(key, "d", "valve", meta))
     stored = world.c.backend.get_documents([(key, "d")])[(key, "d")]
     assert stored.metadata == meta
     eu = parse_filter({"equals": {"key": "region", "value": "eu"}})
     assert [h.doc_id for h in retrieve(world, key, 5, "valve", eu)] == ["d"]
-    world.ingest(
-        Document(
-            source_key=key,
-            doc_id="d",
-            title="d",
-            body="valve",
-            acl=DocumentAcl(tenant="acme"),
-            metadata={"region": "us"},
-        )
-    )
+    world.ingest(tagged(key, "d", "valve", {"region": "us"}))
     assert retrieve(world, key, 5, "valve", eu) == []
     assert world.c.backend.get_documents([(key, "d")])[(key, "d")].metadata == {"region": "us"}
