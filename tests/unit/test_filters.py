@@ -232,6 +232,7 @@ def test_f_filter_error_path_two_operators_in_one_object() -> None:
         (leaf("equals", "a", None), "filter.equals.value"),
         (leaf("lessThan", "a", True), "filter.lessThan.value"),
         (leaf("equals", "1a", 1), "filter.equals.key"),
+        (leaf("equals", "a\n", 1), "filter.equals.key"),
         (leaf("equals", "a", {"context": "x"}), "filter.equals.value"),
         ({"equals": {"key": "a"}}, "filter.equals.value"),
         ({"equals": {"key": "a", "value": 1, "kb_ids": []}}, "filter.equals.kb_ids"),
@@ -295,6 +296,7 @@ def test_f_filter_document_metadata_within_limits() -> None:
         ({"a": None}, "metadata.a"),
         ({"a": {"b": 1}}, "metadata.a"),
         ({"a": float("inf")}, "metadata.a"),
+        ({"a\n": 1}, "metadata.a\n"),  # the JSON Schema pattern refuses a trailing newline: so does the rule
     ],
 )
 def test_f_filter_document_metadata_refused_naming_the_key(metadata: Any, path: str) -> None:

@@ -4,13 +4,50 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
+from .filters import KEY_PATTERN, MAX_KEYS, MAX_LIST, MAX_STRING
 from .models import DOC_ID_PATTERN, ROUTE_PATTERN, WHOLE_NUMBER, DocumentAcl, Metadata, Tenant, TokenSummary
 from .wire import StrictRequest, WireModel
 
 Route = Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
+
+# SPEC §8's metadata rule as JSON Schema states it, so a client (and schemathesis) sees which keys and values
+# are valid; `Metadata` (the Document's rule) checks the same on the way in.
+_METADATA_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {
+            "type": "object",
+            "maxProperties": MAX_KEYS,
+            "propertyNames": {"pattern": KEY_PATTERN},
+            "additionalProperties": {
+                "anyOf": [
+                    {"type": "string", "maxLength": MAX_STRING},
+                    {"type": "number"},
+                    {"type": "boolean"},
+                    {
+                        "type": "array",
+                        "maxItems": MAX_LIST,
+                        "items": {"type": "string", "maxLength": MAX_STRING},
+                    },
+                ]
+            },
+            "description": "Document metadata (SPEC §8): filterable attributes, like Amazon Bedrock's "
+            "metadataAttributes",
+        },
+        {"type": "null"},
+    ]
+}
+WireMetadata = Annotated[Metadata, WithJsonSchema(_METADATA_SCHEMA)]
 
 # The magic numbers of files a text route must not store as a body (issue 22 point 3).
 _BINARY_MAGIC = {b"%PDF-": "a PDF file", b"PK\x03\x04": "a ZIP/DOCX file", b"\xd0\xcf\x11\xe0": "an OLE file"}
@@ -84,7 +121,7 @@ class DocumentRequest(StrictRequest):
     structured_source: dict[str, Any] | None = None
     acl: DocumentAclRequest
     status: Literal["ready", "processing", "disabled"] = "ready"
-    metadata: Metadata = None  # SPEC §8: filterable attributes
+    metadata: WireMetadata = None  # SPEC §8: filterable attributes
 
 
 class BulkDocument(DocumentRequest):
@@ -296,7 +333,7 @@ class JobDocumentRequest(StrictRequest):
     structured_source: dict[str, Any] | None = None
     acl: DocumentAclRequest
     status: Literal["ready", "processing", "disabled"] = "ready"
-    metadata: Metadata = None  # SPEC §8; a file's sidecar is combined by `kb ingest`
+    metadata: WireMetadata = None  # SPEC §8; a file's sidecar is combined by `kb ingest`
 
     @model_validator(mode="after")
     def _one_content(self) -> JobDocumentRequest:
@@ -352,7 +389,7 @@ class IngestionJobRequest(StrictRequest):
     sync: bool = False
     acl: DocumentAclRequest | None = None  # a directory's documents' ACL (SPEC §1: the tenant is required)
     # A directory's or prefix's documents' metadata, combined with each file's sidecar (this wins per key).
-    metadata: Metadata = None
+    metadata: WireMetadata = None
 
     @property
     def origin_field(self) -> str:

@@ -198,7 +198,7 @@ _VALUE_RULES: dict[str, Callable[[Any, str], Value]] = {
 
 
 def _key(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not _KEY.match(value):
+    if not isinstance(value, str) or not _KEY.fullmatch(value):
         raise FilterInvalid(path, f"must be a metadata key ({KEY_PATTERN})")
     return value
 
@@ -299,7 +299,7 @@ def validate_metadata(metadata: Any) -> dict[str, MetadataValue]:
     out: dict[str, MetadataValue] = {}
     for key, value in metadata.items():
         path = f".{_echo(str(key))}"
-        if not isinstance(key, str) or not _KEY.match(key):
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
             raise FilterInvalid(path, f"keys must match {KEY_PATTERN}")
         out[key] = _metadata_value(value, path)
     return out

@@ -613,12 +613,17 @@ class SqliteFtsBackend(SearchBackend):
 
     def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
         rows = self._read(
-            "SELECT doc_id, title, revision, status, length(body), updated_at, json_extract(acl, '$.tenant') "
-            "FROM documents "
+            "SELECT doc_id, title, revision, status, length(body), updated_at, "
+            "json_extract(acl, '$.tenant'), metadata FROM documents "
             "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
             (source_key, limit),
         )
-        return [DocumentInfo(*row) for row in rows]
+        return [
+            DocumentInfo(
+                doc_id, title, revision, status, chars, updated, tenant, json.loads(meta) if meta else None
+            )
+            for doc_id, title, revision, status, chars, updated, tenant, meta in rows
+        ]
 
     def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
         rows = self._read(
