@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from ...ports import Vector
 from ..embedding import VectorMatrix
 
-EXACT_MAX = 50_000
+EXACT_MAX = 20_000
 CONNECTIVITY = 16  # HNSW M; 64 candidates per insertion: measured recall@10 0.998 at 100k, 1M in the bench
 EXPANSION_ADD = 64
 EXPANSION_SEARCH = 64  # at least the number of neighbours asked for (set per search)
