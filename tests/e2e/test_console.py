@@ -263,3 +263,43 @@ def test_issue22_p8_console_asks_for_no_missing_favicon(browser: Any, console: K
     page.wait_for_timeout(500)
     context.close()
     assert not [u for u in asked if "favicon" in u], asked
+
+
+def test_issue25_console_shows_document_metadata_and_agent_source_filters(
+    page: Any, console: KbServer
+) -> None:
+    """Issue 25 point 3: a document's metadata in the source's document view, and an agent's sourceFilters
+    (a trusted-context value shown as {key}) in the agent view."""
+    doc = {
+        "title": "Metadata note",
+        "body": "zzmeta pump",
+        "acl": {"tenant": "default"},
+        "metadata": {"region": "eu", "year": 2024},
+    }
+    assert console.request("PUT", "/admin/v1/sources/demo-docs@1.0.0/documents/meta-note", doc).status == 200
+    knowledge = {"id": "demo-docs", "version": "1.0.0"}
+    agent = {
+        "id": "filtered-agent",
+        "version": "1.0.0",
+        "modelProfile": {"candidates": [{"model": "m", "toolCalling": True}]},
+        "allowedKnowledge": [knowledge],
+        "knowledgeRouting": {
+            "mode": "AUTO",
+            "rules": [{"knowledge": knowledge, "always": True}],
+            "sourceFilters": [
+                {
+                    "knowledge": knowledge,
+                    "filter": {"equals": {"key": "region", "value": {"context": "region"}}},
+                }
+            ],
+        },
+    }
+    assert console.request("POST", "/admin/v1/agents", agent).status in (200, 201)
+    open_view(page, console, "sources")
+    page.locator("tr", has_text="demo-docs@1.0.0").get_by_role("button", name="Documents").click()
+    row = page.locator("section table tbody tr", has_text="meta-note")
+    row.wait_for()
+    assert "region = eu" in row.inner_text() and "year = 2024" in row.inner_text()
+    open_view(page, console, "agents")
+    page.wait_for_selector("text=Source filters")
+    assert "region equals {region}" in page.locator("main").inner_text()

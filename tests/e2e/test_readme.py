@@ -3,6 +3,7 @@ fresh `kb serve` state, finds the example PDF, HTML, Markdown and Chinese text f
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -19,10 +20,10 @@ def five_minute_block() -> str:
     return found.group(1)
 
 
-def test_issue22_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path):
+def run_verbatim(script: str, tmp_path) -> str:
+    """README commands run as they are (bash, -euo pipefail) against a fresh `kb serve`; their stdout."""
     if not (ROOT / ".venv" / "bin" / "activate").exists():
         pytest.skip("the README's `source .venv/bin/activate` needs the repository's .venv (make dev)")
-    script = five_minute_block()
     (tmp_path / "state").mkdir()
     with running_kb_serve(tmp_path / "state") as server:
         done = subprocess.run(
@@ -34,7 +35,11 @@ def test_issue22_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(
             env={**os.environ, "KB_ENDPOINT": server.endpoint, "POWERTOOLS_LOG_LEVEL": "ERROR"},
         )
     assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    return done.stdout
+
+
+def test_issue22_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path):
+    out = run_verbatim(five_minute_block(), tmp_path)
     assert "ingested 4 document(s) into plant-manuals@1.0.0 (0 unchanged, 0 failed, 0 deleted)" in out
     assert "Pump seal replacement" in out  # Markdown: title from its heading
     assert "阀门检修" in out  # text file: title from its file name
@@ -43,3 +48,22 @@ def test_issue22_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(
     # doc list: the tenant of every document is the default one
     rows = [line for line in out.splitlines() if line.startswith("manuals-")]
     assert len(rows) == 4 and all(line.split()[1] == "default" for line in rows), out
+
+
+def metadata_block() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- metadata-example:[^>]*-->\n```bash\n(.*?)```", readme, re.S)
+    assert found, "README.md lost its metadata worked example"
+    return found.group(1)
+
+
+def test_issue25_readme_metadata_example_works_verbatim(tmp_path):
+    """Issue 25 point 5: the worked example (sidecar + --meta + filtered search + an agent bound to the
+    trusted context) run verbatim after the five-minutes block, on a fresh state."""
+    out = run_verbatim(five_minute_block() + metadata_block(), tmp_path)
+    assert "ingested 4 document(s) into plant-manuals@1.0.0 (0 unchanged, 0 failed, 0 deleted)" in out
+    assert 'metadata:  equipment=["pump","seal"] region=eu reviewed=true site=plant-7 year=2024' in out
+    search = json.loads(next(line for line in out.splitlines() if line.startswith('{"schema"')))
+    assert [h["title"] for h in search["hints"]] == ["Pump seal replacement"]
+    startup = json.loads(out[out.rindex('{\n  "references"') :])
+    assert [r["source"]["title"] for r in startup["references"]] == ["Boiler cold start"]

@@ -95,6 +95,18 @@ def test_a_cap_capabilities_event(handlers, container):
         "knowledge_scope_revision": container.scopes.resolve("demo").revision,
         "delivery_modes": ["inline", "on_demand"],
         "limits": LIMITS,
+        "extensions": {  # §2.1: the filter extension (§8) a host may send
+            "filter": {
+                "schema": "bailing.agent-knowledge-filter.v1",
+                "operators": [
+                    *("equals", "notEquals", "greaterThan", "greaterThanOrEquals", "lessThan"),
+                    *("lessThanOrEquals", "in", "notIn", "startsWith", "listContains", "stringContains"),
+                    *("andAll", "orAll"),
+                ],
+                "max_conditions": 16,
+                "max_depth": 3,
+            }
+        },
     }
 
 

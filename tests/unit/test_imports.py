@@ -28,7 +28,11 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.ImportFrom):
             base = package[: len(package) - node.level + 1] if node.level else []
             target = ".".join([*base, *([node.module] if node.module else [])])
-            candidates = [target, *(f"{target}.{a.name}" for a in node.names)]
+            submodules = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in known]
+            # `from . import sibling` imports the sibling module (its package is already importing), as
+            # `from .sibling import x` does; only names that are not submodules come from the package.
+            whole = [] if node.module is None and len(submodules) == len(node.names) else [target]
+            candidates = [*whole, *submodules]
         elif isinstance(node, ast.Import):
             candidates = [a.name for a in node.names]
         else:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel
 
 from .domain.errors import InvalidRequest, KnowledgeError, NotFound
+from .domain.filters import compact_filter_schema
 from .domain.models import Principal
 from .domain.wire import (
     PROTOCOL,
@@ -77,6 +78,13 @@ _PROPERTY_DESCRIPTIONS: dict[str, dict[str, str]] = {
         "query": "What to look for, in the user's language (not empty, at most 2000 characters).",
         "limit": "Maximum number of documents to return (1-3, default 3).",
         "run_id": "Optional run UUID from a turn; refs are then bound to that run.",
+        "filter": (
+            "Optional metadata filter: only documents whose metadata match it are searched, e.g. "
+            '{"andAll": [{"equals": {"key": "region", "value": "eu"}}, '
+            '{"greaterThanOrEquals": {"key": "year", "value": 2024}}]}. '
+            "Operators: equals, notEquals, greaterThan, greaterThanOrEquals, lessThan, lessThanOrEquals, in, "
+            "notIn, startsWith, listContains, stringContains, andAll, orAll."
+        ),
     },
     READ_TOOL: {
         "ref": "A `ref` from a knowledge_search hint, exactly as returned.",
@@ -109,6 +117,11 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _input_schema(name: str, model: type[BaseModel]) -> dict[str, Any]:
     schema = _inline_refs(model.model_json_schema(mode="validation", by_alias=True))
+    if "filter" in schema["properties"]:  # inlined, the full filter schema would be ~80 KB of tools/list
+        schema["properties"]["filter"] = {
+            "anyOf": [compact_filter_schema(), {"type": "null"}],
+            "default": None,
+        }
     for field, description in _PROPERTY_DESCRIPTIONS[name].items():
         schema["properties"][field]["description"] = description
     return schema

@@ -10,6 +10,7 @@ from typing import Any
 
 from .domain.budget import ChainLink, Citation, CitationDraft, CitationMark, LedgerEntry
 from .domain.errors import SourceFailure
+from .domain.filters import Filter
 from .domain.fusion import Hit
 from .domain.ingestion import DocState, DocumentOutcome, IngestionJob, JobDocument, JobState
 from .domain.models import (
@@ -120,13 +121,16 @@ class SourceQuery:
     """What one source is asked for (K-PIPE: the retrieval step sets the depths; the adapter only fetches).
 
     `top_k` lexical candidates (documents, best passage each) scoring at least `min_score`; with query
-    vectors, also `dense_k` nearest documents per query vector's model (0: no dense stage)."""
+    vectors, also `dense_k` nearest documents per query vector's model (0: no dense stage). `filter` (§8):
+    only documents whose metadata match it are candidates, in both stages, before ranking — the top_k are
+    the best of the matching documents, never a post-filtered remainder (None: no filter)."""
 
     key: str
     top_k: int
     min_score: float
     timeout_s: float = 15.0
     dense_k: int = 0
+    filter: Filter | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ class DocumentInfo:
     chars: int
     updated_at: float
     tenant: str | None = None  # the document's own tenant (None: stored before documents named one)
+    metadata: dict[str, Any] | None = None  # its §8 attributes (None: none)
 
 
 @dataclass

@@ -32,6 +32,13 @@ def register(sub: Subparsers) -> None:
         action="store_true",
         help="directory or s3://bucket/prefix/: also delete documents under the prefix that left it",
     )
+    p.add_argument(
+        "--meta",
+        action="append",
+        metavar="KEY=VALUE",
+        help="metadata of every document (repeatable): true/false, numbers and JSON lists are parsed, "
+        '"…" keeps a string; a sidecar FILE.metadata.json adds its own, and --meta wins key by key',
+    )
     p.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
     p.add_argument("file")
     p.set_defaults(func=cmd_ingest)
@@ -48,6 +55,57 @@ def _acl(args: argparse.Namespace) -> dict:
     return {"tenant": args.tenant, "shared_tenants": list(args.share_tenant or [])}
 
 
+def flag_metadata(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The documents' `--meta KEY=VALUE` values (SPEC §7), checked here by the §8 rules so that a bad one
+    is an error naming the flag, not a 400 about a document."""
+    from knowledge_core.domain.metadata_sources import MetadataError, parse_meta_flag
+
+    given: dict[str, Any] = {}
+    for text in getattr(args, "meta", None) or []:
+        try:
+            key, value = parse_meta_flag(text)
+        except MetadataError as exc:
+            raise SystemExit(f"kb ingest: --meta {exc}") from None
+        given[key] = value
+    if not given:
+        return None
+    problem = metadata_problem(given)
+    if problem:
+        raise SystemExit(f"kb ingest: --meta {problem}")
+    return given
+
+
+def metadata_problem(metadata: dict[str, Any]) -> str | None:
+    """What breaks SPEC §8 in `metadata` (the Document's own rule), naming the key; None when valid."""
+    from knowledge_core.domain.filters import FilterInvalid, validate_metadata
+
+    try:
+        validate_metadata(metadata)
+    except FilterInvalid as exc:
+        return f"{exc.path.lstrip('.') or 'metadata'}: {exc.reason}"
+    return None
+
+
+def _sidecar_metadata(file: Path) -> dict[str, Any] | None:
+    """The attributes of `file`'s sidecar (`FILE.metadata.json` beside it), or None without one.
+    FileRefused (`invalid_metadata`) when it is not one: that file fails, the others go on."""
+    from knowledge_core.domain.metadata_sources import (
+        MAX_SIDECAR_BYTES,
+        MetadataError,
+        parse_sidecar,
+        sidecar_name,
+    )
+
+    sidecar = file.with_name(sidecar_name(file.name))
+    if not sidecar.exists() and not sidecar.is_symlink():
+        return None
+    try:
+        data = _read_regular(sidecar, MAX_SIDECAR_BYTES)
+        return parse_sidecar(data)
+    except (FileRefused, MetadataError) as exc:
+        raise FileRefused("invalid_metadata", f"{sidecar.name}: {exc}") from None
+
+
 MAX_BODY_BYTES = 5 * 1024 * 1024  # SPEC §1: a document body is at most 5 MiB
 MAX_DIRECTORY_FILES = 10_000  # as the service's own directory scan
 
@@ -60,7 +118,7 @@ class FileRefused(Exception):
         self.code = code
 
 
-def _read_regular(file: Path) -> bytes:
+def _read_regular(file: Path, max_bytes: int = 0) -> bytes:
     """The bytes of a regular file, opened without following a link and checked after opening (a file
     swapped for a link or a FIFO after the walk is refused, never read or waited on)."""
     import os
@@ -74,9 +132,10 @@ def _read_regular(file: Path) -> bytes:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise FileRefused("unsupported_format", "not a regular file")
-        if info.st_size > MAX_BODY_BYTES:
-            raise FileRefused("too_large", f"{info.st_size} bytes (at most {MAX_BODY_BYTES}, 5 MiB)")
-        return f.read(MAX_BODY_BYTES + 1)
+        limit = max_bytes or MAX_BODY_BYTES
+        if info.st_size > limit:
+            raise FileRefused("too_large", f"{info.st_size} bytes (at most {limit})")
+        return f.read(limit + 1)
 
 
 def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, title: str | None) -> dict:
@@ -87,11 +146,16 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
     import base64
 
     from knowledge_core.domain.ingestion import file_format
+    from knowledge_core.domain.metadata_sources import combine_metadata
 
     from ..demo import markdown_document
 
     source = {"uri": uri}
     acl = _acl(args)
+    metadata = combine_metadata(_sidecar_metadata(file), flag_metadata(args))
+    if metadata is not None and (problem := metadata_problem(metadata)):
+        raise FileRefused("invalid_metadata", problem)
+    extra: dict[str, Any] = {"metadata": metadata} if metadata is not None else {}
     data = _read_regular(file)
     if len(data) > MAX_BODY_BYTES:
         raise FileRefused("too_large", f"more than {MAX_BODY_BYTES} bytes (5 MiB)")
@@ -109,6 +173,7 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
             "body": doc.body,
             "structured_source": source,
             "acl": acl,
+            **extra,
         }
     document = {
         "doc_id": doc_id,
@@ -116,6 +181,7 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
         "content_base64": base64.b64encode(data).decode("ascii"),
         "structured_source": source,
         "acl": acl,
+        **extra,
     }
     if title:
         document["title"] = title
@@ -223,10 +289,12 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
     path = Path(args.file)
     sync = getattr(args, "sync", False)  # callers building their own Namespace may leave the job flags out
     refused: list[tuple[str, str]] = []
+    given = flag_metadata(args)  # a bad --meta stops here, before any job
+    meta: dict[str, Any] = {"metadata": given} if given else {}
     if args.file.startswith("s3://"):
         # The service lists and reads the prefix itself (boto3's AWS_ENDPOINT_URL_S3 and credentials).
         requests = [
-            {"s3_uri": args.file, "doc_id_prefix": args.doc_id or "", "acl": _acl(args), "sync": sync}
+            {"s3_uri": args.file, "doc_id_prefix": args.doc_id or "", "acl": _acl(args), "sync": sync, **meta}
         ]
     elif path.is_dir() and _is_loopback(args.endpoint):
         # kb serve reads the directory itself (its admin API answers on loopback only).
@@ -234,6 +302,7 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
             "directory": str(path.resolve()),
             "doc_id_prefix": args.doc_id or "",
             "acl": _acl(args),
+            **meta,
         }
         if sync:
             body["sync"] = True

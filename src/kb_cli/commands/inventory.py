@@ -73,6 +73,26 @@ def cmd_source_list(args: argparse.Namespace, call: Call) -> int:
     return 0
 
 
+def metadata_text(metadata: dict | None) -> str:
+    """A document's metadata (SPEC §8) on one line, `key=value` in key order, each as `kb ingest --meta`
+    would read it back (lists and numbers as JSON; a string quoted only where it would read as another
+    type, so `code="2024"` stays apart from `year=2024`); `—` when it has none."""
+    from knowledge_core.domain.metadata_sources import MetadataError, parse_meta_flag
+
+    if not metadata:
+        return "—"
+
+    def shown(value: object) -> str:
+        try:
+            if isinstance(value, str) and parse_meta_flag(f"k={value}")[1] == value:
+                return value
+        except MetadataError:
+            pass  # `[eu`: not JSON, so quoted
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+    return " ".join(f"{k}={shown(v)}" for k, v in sorted(metadata.items()))
+
+
 def documents(args: argparse.Namespace, call: Call) -> dict:
     return call(args.endpoint, "GET", f"/admin/v1/sources/{seg(args.source)}/documents")
 
@@ -89,11 +109,13 @@ def cmd_doc_list(args: argparse.Namespace, call: Call) -> int:
             d["status"],
             str(d["chars"]),
             readable_time(d["updated_at"]),
+            metadata_text(d.get("metadata")),
             d["title"],
         ]
         for d in listing["documents"]
     ]
-    emit(rows, ["DOC_ID", "TENANT", "STATUS", "CHARS", "UPDATED", "TITLE"], f"document(s) in {args.source}")
+    header = ["DOC_ID", "TENANT", "STATUS", "CHARS", "UPDATED", "METADATA", "TITLE"]
+    emit(rows, header, f"document(s) in {args.source}")
     if listing.get("truncated"):
         print(f"(the first {len(rows)} only)", file=sys.stderr)
     return 0
@@ -116,6 +138,7 @@ def cmd_doc_show(args: argparse.Namespace, call: Call) -> int:
         ("chars", str(doc["chars"])),
         ("revision", doc["revision"]),
         ("updated", readable_time(doc["updated_at"])),
+        ("metadata", metadata_text(doc.get("metadata"))),
     ]
     print("\n".join(f"{k + ':':10} {v}" for k, v in fields))
     return 0

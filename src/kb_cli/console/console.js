@@ -50,6 +50,7 @@ const STRINGS = {
     "confirm.revoke": "Revoke token {id}? Requests with it are refused from then on.",
     revokedMsg: "Token {id} revoked", noTokenApi: "This server has no token listing.",
     failed: "Failed: {code}",
+    metadata: "Metadata", sourceFilters: "Source filters", filter: "Filter (values in {…} come from the trusted context)",
   },
   zh: {
     brand: "智能体知识控制台", sections: "栏目", "nav.sources": "知识库", "nav.agents": "智能体与工作区",
@@ -93,6 +94,7 @@ const STRINGS = {
     issued: "已签发 {id}。请立即复制令牌：之后不再显示。", tokenId: "令牌 ID", expires: "到期",
     revoked: "已吊销", revoke: "吊销", "confirm.revoke": "吊销令牌 {id}？之后使用它的请求都会被拒绝。",
     revokedMsg: "令牌 {id} 已吊销", noTokenApi: "此服务端没有令牌列表。", failed: "失败：{code}",
+    metadata: "元数据", sourceFilters: "知识库过滤", filter: "过滤条件（{…} 中的值来自可信上下文）",
   },
 };
 
@@ -247,9 +249,10 @@ async function renderSources(view) {
     const { data: list } = await api("GET", `/admin/v1/sources/${seg(key)}/documents`);
     fill(docs, 
       h("h3", { text: t("docs.title", { source: key }) }),
-      table(t("docs.title", { source: key }), [t("docId"), t("title"), t("revision"), t("tenant"), t("status"), t("size"), t("updated"), t("actions")],
+      table(t("docs.title", { source: key }), [t("docId"), t("title"), t("revision"), t("tenant"), t("metadata"), t("status"), t("size"), t("updated"), t("actions")],
         list.documents.map((d) => [
           h("code", { text: d.doc_id }), d.title, h("code", { title: d.revision, text: d.revision.slice(7, 19) }), d.tenant || "—",
+          metadataView(d.metadata),
           h("span", { class: d.status === "ready" ? "ok" : "warn", text: d.status }), d.chars, d.updated_at,
           h("div", { class: "row" },
             h("button", { type: "button", text: d.status === "ready" ? t("disable") : t("enable"),
@@ -344,7 +347,25 @@ async function act(call, message) {
   }
 }
 
+// A document's metadata (SPEC §8) as `key = value` lines; lists as JSON, so ["a","b"] reads as a list.
+function metadataView(metadata) {
+  const entries = Object.entries(metadata || {});
+  if (!entries.length) return "—";
+  return h("ul", { class: "plain" }, entries.map(([k, v]) =>
+    h("li", {}, h("code", { text: `${k} = ${typeof v === "string" ? v : JSON.stringify(v)}` }))));
+}
+
 // --- agents and workspaces ------------------------------------------------------------------------------------
+
+// A sourceFilters filter (SPEC §3.1, §8) as one readable line: `{"context": "region"}` shows as {region}.
+function filterText(filter) {
+  const [op, arg] = Object.entries(filter || {})[0] || ["", null];
+  if (op === "andAll" || op === "orAll") return `${op}(${arg.map(filterText).join(", ")})`;
+  const value = arg && arg.value;
+  const shown = value && typeof value === "object" && !Array.isArray(value) && "context" in value
+    ? `{${value.context}}` : JSON.stringify(value);
+  return `${arg ? arg.key : "?"} ${op} ${shown}`;
+}
 
 function routingView(agent) {
   const routing = agent.definition.knowledgeRouting || {};
@@ -360,11 +381,15 @@ function routingView(agent) {
     Object.entries(r.contextEquals || {}).map(([k, v]) => `${k} = ${v}`).join(", ") || "—",
     yesNo(Boolean(r.always)), r.priority ?? 0,
   ]);
+  const filters = (routing.sourceFilters || []).map((f) => [
+    h("code", { text: `${f.knowledge.id}@${f.knowledge.version}` }), h("code", { text: filterText(f.filter) }),
+  ]);
   return h("div", {},
     h("p", {}, h("strong", { text: `${t("budgets")}: ` }), budgets.map(([k, v]) => `${k} ${v}`).join(" · ")),
     h("p", {}, h("strong", { text: `${t("allowed")}: ` }),
       (agent.definition.allowedKnowledge || []).map((k) => `${k.id}@${k.version}`).join(", ") || "—"),
-    rules.length ? table(t("rules"), [t("source"), t("terms"), t("tags"), t("context"), t("always"), t("priority")], rules) : null);
+    rules.length ? table(t("rules"), [t("source"), t("terms"), t("tags"), t("context"), t("always"), t("priority")], rules) : null,
+    filters.length ? table(t("sourceFilters"), [t("source"), t("filter")], filters) : null);
 }
 
 async function renderAgents(view) {

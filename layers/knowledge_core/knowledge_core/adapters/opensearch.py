@@ -60,6 +60,7 @@ from ..ports import (
     Vector,
 )
 from .embedding import document_vectors, matching_cosines
+from .opensearch_filters import METADATA_PROPERTIES, METADATA_TEMPLATES, filter_query, metadata_fields
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,17 @@ DENSE_RETRY_S = 300.0
 BULK_MAX_BYTES = 8 * 1024 * 1024
 _HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "text", "structured_source"]
 _VECTOR_FIELDS = ["vectors", "vector", "vector_model"]
-_DOC_FIELDS = ["source_key", "doc_id", "title", "body", "revision", "status", "acl", "structured_source"]
+_DOC_FIELDS = [
+    "source_key",
+    "doc_id",
+    "title",
+    "body",
+    "revision",
+    "status",
+    "acl",
+    "structured_source",
+    "metadata",
+]
 _STATE_FIELDS = ["source_key", "doc_id", "revision", "status", "acl", "structured_source"]
 
 
@@ -111,6 +122,7 @@ _INDEX_SETTINGS = {"number_of_shards": 1, "auto_expand_replicas": "0-1"}
 _PASSAGE_SETTINGS = {**_INDEX_SETTINGS, "analysis": ANALYSIS}
 PASSAGE_MAPPINGS: dict[str, Any] = {
     "dynamic": "strict",
+    "dynamic_templates": METADATA_TEMPLATES,  # typed metadata fields (opensearch_filters)
     "properties": {
         "source_key": {"type": "keyword"},
         "doc_id": {"type": "keyword"},
@@ -131,10 +143,12 @@ PASSAGE_MAPPINGS: dict[str, Any] = {
             "vector": {"type": "binary"},
             "vector_model": {"type": "keyword", "index": False, "doc_values": False},
         },
+        **METADATA_PROPERTIES,
     },
 }
 DOCUMENT_MAPPINGS: dict[str, Any] = {
     "dynamic": "strict",
+    "dynamic_templates": METADATA_TEMPLATES,
     "properties": {
         "source_key": {"type": "keyword"},
         "doc_id": {"type": "keyword"},
@@ -146,6 +160,7 @@ DOCUMENT_MAPPINGS: dict[str, Any] = {
         "structured_source": {"type": "object", "enabled": False},
         "passage_count": {"type": "integer"},
         "updated_at": {"type": "date", "format": "epoch_second"},
+        **METADATA_PROPERTIES,
     },
 }
 
@@ -394,6 +409,8 @@ class OpenSearchBackend(SearchBackend):
                 self._create_index(index, alias if not current else None, timeout)
             if current and index not in current:
                 self._move_alias(current, index, alias)
+            if current:  # an index made before metadata filters (a new one has them from its template)
+                self._map_metadata(alias, timeout)
         self._knn_fields = frozenset()
         if knn and self._embedder is not None:
             properties = self.knn_properties()
@@ -407,6 +424,12 @@ class OpenSearchBackend(SearchBackend):
                     raise
                 self._dense_unavailable(exc.error)
         self._ready = True
+
+    def _map_metadata(self, alias: str, timeout: float) -> None:
+        """Indices made before metadata filters get its typed fields and templates (a no-op when present):
+        their documents simply have no metadata until re-ingested."""
+        body = {"dynamic_templates": METADATA_TEMPLATES, "properties": METADATA_PROPERTIES}
+        self.client.indices.put_mapping(index=alias, body=body, request_timeout=timeout)
 
     def _create_index(self, index: str, alias: str | None, timeout: float) -> None:
         from opensearchpy.exceptions import RequestError
@@ -484,6 +507,8 @@ class OpenSearchBackend(SearchBackend):
         dense = self._dense_on(vector) if dense is None else dense and vector is not None
         for q in queries:
             filters = [{"term": {"source_key": q.key}}, {"term": {"status": "ready"}}, visible]
+            if q.filter is not None:  # §8: before ranking, in BM25 and k-NN alike
+                filters.append(filter_query(q.filter))
             common = {
                 "timeout": f"{max(1, int(q.timeout_s * 1000))}ms",
                 "track_total_hits": False,
@@ -759,6 +784,7 @@ class OpenSearchBackend(SearchBackend):
             "acl_subjects": list(acl.subjects),
             "acl_groups": list(acl.groups),
             "structured_source": doc.structured_source,
+            **metadata_fields(doc.metadata),
         }
         lines: list[dict[str, Any]] = []
         pages = passage_pages(doc.body, passages, page_starts_of(doc.structured_source))
@@ -784,6 +810,7 @@ class OpenSearchBackend(SearchBackend):
                 "structured_source": doc.structured_source,
                 "passage_count": len(passages),
                 "updated_at": int(time.time()),
+                **metadata_fields(doc.metadata),
             },
         ]
         return lines
@@ -895,7 +922,7 @@ class OpenSearchBackend(SearchBackend):
             "query": {"term": {"source_key": source_key}},
             "size": min(limit, MAX_RESULT_WINDOW),
             "sort": [{"doc_id": "asc"}],
-            "_source": ["doc_id", "title", "revision", "status", "updated_at", "acl.tenant"],
+            "_source": ["doc_id", "title", "revision", "status", "updated_at", "acl.tenant", "metadata"],
             "script_fields": {"chars": {"script": {"source": "params._source.body.length()"}}},
         }
         try:
@@ -911,6 +938,7 @@ class OpenSearchBackend(SearchBackend):
                 chars=int(h.get("fields", {}).get("chars", [0])[0]),
                 updated_at=float(h["_source"].get("updated_at", 0)),
                 tenant=(h["_source"].get("acl") or {}).get("tenant"),
+                metadata=h["_source"].get("metadata") or None,
             )
             for h in found["hits"]["hits"]
         ]
@@ -968,6 +996,7 @@ def _document(src: dict[str, Any]) -> Document:
         status=src["status"],
         acl=DocumentAcl.model_validate(src["acl"]),
         structured_source=src.get("structured_source"),
+        metadata=src.get("metadata"),
     )
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
-from .models import DOC_ID_PATTERN, ROUTE_PATTERN, WHOLE_NUMBER, DocumentAcl, Tenant, TokenSummary
+from .models import DOC_ID_PATTERN, ROUTE_PATTERN, WHOLE_NUMBER, DocumentAcl, Metadata, Tenant, TokenSummary
 from .wire import StrictRequest, WireModel
 
 Route = Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
@@ -84,6 +84,7 @@ class DocumentRequest(StrictRequest):
     structured_source: dict[str, Any] | None = None
     acl: DocumentAclRequest
     status: Literal["ready", "processing", "disabled"] = "ready"
+    metadata: Metadata = None  # SPEC §8: filterable attributes
 
 
 class BulkDocument(DocumentRequest):
@@ -217,6 +218,7 @@ class DocumentSummary(BaseModel):
     chars: int
     updated_at: str  # ISO-8601 UTC
     tenant: str | None = None  # its own tenant (None: stored before documents named one)
+    metadata: dict[str, Any] = Field(default_factory=dict)  # SPEC §8 attributes ({} = none)
 
 
 class DocumentListResponse(BaseModel):
@@ -294,6 +296,7 @@ class JobDocumentRequest(StrictRequest):
     structured_source: dict[str, Any] | None = None
     acl: DocumentAclRequest
     status: Literal["ready", "processing", "disabled"] = "ready"
+    metadata: Metadata = None  # SPEC §8; a file's sidecar is combined by `kb ingest`
 
     @model_validator(mode="after")
     def _one_content(self) -> JobDocumentRequest:
@@ -318,6 +321,7 @@ _ONE_ORIGIN: dict[str, Any] = {
                 "sync": {"const": False},
                 "doc_id_prefix": {"const": ""},
                 "acl": {"type": "null"},
+                "metadata": {"type": "null"},
             },
         },
         {
@@ -347,6 +351,8 @@ class IngestionJobRequest(StrictRequest):
     doc_id_prefix: DocIdPrefix = ""
     sync: bool = False
     acl: DocumentAclRequest | None = None  # a directory's documents' ACL (SPEC §1: the tenant is required)
+    # A directory's or prefix's documents' metadata, combined with each file's sidecar (this wins per key).
+    metadata: Metadata = None
 
     @property
     def origin_field(self) -> str:
@@ -356,8 +362,8 @@ class IngestionJobRequest(StrictRequest):
     def _one_origin(self) -> IngestionJobRequest:
         if sum(x is not None for x in (self.documents, self.directory, self.s3_uri)) != 1:
             raise ValueError("give exactly one of documents, directory or s3_uri")
-        if self.documents is not None and (self.sync or self.doc_id_prefix or self.acl):
-            raise ValueError("sync, doc_id_prefix and acl apply to a directory or s3_uri only")
+        if self.documents is not None and (self.sync or self.doc_id_prefix or self.acl or self.metadata):
+            raise ValueError("sync, doc_id_prefix, acl and metadata apply to a directory or s3_uri only")
         if self.documents is None and self.acl is None:
             raise ValueError(f"acl: required with {self.origin_field} (the documents' tenant)")
         return self

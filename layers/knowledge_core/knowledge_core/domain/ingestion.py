@@ -25,7 +25,7 @@ FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
 # many elements; `timeout`: over the extraction time bound; `extraction_failed`: the extractor failed in
 # any other way; `not_a_file`: the path is no longer a regular file (a symlink, FIFO, device, directory);
 # `attempts_exhausted`: the document was begun MAX_DOCUMENT_ATTEMPTS times and never finished (a worker
-# died on it each time).
+# died on it each time); `invalid_metadata`: its sidecar is malformed, or its combined metadata breaks §8.
 ErrorCode = Literal[
     "unsupported_format",
     "corrupt",
@@ -40,6 +40,7 @@ ErrorCode = Literal[
     "not_a_file",
     "attempts_exhausted",
     "access_denied",
+    "invalid_metadata",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 JobState = Literal["queued", "running", "completed", "cancelled"]
@@ -67,6 +68,7 @@ class _Payload(BaseModel):
     title: str | None = None
     structured_source: dict[str, Any] | None = None
     status: str = "ready"
+    metadata: dict[str, Any] | None = None  # given with the request (a sidecar's is read with the file)
 
 
 class TextPayload(_Payload):
@@ -92,6 +94,7 @@ class DirectoryFilePayload(_Payload):
     path: str
     uri: str
     root: str | None = None
+    sidecar: str | None = None  # its `.metadata.json` beside it, inside `root` (read with the file)
 
 
 class S3ObjectPayload(_Payload):
@@ -100,6 +103,7 @@ class S3ObjectPayload(_Payload):
     kind: Literal["s3"] = "s3"
     s3: dict[str, Any]
     uri: str
+    sidecar: dict[str, Any] | None = None  # its `.metadata.json` as listed: key, etag, size
 
 
 JobPayload = Annotated[

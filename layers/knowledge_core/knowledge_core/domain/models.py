@@ -11,14 +11,20 @@ from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StringConstraints,
+    ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
+
+from .filters import ContextFilterField, FilterInvalid, MetadataValue, validate_metadata
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$"
@@ -169,6 +175,14 @@ class RoutingRule(Strict):
         return self
 
 
+class SourceFilter(Strict):
+    """R-CFG's `sourceFilters` entry (SPEC §3.1): the §8 filter the server applies to every retrieval of
+    `knowledge` for this agent; a value `{"context": key}` is filled from the runtime's trusted context."""
+
+    knowledge: KnowledgeRef
+    filter: ContextFilterField
+
+
 class KnowledgeRouting(Strict):
     mode: RoutingMode | None = None
     max_sources: Annotated[int, Field(ge=1, le=16, alias="maxSources"), WHOLE_NUMBER] = 4
@@ -185,6 +199,25 @@ class KnowledgeRouting(Strict):
     )
     rerank: Literal["NONE", "LEXICAL"] = "NONE"
     rules: Annotated[list[RoutingRule], Field(max_length=64)] = []
+    source_filters: Annotated[list[SourceFilter], Field(max_length=64, alias="sourceFilters")] = []
+
+    @model_serializer(mode="wrap")
+    def _without_empty_source_filters(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An agent without sourceFilters dumps as before they existed: its knowledge_scope_revision (a
+        digest of this dump) and its listings stay what they were."""
+        dumped: dict[str, Any] = handler(self)
+        for name in ("sourceFilters", "source_filters"):
+            if dumped.get(name) == []:
+                del dumped[name]
+        return dumped
+
+    @field_validator("source_filters")
+    @classmethod
+    def _one_filter_per_source(cls, filters: list[SourceFilter]) -> list[SourceFilter]:
+        keys = [f.knowledge.key for f in filters]
+        if len(set(keys)) != len(keys):
+            raise ValueError("each knowledge source may have at most one sourceFilter (combine with andAll)")
+        return filters
 
     @field_validator("rules")
     @classmethod
@@ -216,6 +249,17 @@ class AgentDefinition(Strict):
     model_profile: Annotated[ModelProfile, Field(alias="modelProfile")]
     allowed_knowledge: Annotated[list[KnowledgeRef], Field(alias="allowedKnowledge", max_length=64)] = []
     knowledge_routing: Annotated[KnowledgeRouting | None, Field(alias="knowledgeRouting")] = None
+
+    @field_validator("knowledge_routing")
+    @classmethod
+    def _source_filters_allowed(cls, routing: KnowledgeRouting | None, info: ValidationInfo) -> Any:
+        """A sourceFilter's knowledge must be in allowedKnowledge (named by its path, as a filter's error)."""
+        allowed = {k.key for k in info.data.get("allowed_knowledge", [])}
+        for i, entry in enumerate(routing.source_filters if routing else []):
+            if entry.knowledge.key not in allowed:
+                reason = f"{entry.knowledge.key} is not in allowedKnowledge"
+                raise FilterInvalid(f".sourceFilters[{i}].knowledge", reason).pydantic()
+        return routing
 
     @property
     def key(self) -> str:
@@ -293,6 +337,21 @@ class DocumentAcl(BaseModel):
 DocStatus = Literal["ready", "processing", "disabled", "deleted"]
 
 
+def _metadata(metadata: dict[str, Any] | None) -> dict[str, MetadataValue] | None:
+    """§8's limits on a document's metadata; the error names the key (`metadata.region`)."""
+    if not metadata:
+        return None  # {} is no metadata: stored equal to none (the unchanged rule, §1)
+    try:
+        return validate_metadata(metadata)
+    except FilterInvalid as exc:
+        raise exc.pydantic() from None
+
+
+Metadata = Annotated[dict[str, Any] | None, AfterValidator(_metadata)]
+"""A document's optional metadata (SPEC §8): ≤ 32 keys, each a string ≤ 256 chars, a finite number, a
+boolean or a list of ≤ 32 strings."""
+
+
 def document_revision(title: str, body: str) -> str:
     return "sha256:" + hashlib.sha256((title + "\n\0" + body).encode("utf-8")).hexdigest()
 
@@ -305,6 +364,7 @@ class Document(BaseModel):
     structured_source: dict[str, Any] | None = None
     acl: DocumentAcl = DocumentAcl()
     status: DocStatus = "ready"
+    metadata: Metadata = None
 
     @field_validator("structured_source")
     @classmethod

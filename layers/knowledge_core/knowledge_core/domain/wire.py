@@ -18,6 +18,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
 from .errors import InvalidRequest
+from .filters import FILTER_SCHEMA, MAX_CONDITIONS, MAX_DEPTH, OPERATORS, FilterField
 from .models import WHOLE_NUMBER
 
 PROTOCOL = "bailing.agent-knowledge.v1"
@@ -81,6 +82,7 @@ class SearchRequest(StrictRequest):
     query: Annotated[str, Field(max_length=2000), NonBlank]
     limit: Annotated[int, Field(ge=1, le=LIMITS.search_max_results), WHOLE_NUMBER] = LIMITS.search_max_results
     run_id: RunId = None
+    filter: FilterField | None = None  # §8: narrows every source's candidates, before ranking
 
 
 class ReadRequest(StrictRequest):
@@ -99,6 +101,10 @@ def parse_request(model: type[M], raw: str | bytes | None) -> M:
     except ValidationError as exc:
         err = exc.errors(include_url=False, include_input=False)[0]
         field = ".".join(str(p) for p in err["loc"]) or "body"
+        if err["type"] == "invalid_at_path":  # a filter or metadata: its own exact path (§8)
+            # List indexes as the path inside spells them: `sourceFilters[0].filter.andAll[1]`.
+            field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+            field += err.get("ctx", {}).get("path", "")
         if err["type"] == "extra_forbidden":
             # An unknown name is the client's own input: echo a bounded prefix, never all of it.
             field = field if len(field) <= 64 else field[:64] + "…"
@@ -155,6 +161,21 @@ class ReadResponse(WireModel):
     read_chain_max_bytes: int = LIMITS.read_chain_max_bytes
 
 
+class FilterExtension(BaseModel):
+    """What a search's `filter` may hold (§8)."""
+
+    schema_: Annotated[str, Field(alias="schema")] = FILTER_SCHEMA
+    operators: list[str] = list(OPERATORS)
+    max_conditions: int = MAX_CONDITIONS
+    max_depth: int = MAX_DEPTH
+
+
+class Extensions(BaseModel):
+    """Extensions beyond the seed protocol (§2.1): a host that ignores them keeps working unchanged."""
+
+    filter: FilterExtension = FilterExtension()
+
+
 class CapabilitiesResponse(WireModel):
     schema_: Annotated[str, Field(alias="schema")] = "bailing.agent-knowledge-capabilities.v1"
     protocol: str = PROTOCOL
@@ -164,6 +185,7 @@ class CapabilitiesResponse(WireModel):
     knowledge_scope_revision: str
     delivery_modes: list[str] = ["inline", "on_demand"]
     limits: Limits = LIMITS
+    extensions: Extensions = Extensions()
 
 
 def to_wire(model: BaseModel) -> dict[str, Any]:

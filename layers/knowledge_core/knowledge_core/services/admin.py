@@ -135,6 +135,7 @@ class AdminService:
                     chars=d.chars,
                     updated_at=datetime.fromtimestamp(d.updated_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     tenant=d.tenant,
+                    metadata=d.metadata or {},
                 )
                 for d in found[:limit]
             ],

@@ -49,11 +49,13 @@ from ..domain.ingestion import (
     sync_origin_tag,
     written_by_sync,
 )
+from ..domain.metadata_sources import combine_metadata
 from ..domain.models import MAX_BODY_BYTES, Document, DocumentAcl
 from ..domain.passages import split_passages
 from ..extraction import DEFAULT_LIMITS, Extracted, ExtractionError, extract, typed_failures
 from ..local_files import read_regular_file
 from ..ports import Clock, JobQueue, JobStore, Registry, SearchBackend
+from .metadata_sidecars import directory_sidecar, sidecar_of, split_sidecars
 
 if TYPE_CHECKING:
     from .s3_ingestion import S3Origin
@@ -137,7 +139,7 @@ class IngestionService:
                 # SPEC §7: an empty prefix would make every document of the source the sync's to delete.
                 raise InvalidRequest("doc_id_prefix: required with sync (non-empty)", field="doc_id_prefix")
             acl = request.acl.to_acl()
-            documents = self._directory(request.directory, request.doc_id_prefix, acl)
+            documents = self._directory(request.directory, request.doc_id_prefix, acl, request.metadata)
             spec = JobSpec(
                 directory=request.directory,
                 prefix=request.doc_id_prefix,
@@ -186,7 +188,9 @@ class IngestionService:
         payload = job_payload({**fields, "kind": "text" if request.body is not None else "upload"})
         return self._sized(JobDocument(seq, request.doc_id, payload_json(payload)))
 
-    def _directory(self, directory: str, prefix: str, acl: DocumentAcl) -> list[JobDocument]:
+    def _directory(
+        self, directory: str, prefix: str, acl: DocumentAcl, metadata: dict[str, Any] | None = None
+    ) -> list[JobDocument]:
         if not self._allow_directories:
             raise InvalidRequest("directory: not available on this deployment", field="directory")
         root = Path(directory)
@@ -201,7 +205,7 @@ class IngestionService:
             found.append(p)
             if len(found) > MAX_DIRECTORY_FILES:
                 raise InvalidRequest(f"directory: more than {MAX_DIRECTORY_FILES} files", field="directory")
-        files = sorted(found)
+        files, sidecars = split_sidecars(sorted(found))  # sidecars are not documents (SPEC §7)
         acl_json = acl.model_dump(mode="json")
         # The uri is the path inside the directory: never this machine's absolute path (agents see it).
         return [
@@ -210,7 +214,12 @@ class IngestionService:
                 directory_doc_id(prefix, PurePath(p.relative_to(root))),
                 payload_json(
                     DirectoryFilePayload(
-                        path=str(p), root=str(root), uri=p.relative_to(root).as_posix(), acl=acl_json
+                        path=str(p),
+                        root=str(root),
+                        uri=p.relative_to(root).as_posix(),
+                        acl=acl_json,
+                        metadata=metadata,
+                        sidecar=_relative(sidecar_of(p, sidecars), root),
                     )
                 ),
             )
@@ -226,7 +235,7 @@ class IngestionService:
             raise InvalidRequest("doc_id_prefix: required with sync (non-empty)", field="doc_id_prefix")
         location = self._s3.location(request.s3_uri)
         acl = request.acl.to_acl()
-        documents = self._s3.job_documents(location, request.doc_id_prefix, acl)
+        documents = self._s3.job_documents(location, request.doc_id_prefix, acl, request.metadata)
         prefix, sync = request.doc_id_prefix, request.sync
         return documents, JobSpec(prefix=prefix, sync=sync, tenant=acl.tenant, origin=location.uri)
 
@@ -394,22 +403,33 @@ class IngestionService:
         if item.attempts >= MAX_DOCUMENT_ATTEMPTS:
             raise ExtractionError("attempts_exhausted")
         origin = job.spec.sync_origin if job.spec.sync else None
-        item, file = self._s3_object(item)  # outside the try: S3 being down is no document's error
+        item, file, sidecar = self._s3_object(item)  # outside the try: S3 being down is no document's error
         with typed_failures():
-            return self.document(job.source_key, item, extractor=self._extract, sync_origin=origin, file=file)
+            payload = known_payload(item.payload)
+            if isinstance(payload, DirectoryFilePayload):
+                sidecar = directory_sidecar(payload)
+            return self.document(
+                job.source_key, item, extractor=self._extract, sync_origin=origin, file=file, sidecar=sidecar
+            )
 
-    def _s3_object(self, item: JobDocument) -> tuple[JobDocument, tuple[str, bytes] | None]:
-        """An S3 job document's object, read (its uri, ETag and size go to its structured_source); any
-        other job document as it is. ExtractionError per object; SourceFailure when S3 is down."""
+    def _s3_object(
+        self, item: JobDocument
+    ) -> tuple[JobDocument, tuple[str, bytes] | None, dict[str, Any] | None]:
+        """An S3 job document's object and sidecar, read (its uri, ETag, size and metadata origin go to
+        its structured_source); any other job document as it is. ExtractionError per object;
+        SourceFailure when S3 is down."""
         payload = known_payload(item.payload)
         if not isinstance(payload, S3ObjectPayload):
-            return item, None
+            return item, None, None
         if self._s3 is None:
             raise ExtractionError("not_found")
         name, data, s3_source = self._s3.read(payload)
+        sidecar, origin_tag = self._s3.read_sidecar(payload)
         structured = {**(payload.structured_source or {}), **s3_source}
+        if origin_tag is not None:
+            structured["metadata_origin"] = origin_tag
         kept = payload.model_copy(update={"structured_source": structured})
-        return replace(item, payload=payload_json(kept)), (name, data)
+        return replace(item, payload=payload_json(kept)), (name, data), sidecar
 
     @staticmethod
     def document(
@@ -419,10 +439,12 @@ class IngestionService:
         extractor: Extractor = extract,
         sync_origin: str | None = None,
         file: tuple[str, bytes] | None = None,
+        sidecar: dict[str, Any] | None = None,
     ) -> Document:
         """The Document a job document stands for; ExtractionError when it cannot be made. A sync records
         its origin (as a digest) in `structured_source.sync_origin`: its sweep deletes only those. `file`:
-        the name and bytes already read (an S3 object)."""
+        the name and bytes already read (an S3 object); `sidecar`: its sidecar's attributes, combined
+        with the payload's `metadata` (which wins, key by key)."""
         payload = job_payload(item.payload or {})
         structured: dict[str, Any] = dict(payload.structured_source or {})
         if isinstance(payload, TextPayload):
@@ -453,9 +475,11 @@ class IngestionService:
                 structured_source=structured or None,
                 acl=DocumentAcl.model_validate(payload.acl),
                 status=payload.status,
+                metadata=combine_metadata(sidecar, payload.metadata),
             )
-        except ValidationError:
-            raise ExtractionError("too_large") from None
+        except ValidationError as exc:
+            invalid = any(e["loc"][:1] == ("metadata",) for e in exc.errors())
+            raise ExtractionError("invalid_metadata" if invalid else "too_large") from None
 
     def _sweep(self, job: IngestionJob) -> int:
         """A sync's last step (idempotent, so a resumed job repeats it safely)."""
@@ -502,6 +526,10 @@ class IngestionService:
     @property
     def lease_seconds(self) -> float:
         return self._lease_s
+
+
+def _relative(path: Path | None, root: Path) -> str | None:
+    return path.relative_to(root).as_posix() if path is not None else None
 
 
 class _Beating:

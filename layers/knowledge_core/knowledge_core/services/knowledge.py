@@ -14,11 +14,13 @@ from ..domain.errors import (
     ScopeChanged,
     SourceFailure,
 )
+from ..domain.filters import Filter
 from ..domain.fusion import Hit
 from ..domain.models import Principal, citable
 from ..domain.passages import page_label
 from ..domain.router import PlannedSource, expired_leases, plan_search
 from ..domain.scope import KnowledgeScope
+from ..domain.source_filters import retrieval_filter
 from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
 from ..domain.wire import (
     LIMITS,
@@ -103,7 +105,7 @@ class KnowledgeService:
         if not scope.searchable():
             response.status = "disabled"
             return response
-        response.status, hits = self._ranked_hits(scope, request.query, principal, depth=None)
+        response.status, hits = self._ranked_hits(scope, request.query, principal, None, request.filter)
         identity = identity_digest(principal, route, request.run_id)
         query_terms = unique_terms(request.query)
         hints = [self._hint(h, identity, scope.revision, query_terms) for h in hits[: request.limit]]
@@ -143,9 +145,14 @@ class KnowledgeService:
         )
 
     def _ranked_hits(
-        self, scope: KnowledgeScope, query: str, principal: Principal, depth: int | None
+        self,
+        scope: KnowledgeScope,
+        query: str,
+        principal: Principal,
+        depth: int | None,
+        filter_: Filter | None = None,
     ) -> tuple[SearchStatus, list[Hit]]:
-        return self._retrieve(scope, query, principal, depth, plan_search(scope, query))
+        return self._retrieve(scope, query, principal, depth, plan_search(scope, query), filter_)
 
     def _retrieve(
         self,
@@ -154,9 +161,10 @@ class KnowledgeService:
         principal: Principal,
         depth: int | None,
         planned: list[PlannedSource],
+        filter_: Filter | None = None,
     ) -> tuple[SearchStatus, list[Hit]]:
         """(status, hits merged by raw score): each planned source asked for its `topK`
-        (or `depth`) documents through the one retrieval step (K-PIPE)."""
+        (or `depth`) documents among those `filter_` admits (§8) through the one retrieval step (K-PIPE)."""
         if not planned:
             return "ok", []
         # An expired runtime lease makes a source unavailable without querying it (R-ROUTE).
@@ -164,7 +172,12 @@ class KnowledgeService:
         to_call = [p for p in planned if p.key not in expired]
         retrieved = (
             self.retrieval.run(
-                [SourceAsk.of(p, depth) for p in to_call],
+                # The route's agent's sourceFilters and the request's filter, and-ed; no runtime stands
+                # behind this door, so no trusted context (§3.1: a context-bound condition matches nothing).
+                [
+                    SourceAsk.of(p, depth, retrieval_filter(scope.routing, p.key, {}, filter_))
+                    for p in to_call
+                ],
                 self.retrieval.analyse(query),
                 principal.viewer,
                 float(scope.routing.source_timeout_seconds),

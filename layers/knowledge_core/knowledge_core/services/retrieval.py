@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..domain.errors import SourceFailure
+from ..domain.filters import Filter
 from ..domain.fusion import Hit
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentState, Viewer, citable
@@ -40,17 +41,20 @@ DocKey = tuple[str, str]
 
 @dataclass(frozen=True)
 class SourceAsk:
-    """One source to retrieve from: at most `top_k` ranked documents scoring at least `min_score`."""
+    """One source to retrieve from: at most `top_k` ranked documents scoring at least `min_score`, among
+    the documents `filter` admits (§8: the request's filter and the agent's sourceFilters for this source,
+    combined by the caller; None: every document)."""
 
     key: str
     top_k: int
     min_score: float
+    filter: Filter | None = None
 
     @classmethod
-    def of(cls, planned: PlannedSource, depth: int | None = None) -> SourceAsk:
+    def of(cls, planned: PlannedSource, depth: int | None = None, filter_: Filter | None = None) -> SourceAsk:
         """A planned source's own `topK` and `minScore` (or `depth` documents: the evaluation door)."""
         definition = planned.source.definition
-        return cls(planned.key, depth or definition.top_k, definition.min_score)
+        return cls(planned.key, depth or definition.top_k, definition.min_score, filter_)
 
 
 @dataclass
@@ -108,25 +112,34 @@ class Retrieval:
         """Each source's ranked, live-checked documents, one backend round trip for all of them."""
         if not sources:
             return Retrieved([])
-        queries = [self.source_query(a.key, a.top_k, a.min_score, timeout_s, query) for a in sources]
+        queries = [
+            self.source_query(a.key, a.top_k, a.min_score, timeout_s, query, a.filter) for a in sources
+        ]
         results = self._backend.search(queries, query, viewer)
         ranked = [self.rank(r, a.min_score, query) for a, r in zip(sources, results, strict=True)]
         return self.live_check(ranked, [a.top_k for a in sources], viewer)
 
     def source_query(
-        self, key: str, top_k: int, min_score: float, timeout_s: float, query: QueryAnalysis
+        self,
+        key: str,
+        top_k: int,
+        min_score: float,
+        timeout_s: float,
+        query: QueryAnalysis,
+        filter_: Filter | None = None,
     ) -> SourceQuery:
         """The candidates one source must return for `top_k` ranked documents: BM25's top `top_k` above
         `minScore`, or — with query vectors — a deeper pool without a floor (the floor applies to the
-        fused score) and the dense stage's nearest documents."""
+        fused score) and the dense stage's nearest documents; both among the documents `filter_` admits."""
         if not query.vectors:
-            return SourceQuery(key, top_k, min_score, timeout_s)
+            return SourceQuery(key, top_k, min_score, timeout_s, filter=filter_)
         return SourceQuery(
             key,
             self.ranking.depth(top_k),
             float("-inf"),
             timeout_s,
             dense_k=self.ranking.dense_depth(top_k),
+            filter=filter_,
         )
 
     def rank(self, result: SourceResult, min_score: float, query: QueryAnalysis) -> SourceOutcome:

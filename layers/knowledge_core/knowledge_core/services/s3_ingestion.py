@@ -6,6 +6,7 @@ directory job's: IngestionService calls in here only where an S3 object differs 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..domain.errors import (
     Forbidden,
@@ -16,6 +17,14 @@ from ..domain.errors import (
     SourceFailure,
 )
 from ..domain.ingestion import ErrorCode, JobDocument, S3ObjectPayload, file_format, payload_json
+from ..domain.metadata_sources import (
+    MAX_SIDECAR_BYTES,
+    MetadataError,
+    is_sidecar,
+    metadata_origin_tag,
+    parse_sidecar,
+    sidecar_name,
+)
 from ..domain.models import Document, DocumentAcl
 from ..domain.s3_source import (
     MAX_OBJECT_BYTES,
@@ -66,17 +75,29 @@ class S3Origin:
             raise Forbidden(f"s3_uri: outside {self._allowed.uri}", field="s3_uri")
         return location
 
-    def job_documents(self, location: S3Location, doc_id_prefix: str, acl: DocumentAcl) -> list[JobDocument]:
+    def job_documents(
+        self,
+        location: S3Location,
+        doc_id_prefix: str,
+        acl: DocumentAcl,
+        metadata: dict[str, Any] | None = None,
+    ) -> list[JobDocument]:
         """The prefix's objects as job documents, in key order (what is read, and compared, later is the
         listing's ETag and size). Sidecars (`.metadata.json`) are not documents."""
-        return self.documents(location, doc_id_prefix, acl, self._list(location))
+        return self.documents(location, doc_id_prefix, acl, self._list(location), metadata)
 
     @staticmethod
     def documents(
-        location: S3Location, doc_id_prefix: str, acl: DocumentAcl, listed: list[StoredObject]
+        location: S3Location,
+        doc_id_prefix: str,
+        acl: DocumentAcl,
+        listed: list[StoredObject],
+        metadata: dict[str, Any] | None = None,
     ) -> list[JobDocument]:
-        """Listed (or notified) objects as job documents: the document keys only, in the order given."""
+        """Listed (or notified) objects as job documents: the document keys only, in the order given,
+        each with its sidecar when that is listed too."""
         objects = [o for o in listed if is_document_key(location, o.key)]
+        sidecars = {o.key: o for o in listed if is_sidecar(o.key)}
         acl_json = acl.model_dump(mode="json")
         return [
             JobDocument(
@@ -87,6 +108,8 @@ class S3Origin:
                         s3={"bucket": location.bucket, "key": obj.key, "etag": obj.etag, "size": obj.size},
                         uri=location.object_uri(obj.key),
                         acl=acl_json,
+                        metadata=metadata,
+                        sidecar=_listed(sidecars.get(sidecar_name(obj.key))),
                     )
                 ),
             )
@@ -111,7 +134,8 @@ class S3Origin:
         """True when the stored document came from this very object (uri, ETag, size) with the same ACL,
         is ready and carries the sync mark this job would give it (`sync_tag`): equal ETag and size mean
         equal bytes, so nothing needs reading (SPEC §1's stored-equality rule then holds: title, body
-        and structure come from those bytes)."""
+        and structure come from those bytes; metadata from the sidecar's ETag and the job's `metadata`,
+        whose digest the document records as `metadata_origin`)."""
         if stored is None or stored.status != "ready":
             return False
         source = stored.structured_source or {}
@@ -124,7 +148,15 @@ class S3Origin:
             and source.get("size") == s3["size"]
             and bool(s3["etag"])
         )
-        return same_object and stored.acl == DocumentAcl.model_validate(payload.acl)
+        same_metadata = source.get("metadata_origin") == _listed_origin(payload)
+        return same_object and same_metadata and stored.acl == DocumentAcl.model_validate(payload.acl)
+
+    def head(self, bucket: str, key: str) -> StoredObject | None:
+        """The object as it is now (ETag, size), or None; S3 unavailable is SourceFailure (retried)."""
+        try:
+            return self._store.head_object(bucket, key)
+        except ObjectStoreError as exc:
+            raise SourceFailure("unavailable", f"S3 head failed: {exc.code}") from None
 
     def exists(self, bucket: str, key: str) -> bool:
         """Whether the object is there now; S3 unavailable is SourceFailure (the message is retried)."""
@@ -151,3 +183,36 @@ class S3Origin:
             raise ExtractionError(code) from None
         # The ETag of the bytes read (the object may have changed since it was listed).
         return s3["key"], data, {"uri": payload.uri, "etag": etag or s3["etag"], "size": len(data)}
+
+    def read_sidecar(self, payload: S3ObjectPayload) -> tuple[dict[str, Any] | None, str | None]:
+        """The object's sidecar attributes (None without one, or when it was removed since the listing)
+        and the `metadata_origin` its document records. ExtractionError("invalid_metadata") for a sidecar
+        that is not one; SourceFailure when S3 is unavailable."""
+        listed = payload.sidecar
+        if listed is None:
+            return None, metadata_origin_tag(None, payload.metadata)
+        try:
+            data, etag = self._store.get_object(payload.s3["bucket"], listed["key"], MAX_SIDECAR_BYTES)
+        except ObjectStoreError as exc:
+            if exc.code == "not_found":
+                return None, metadata_origin_tag(None, payload.metadata)
+            code = _DOCUMENT_ERRORS.get(exc.code)
+            if code is None:
+                raise SourceFailure("unavailable", "S3 read failed") from None
+            raise ExtractionError(
+                "access_denied" if code == "access_denied" else "invalid_metadata"
+            ) from None
+        try:
+            attributes = parse_sidecar(data)
+        except MetadataError:
+            raise ExtractionError("invalid_metadata") from None
+        return attributes, metadata_origin_tag(etag or listed["etag"], payload.metadata)
+
+
+def _listed(sidecar: StoredObject | None) -> dict[str, Any] | None:
+    return {"key": sidecar.key, "etag": sidecar.etag, "size": sidecar.size} if sidecar else None
+
+
+def _listed_origin(payload: S3ObjectPayload) -> str | None:
+    """The `metadata_origin` a document of this listing would record (the sidecar's listed ETag)."""
+    return metadata_origin_tag((payload.sidecar or {}).get("etag"), payload.metadata)

@@ -35,6 +35,7 @@ from ..domain.fusion import Fused, RankedList, content_fingerprint, fuse
 from ..domain.models import AgentDefinition, Viewer
 from ..domain.router import PlannedSource, expired_leases, plan_startup, plan_tool
 from ..domain.scope import KnowledgeScope
+from ..domain.source_filters import retrieval_filter
 from ..domain.tool_wire import (
     CitationCreated,
     KnowledgeFused,
@@ -199,7 +200,9 @@ class ToolsService:
 
         snapshot = self._ledger.charge_retrievals(snapshot, links, [p.key for p in to_call], now)
         viewer = Viewer(tenant=inv.tenant, subject=inv.subject, groups=inv.groups)
-        asks = [SourceAsk.of(p) for p in to_call]
+        # The agent's sourceFilters, bound to the runtime's trusted context (§3.1): never the model's input.
+        context = inv.trusted_context
+        asks = [SourceAsk.of(p, None, retrieval_filter(routing, p.key, context)) for p in to_call]
         retrieved = self._retrieval.run(asks, self._retrieval.analyse(query), viewer, timeout)
         lists: list[RankedList] = []
         for p, outcome in zip(to_call, retrieved.outcomes, strict=True):

@@ -31,10 +31,21 @@ from ...ports import (
     SourceResult,
     Vector,
 )
-from ..embedding import document_vectors, matching_cosines, passage_text
+from ..embedding import VectorMatrix, document_vectors, matching_cosines, passage_text
 from . import candidates, dense_index
 from .candidates import Restriction
 from .db import SqliteDatabase, statements
+from .filters import (
+    METADATA_SCHEMA,
+    FilterPlan,
+    admitted_among,
+    admitted_passages,
+    delete_metadata,
+    document_predicate,
+    filter_restriction,
+    nearest_admitted,
+    write_metadata,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -196,12 +207,21 @@ class SqliteFtsBackend(SearchBackend):
             # passage_vectors.)
             if "pages" not in columns:  # a file written before page-aware passages (PDF)
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN pages TEXT")
+            self._migrate_metadata(conn)
             if conn.execute("PRAGMA user_version").fetchone()[0] != ANALYZER_VERSION:
                 self._reindex(conn)
         self._embed_missing()
 
     def _conn(self) -> sqlite3.Connection:
         return self._db.connection()
+
+    @staticmethod
+    def _migrate_metadata(conn: sqlite3.Connection) -> None:
+        """Metadata (§8): a JSON column of documents (read back) and the indexed side table filters run on;
+        a file from before them gets both, its documents without metadata."""
+        if "metadata" not in {row[1] for row in conn.execute("PRAGMA table_info(documents)")}:
+            conn.execute("ALTER TABLE documents ADD COLUMN metadata TEXT")
+        statements(conn, METADATA_SCHEMA)
 
     # --- search -----------------------------------------------------------------------------------
     def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
@@ -220,8 +240,9 @@ class SqliteFtsBackend(SearchBackend):
         conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
         passage_ids: list[int] = []
         try:
+            plan = FilterPlan.of(conn, q.key, q.filter)  # §8: selective or broad, once per source search
             if match is not None:
-                result.hits, passage_ids = self._lexical(conn, q, match, viewer)
+                result.hits, passage_ids = self._lexical(conn, q, match, viewer, plan)
             if vectors and passage_ids:
                 stored = self._stored_vectors(conn, passage_ids, [v.model for v in vectors])
                 result.cosines = matching_cosines(vectors, [stored.get(i, {}) for i in passage_ids])
@@ -230,7 +251,8 @@ class SqliteFtsBackend(SearchBackend):
             if vectors and q.dense_k:
                 # One scan per query vector (its own model's passages); a document keeps its best cosine.
                 result.dense = sorted(
-                    (pair for v in vectors for pair in self._dense(conn, q, v, viewer)), key=lambda p: -p[1]
+                    (pair for v in vectors for pair in self._dense(conn, q, v, viewer, plan)),
+                    key=lambda p: -p[1],
                 )
         except sqlite3.OperationalError as exc:
             kind = "timeout" if "interrupt" in str(exc) else "unavailable"
@@ -241,12 +263,39 @@ class SqliteFtsBackend(SearchBackend):
         return result
 
     def _restriction(self, q: SourceQuery) -> Restriction | None:
-        """An extra condition on the source's candidate passages (none yet): the document pre-filter hook,
-        applied inside the FTS5 top-k (candidates.Restriction says how to write one)."""
-        return None
+        """The document pre-filter (§8): only passages of documents `q.filter` admits are candidates,
+        inside the FTS5 top-k (so the top-k are the best matching ones, never a post-filtered remainder)."""
+        return filter_restriction(q.key, q.filter) if q.filter is not None else None
+
+    @staticmethod
+    def _broad_lexical(
+        conn: sqlite3.Connection,
+        q: SourceQuery,
+        match: str,
+        viewer: Viewer,
+        id_range: tuple[int, int],
+        plan: FilterPlan,
+    ) -> tuple[list[Hit], list[int]] | None:
+        """A broad filter (§8): BM25's deeper top rows of the whole source, kept where their document is
+        admitted (one predicate over those few documents) — far cheaper than building a large admitted set,
+        and the same answer as the restricted query whenever they hold the top_k (every better passage of an
+        admitted document is among them). None when they do not: the restricted query decides."""
+        deeper = plan.deeper(q.top_k * _CANDIDATES_PER_DOC + 16)
+        rows = candidates.candidate_rows(conn, match, id_range, deeper)
+        admitted = admitted_among(conn, q.key, {str(r[0]) for r in rows}, plan.node)
+        picks, complete = _pick([r for r in rows if r[0] in admitted], viewer, q.top_k, q.min_score)
+        if not (complete or len(rows) < deeper):
+            return None
+        hits = _hits(conn, q.key, picks)
+        return [h for h, _ in hits], [i for _, i in hits]
 
     def _lexical(
-        self, conn: sqlite3.Connection, q: SourceQuery, match: str, viewer: Viewer
+        self,
+        conn: sqlite3.Connection,
+        q: SourceQuery,
+        match: str,
+        viewer: Viewer,
+        plan: FilterPlan | None = None,
     ) -> tuple[list[Hit], list[int]]:
         """BM25's best `q.top_k` documents of the source scoring at least `q.min_score` (best passage each)
         and those passages' ids. FTS5's top rows of the source's id range are read once; when passages the
@@ -255,6 +304,10 @@ class SqliteFtsBackend(SearchBackend):
         id_range = candidates.source_range(conn, q.key)
         if id_range is None:
             return [], []
+        if plan is not None and plan.broad:
+            found = self._broad_lexical(conn, q, match, viewer, id_range, plan)
+            if found is not None:
+                return found
         restriction = self._restriction(q)
         limit = q.top_k * _CANDIDATES_PER_DOC + 16
         rows = candidates.candidate_rows(conn, match, id_range, limit, restriction)
@@ -318,28 +371,59 @@ class SqliteFtsBackend(SearchBackend):
             ids, vectors = _dense_vectors(snap, low, high, model, None)
         return version, dense_index.build(model, ids, vectors)
 
+    @staticmethod
+    def _admitted_matrix(conn: sqlite3.Connection, admitted: Any, model: str) -> VectorMatrix:
+        """The stored vectors of `model` of the admitted passages (sorted ids), for an exact scan of them."""
+        rows = conn.execute(
+            "SELECT passage_id, vector FROM passage_vectors WHERE model = ? AND vector IS NOT NULL "
+            "AND passage_id IN (SELECT value FROM json_each(?)) ORDER BY passage_id",
+            (model, json.dumps([int(i) for i in admitted])),
+        ).fetchall()
+        return VectorMatrix(model, [r[0] for r in rows], [r[1] for r in rows])
+
     def _dense(
-        self, conn: sqlite3.Connection, q: SourceQuery, vector: Vector, viewer: Viewer
+        self,
+        conn: sqlite3.Connection,
+        q: SourceQuery,
+        vector: Vector,
+        viewer: Viewer,
+        plan: FilterPlan | None = None,
     ) -> list[tuple[Hit, float]]:
         """The dense stage: the documents (ready, visible to the viewer) of the source's passages nearest to
-        `vector`, best passage per document, best first, at most the hybrid ranking's dense depth."""
+        `vector`, best passage per document, best first, at most the hybrid ranking's dense depth. §8: a
+        selective filter ranks only the admitted passages; a broad one reads the rows of deeper nearest
+        passages where their document is admitted (the others are skipped like unready ones)."""
         want = q.dense_k
         matrix = self._matrix(conn, q.key, vector.model)
         k = want * _CANDIDATES_PER_DOC
+        admitted = admitted_passages(conn, q.key, plan.node) if plan is not None and not plan.broad else None
+        if admitted is not None and not isinstance(matrix, VectorMatrix):
+            # A selective filter over an HNSW graph: the admitted passages are few, scan them exactly.
+            matrix, admitted = self._admitted_matrix(conn, admitted, vector.model), None
+        exact = matrix if isinstance(matrix, VectorMatrix) else None
+        size = len(matrix) if admitted is None else len(admitted)
         # Exact: the deeper look reads every vector (as before); HNSW: 16x deeper, a bound at 1M vectors.
-        exact = len(matrix) <= dense_index.EXACT_MAX
-        deepest = len(matrix) if exact else k * 16
+        deepest = size if exact is not None else k * 16
+        rows_sql, admits = _DENSE_SQL, list[Any]()
+        if plan is not None and plan.broad:
+            predicate, admits = document_predicate(plan.node)
+            rows_sql, k = f"{_DENSE_SQL} AND {predicate}", plan.deeper(k)
         while True:
-            nearest = matrix.nearest(vector, k)
-            marks = ",".join("?" * len(nearest))
-            rows = (
-                {r[0]: r for r in conn.execute(_DENSE_SQL.format(marks=marks), [i for i, _ in nearest])}
-                if nearest
-                else {}
+            nearest = (
+                nearest_admitted(exact, vector, k, admitted)
+                if admitted is not None and exact is not None
+                else matrix.nearest(vector, k)
             )
+            marks = ",".join("?" * len(nearest))
+            found = (
+                conn.execute(rows_sql.format(marks=marks), [*(i for i, _ in nearest), *admits])
+                if nearest
+                else []
+            )
+            rows = {r[0]: r for r in found}
             ordered = ((r[1], c, r[2], i) for i, c in nearest if (r := rows.get(i)) is not None)
             picks, complete = _pick(ordered, viewer, want, -float("inf"))
-            if complete or k >= min(len(matrix), deepest):
+            if complete or k >= min(size, deepest):
                 return [(hit, hit.score) for hit, _ in _hits(conn, q.key, picks)]
             k = deepest  # hidden or unready documents, or many passages of a few: one deeper look
 
@@ -366,7 +450,7 @@ class SqliteFtsBackend(SearchBackend):
         )
 
     def get_documents(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Document]:
-        rows = self._documents_rows("title, body, status, acl, structured_source", keys)
+        rows = self._documents_rows("title, body, status, acl, structured_source, metadata", keys)
         # Validated when they were written: rebuilt without re-checking (bodies are large).
         return {
             (source_key, doc_id): Document.model_construct(
@@ -377,8 +461,9 @@ class SqliteFtsBackend(SearchBackend):
                 status=status,
                 acl=DocumentAcl.model_validate_json(acl),
                 structured_source=json.loads(structured) if structured else None,
+                metadata=json.loads(metadata) if metadata else None,
             )
-            for source_key, doc_id, title, body, status, acl, structured in rows
+            for source_key, doc_id, title, body, status, acl, structured, metadata in rows
         }
 
     def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
@@ -406,7 +491,8 @@ class SqliteFtsBackend(SearchBackend):
             for doc, doc_passages, doc_vectors in zip(documents, passages, vectors, strict=True):
                 self._delete(conn, doc.source_key, doc.doc_id)
                 conn.execute(
-                    "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO documents (source_key, doc_id, title, body, revision, status, acl, "
+                    "structured_source, updated_at, metadata) VALUES (?,?,?,?,?,?,?,?,?,?)",
                     (
                         doc.source_key,
                         doc.doc_id,
@@ -417,8 +503,10 @@ class SqliteFtsBackend(SearchBackend):
                         doc.acl.model_dump_json(),
                         json.dumps(doc.structured_source) if doc.structured_source else None,
                         time.time(),
+                        json.dumps(doc.metadata) if doc.metadata else None,
                     ),
                 )
+                write_metadata(conn, doc.source_key, doc.doc_id, doc.metadata)
                 pages = passage_pages(doc.body, doc_passages, page_starts_of(doc.structured_source))
                 self._index(conn, doc.source_key, doc.doc_id, doc.title, doc_passages, doc_vectors, pages)
 
@@ -528,6 +616,7 @@ class SqliteFtsBackend(SearchBackend):
             (source_key, doc_id),
         )
         conn.execute("DELETE FROM passage_rows WHERE source_key=? AND doc_id=?", (source_key, doc_id))
+        delete_metadata(conn, source_key, doc_id)
         return conn.execute(
             "DELETE FROM documents WHERE source_key=? AND doc_id=?", (source_key, doc_id)
         ).rowcount
@@ -555,12 +644,17 @@ class SqliteFtsBackend(SearchBackend):
 
     def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
         rows = self._read(
-            "SELECT doc_id, title, revision, status, length(body), updated_at, json_extract(acl, '$.tenant') "
-            "FROM documents "
+            "SELECT doc_id, title, revision, status, length(body), updated_at, "
+            "json_extract(acl, '$.tenant'), metadata FROM documents "
             "WHERE source_key = ? ORDER BY doc_id LIMIT ?",
             (source_key, limit),
         )
-        return [DocumentInfo(*row) for row in rows]
+        return [
+            DocumentInfo(
+                doc_id, title, revision, status, chars, updated, tenant, json.loads(meta) if meta else None
+            )
+            for doc_id, title, revision, status, chars, updated, tenant, meta in rows
+        ]
 
     def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
         rows = self._read(

@@ -1,0 +1,138 @@
+"""An agent's `sourceFilters` (SPEC §3.1, §8; issue 25 point 3) on every backend: a source filter bound to
+the trusted context narrows the agent tool's `startup` and `knowledge_search` to the documents it admits
+(pre-filtered: the best of those, not a remainder), an absent context key matches nothing, a request's own
+filter narrows further (andAll), and the doors without a trusted context (search, MCP, turns) apply the
+route's agent's filter with an empty context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from knowledge_core.domain.models import AgentDefinition, Document, DocumentAcl, SourceDefinition
+from knowledge_core.domain.tool_wire import parse_envelope
+from knowledge_core.domain.turn_wire import TurnRequest
+from knowledge_core.domain.wire import SearchRequest
+from knowledge_core.mcp_server import ServiceDoor
+
+from tests.contract.conftest import PRINCIPAL, World
+
+REGIONS = {"eu": 4, "us": 4, "apac": 2}
+
+
+def _world(world: World, source_filter: dict[str, Any], mode: str = "AUTO") -> tuple[str, str]:
+    """One source of pump notes in three regions; an agent whose sourceFilters bind `region` to the
+    trusted context's `region`; route `kb` points at it."""
+    key = world.key("pumps")
+    id_, version = key.split("@")
+    world.c.admin.publish_source(SourceDefinition.model_validate({"id": id_, "version": version, "topK": 10}))
+    agent_id = f"filtered-{world.tag}"
+    knowledge = {"id": id_, "version": version}
+    world.c.admin.publish_agent(
+        AgentDefinition.model_validate(
+            {
+                "id": agent_id,
+                "version": "1.0.0",
+                "modelProfile": {"candidates": [{"model": "m", "toolCalling": True}]},
+                "allowedKnowledge": [knowledge],
+                "knowledgeRouting": {
+                    "mode": mode,
+                    "topK": 10,
+                    "rules": [{"knowledge": knowledge, "always": True}],
+                    "sourceFilters": [{"knowledge": knowledge, "filter": source_filter}],
+                },
+            }
+        )
+    )
+    world.c.admin.set_workspace("kb", f"{agent_id}@1.0.0")
+    docs = [
+        Document(
+            source_key=key,
+            doc_id=f"{region}-{i}",
+            title=f"Pump seal note {region} {i}",
+            body=f"pump seal torque note {i} " + "pump seal " * (REGIONS[region] - i),
+            acl=DocumentAcl(tenant=PRINCIPAL.tenant),
+            metadata={"region": region, "year": 2023 + i % 2},
+        )
+        for region, n in REGIONS.items()
+        for i in range(n)
+    ]
+    world.ingest(*docs)
+    return key, f"{agent_id}@1.0.0"
+
+
+def _tool(world: World, agent: str, operation: str, context: dict[str, str], n: int) -> list[str]:
+    envelope = parse_envelope(
+        {
+            "operation": operation,
+            "invocation": {
+                "tenant": PRINCIPAL.tenant,
+                "app": "contract",
+                "subject": PRINCIPAL.subject,
+                "agent": agent,
+                "invocation_id": f"inv-{operation}-{n}",
+                "ancestors": [],
+                "trusted_context": context,
+            },
+            "arguments": {"query": "pump seal torque"},
+        }
+    )
+    result = world.c.tools.call(envelope).wire()
+    assert "error" not in result, result
+    return [r["source"]["docId"] for r in result["references"]]
+
+
+REGION_FROM_CONTEXT = {"equals": {"key": "region", "value": {"context": "region"}}}
+
+
+@pytest.mark.parametrize("operation", ["startup", "knowledge_search"])
+def test_r_cfg_source_filter_bound_to_trusted_context_narrows_the_tool(world: World, operation: str) -> None:
+    _, agent = _world(world, REGION_FROM_CONTEXT)
+    eu = _tool(world, agent, operation, {"region": "eu"}, 1)
+    assert eu and {d.split("-")[0] for d in eu} == {"eu"} and len(eu) == REGIONS["eu"]
+    apac = _tool(world, agent, operation, {"region": "apac"}, 2)
+    assert sorted(apac) == ["apac-0", "apac-1"]
+    assert _tool(world, agent, operation, {}, 3) == []  # absent context key: the condition matches nothing
+    assert _tool(world, agent, operation, {"region": "mars"}, 4) == []
+
+
+def test_r_cfg_source_filter_combines_with_literals_and_context(world: World) -> None:
+    both = {"andAll": [REGION_FROM_CONTEXT, {"greaterThanOrEquals": {"key": "year", "value": 2024}}]}
+    _, agent = _world(world, both)
+    assert sorted(_tool(world, agent, "startup", {"region": "us"}, 1)) == ["us-1", "us-3"]
+    # orAll: a context-bound branch that matches nothing leaves the literal branch.
+    either = {"orAll": [REGION_FROM_CONTEXT, {"equals": {"key": "region", "value": "apac"}}]}
+    _, agent2 = _world(World(world.c, world.clock), either)
+    assert sorted(_tool(world, agent2, "startup", {}, 2)) == ["apac-0", "apac-1"]
+
+
+def test_r_cfg_doors_without_trusted_context_apply_the_route_agents_filter(world: World) -> None:
+    literal = {"notEquals": {"key": "region", "value": "us"}}
+    _world(world, literal)
+    hints = world.c.knowledge.search(PRINCIPAL, "kb", SearchRequest(query="pump seal torque", limit=3)).wire()
+    assert hints["status"] == "ok" and len(hints["hints"]) == 3
+    assert all(" us " not in h["title"] for h in hints["hints"])
+    turn = world.c.turns.start(PRINCIPAL, "kb", TurnRequest(turn_id="t-1", message="pump seal torque")).wire()
+    titles = [k["title"] for k in turn["context"]["knowledge"]]
+    assert titles and all(" us " not in t for t in titles)
+    mcp = ServiceDoor(world.c.knowledge, PRINCIPAL, "kb").search(
+        SearchRequest(query="pump seal torque", limit=3)
+    )
+    assert len(mcp["hints"]) == 3 and all(" us " not in h["title"] for h in mcp["hints"])
+    # A request's own filter narrows further (andAll with the agent's).
+    only_apac = SearchRequest.model_validate(
+        {"query": "pump seal torque", "filter": {"startsWith": {"key": "region", "value": "ap"}}}
+    )
+    both = world.c.knowledge.search(PRINCIPAL, "kb", only_apac).wire()
+    assert sorted(h["title"] for h in both["hints"]) == ["Pump seal note apac 0", "Pump seal note apac 1"]
+    # A request cannot widen the agent's filter: asking for `us` finds nothing.
+    only_us = SearchRequest.model_validate(
+        {"query": "pump seal torque", "filter": {"equals": {"key": "region", "value": "us"}}}
+    )
+    assert world.c.knowledge.search(PRINCIPAL, "kb", only_us).wire()["hints"] == []
+
+
+def test_r_cfg_context_bound_filter_on_a_door_without_context_matches_nothing(world: World) -> None:
+    _world(world, REGION_FROM_CONTEXT)
+    hints = world.c.knowledge.search(PRINCIPAL, "kb", SearchRequest(query="pump seal torque", limit=3)).wire()
+    assert hints["status"] == "ok" and hints["hints"] == []  # fail closed, never "every region"
