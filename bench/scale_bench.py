@@ -312,7 +312,30 @@ def bench_sqlite_in_process(state: Path, corpus: Corpus, rounds: int, ranking: s
         raw(raw_take().text)
     subject, baseline = interleaved(search, lambda: raw(raw_take().text), rounds)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return _row("in-process", subject, baseline, dense_load_s=load_s if hybrid else None, max_rss_mb=rss)
+    recall = dense_recall(backend, queries[:50]) if hybrid else None
+    row = _row("in-process", subject, baseline, dense_load_s=load_s if hybrid else None, max_rss_mb=rss)
+    return row | {"dense_recall_at_10": recall}
+
+
+def dense_recall(backend: Any, queries: list[Any]) -> float:
+    """recall@10 of the dense index the backend searched (HNSW past EXACT_MAX) against the exact scan of
+    the same vectors, at the depth the dense stage asks for (8 passages per document, 50 documents)."""
+    from knowledge_core.adapters.embedding import VectorMatrix
+    from knowledge_core.adapters.sqlite import candidates
+    from knowledge_core.adapters.sqlite.search import _dense_vectors
+    from knowledge_core.ports import Vector
+
+    index = backend._matrices[(SOURCE, MODEL)][1]
+    conn = backend._conn()
+    low, high = candidates.source_range(conn, SOURCE)
+    ids, vectors = _dense_vectors(conn, low, high, MODEL, None)
+    exact = VectorMatrix(MODEL, ids.tolist(), [bytes(row) for row in vectors])
+    hits = 0
+    for q in queries:
+        vector = Vector(MODEL, q.vector)
+        truth = {i for i, _ in exact.nearest(vector, DENSE * 8)[:10]}
+        hits += len(truth & {i for i, _ in index.nearest(vector, DENSE * 8)[:10]})
+    return hits / (10 * len(queries))
 
 
 def bench_sqlite_serve(state: Path, corpus: Corpus, rounds: int) -> dict[str, Any]:
@@ -367,17 +390,22 @@ def merge(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| backend | passages | ranking | where | p50 ms | p95 ms | raw FTS5 top-k p50 ms | p50 / raw | "
-        "p95 / p50 | ingest passages/s | index MB | RSS MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "p95 / p50 | ingest passages/s | index MB | RSS MB | dense build s | dense recall@10 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         rss = r.get("serve_rss_mb") or r.get("max_rss_mb") or 0
         lines.append(
             f"| {r['backend']} | {r['passages']:,} | {r['ranking']} | {r['where']} | {r['p50_ms']:.2f} | "
             f"{r['p95_ms']:.2f} | {r['raw_p50_ms']:.2f} | {r['ratio_p50']:.2f} | {r['p95_over_p50']:.2f} | "
-            f"{r.get('ingest_passages_per_s') or 0:,.0f} | {r.get('index_mb') or 0:,.0f} | {rss:,.0f} |"
+            f"{r.get('ingest_passages_per_s') or 0:,.0f} | {r.get('index_mb') or 0:,.0f} | {rss:,.0f} | "
+            f"{_optional(r.get('dense_load_s'), '.1f')} | {_optional(r.get('dense_recall_at_10'), '.3f')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _optional(value: float | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)
 
 
 def plot(rows: list[dict[str, Any]]) -> None:
