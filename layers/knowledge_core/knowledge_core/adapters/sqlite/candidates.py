@@ -8,14 +8,16 @@ never reused within a source (`next_id` only grows): a cached dense index can te
 
 The query takes FTS5's top `limit` rows by rank *before* any join (a MATERIALIZED CTE: SQLite cannot
 flatten it into the join and sort every match joined), then joins only those rows to `passage_rows` and
-`documents`. The caller dedups documents and checks ACLs over those few rows; when hidden, unready or
-repeated documents exhaust them it makes one deeper fetch (`limit=None`), never OFFSET pages."""
+`documents`, reading only what choosing needs (document, score, ACL): the caller dedups documents and
+checks ACLs over those few rows (when hidden, unready or repeated documents exhaust them, one deeper fetch,
+`limit=None`, never OFFSET pages), then reads the text of the passages it keeps (`passage_details`)."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .db import statements
 
@@ -33,8 +35,7 @@ _CANDIDATES_SQL = (
     "SELECT passages.rowid AS id, passages.rank AS rank FROM passages "
     f"WHERE passages MATCH ? AND passages.rank MATCH 'bm25({BM25_WEIGHTS})' "
     "AND passages.rowid BETWEEN ? AND ?{restriction} ORDER BY passages.rank LIMIT ?) "
-    "SELECT r.doc_id, r.text, -top.rank AS score, d.title, d.revision, d.acl, d.structured_source, r.id, "
-    "r.pages FROM top JOIN passage_rows r ON r.id = top.id "
+    "SELECT r.doc_id, -top.rank AS score, d.acl, r.id FROM top JOIN passage_rows r ON r.id = top.id "
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
     "WHERE d.status = 'ready' ORDER BY top.rank"
 )
@@ -69,9 +70,26 @@ def candidate_rows(
     restriction: Restriction | None = None,
 ) -> list[tuple[object, ...]]:
     """BM25's best `limit` passages (all with None) of the id range, ready documents only, best first:
-    (doc_id, text, score, title, revision, acl, structured_source, passage id, pages)."""
+    (doc_id, score, acl JSON, passage id)."""
     params = (match, *id_range, *(restriction.params if restriction else ()), -1 if limit is None else limit)
     return conn.execute(candidates_sql(restriction), params).fetchall()
+
+
+_DETAILS_SQL = (
+    "SELECT r.id, r.text, r.pages, d.title, d.revision, d.acl, d.structured_source FROM passage_rows r "
+    "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
+    "WHERE d.status = 'ready' AND r.id IN ({marks})"
+)
+
+
+def passage_details(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+    """Of passages still there and of ready documents: id -> (text, pages, title, revision, acl JSON,
+    structured_source). A passage id names one version of its document (ids are never reused), so the
+    caller compares the ACL with the one it chose by and drops the hit when it moved in between."""
+    if not ids:
+        return {}
+    rows = conn.execute(_DETAILS_SQL.format(marks=",".join("?" * len(ids))), list(ids))
+    return {row[0]: row[1:] for row in rows}
 
 
 def create_schema(conn: sqlite3.Connection) -> None:

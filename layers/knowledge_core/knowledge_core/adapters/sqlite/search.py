@@ -13,7 +13,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +70,8 @@ ANALYZER_VERSION = 3
 CJK_UNIGRAMS = False
 _CANDIDATES_PER_DOC = 8
 _DENSE_SQL = (
-    "SELECT r.id, r.doc_id, r.text, d.title, d.revision, d.acl, d.structured_source, r.pages "
-    "FROM passage_rows r JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
+    "SELECT r.id, r.doc_id, d.acl FROM passage_rows r "
+    "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
     "WHERE d.status = 'ready' AND r.id IN ({marks})"
 )
 _DENSE_IDS_SQL = (
@@ -115,6 +115,10 @@ def _hit(
     )
 
 
+# A chosen passage: doc_id, score, ACL JSON, the parsed ACL, passage id.
+_Pick = tuple[str, float, str, DocumentAcl, int]
+
+
 def _bump(conn: sqlite3.Connection, source_key: str) -> None:
     """A write of the source's passages: cached dense matrices of it are stale (every process re-reads)."""
     conn.execute(
@@ -124,19 +128,18 @@ def _bump(conn: sqlite3.Connection, source_key: str) -> None:
     )
 
 
-def _best_documents(
-    q: SourceQuery, rows: Sequence[tuple[Any, ...]], viewer: Viewer
-) -> tuple[list[Hit], list[int], bool]:
-    """The best passage of each visible document among candidate rows (best first), up to `q.top_k`, and
-    whether the answer is complete (top_k reached, or a row fell below `q.min_score`). An ACL is parsed once
-    per distinct stored JSON: documents of one tenant and group share it."""
-    best: dict[str, Hit] = {}
-    passage_ids: list[int] = []
+def _pick(
+    rows: Iterable[tuple[Any, ...]], viewer: Viewer, want: int, min_score: float
+) -> tuple[list[_Pick], bool]:
+    """The best passage of each visible document among (doc_id, score, acl JSON, passage id) rows, best
+    first, up to `want`, and whether that is complete (`want` reached, or a row fell below `min_score`).
+    An ACL is parsed once per distinct stored JSON: documents of one tenant and group share it."""
+    picks: list[_Pick] = []
     seen: set[str] = set()
     acls: dict[str, DocumentAcl | None] = {}
-    for doc_id, passage, score, title, revision, acl, structured, passage_id, pages in rows:
-        if score < q.min_score:
-            return list(best.values()), passage_ids, True
+    for doc_id, score, acl, passage_id in rows:
+        if score < min_score:
+            return picks, True
         if doc_id in seen:
             continue
         seen.add(doc_id)
@@ -146,11 +149,24 @@ def _best_documents(
         visible = acls[acl]
         if visible is None:
             continue
-        best[doc_id] = _hit(q.key, doc_id, passage, float(score), title, revision, visible, structured, pages)
-        passage_ids.append(passage_id)
-        if len(best) == q.top_k:
-            return list(best.values()), passage_ids, True
-    return list(best.values()), passage_ids, False
+        picks.append((doc_id, float(score), acl, visible, passage_id))
+        if len(picks) == want:
+            return picks, True
+    return picks, False
+
+
+def _hits(conn: sqlite3.Connection, key: str, picks: list[_Pick]) -> list[tuple[Hit, int]]:
+    """The picked passages as hits (with their passage ids), reading their text now; a passage whose
+    document was rewritten, disabled or re-permissioned since the pick is dropped."""
+    details = candidates.passage_details(conn, [p[4] for p in picks])
+    out = []
+    for doc_id, score, acl, access, passage_id in picks:
+        found = details.get(passage_id)
+        if found is None or found[4] != acl:
+            continue
+        text, pages, title, revision, _, structured = found
+        out.append((_hit(key, doc_id, text, score, title, revision, access, structured, pages), passage_id))
+    return out
 
 
 def _dense_vectors(
@@ -267,9 +283,10 @@ class SqliteFtsBackend(SearchBackend):
         for depth in (limit, plan.deeper(limit)):
             rows = candidates.candidate_rows(conn, match, id_range, depth)
             admitted = admitted_among(conn, q.key, {str(r[0]) for r in rows}, plan.node)
-            best, passage_ids, complete = _best_documents(q, [r for r in rows if r[0] in admitted], viewer)
+            picks, complete = _pick([r for r in rows if r[0] in admitted], viewer, q.top_k, q.min_score)
             if complete or len(rows) < depth:
-                return best, passage_ids
+                hits = _hits(conn, q.key, picks)
+                return [h for h, _ in hits], [i for _, i in hits]
         return None
 
     def _lexical(
@@ -294,11 +311,12 @@ class SqliteFtsBackend(SearchBackend):
         restriction = self._restriction(q)
         limit = q.top_k * _CANDIDATES_PER_DOC + 16
         rows = candidates.candidate_rows(conn, match, id_range, limit, restriction)
-        best, passage_ids, complete = _best_documents(q, rows, viewer)
+        picks, complete = _pick(rows, viewer, q.top_k, q.min_score)
         if not complete and len(rows) == limit:
             rows = candidates.candidate_rows(conn, match, id_range, None, restriction)
-            best, passage_ids, _ = _best_documents(q, rows, viewer)
-        return best, passage_ids
+            picks, _ = _pick(rows, viewer, q.top_k, q.min_score)
+        hits = _hits(conn, q.key, picks)
+        return [h for h, _ in hits], [i for _, i in hits]
 
     @staticmethod
     def _stored_vectors(
@@ -372,29 +390,17 @@ class SqliteFtsBackend(SearchBackend):
         exact = len(matrix) <= dense_index.EXACT_MAX
         scan = DenseScan.of(conn, q.key, matrix, plan, k, len(matrix) if exact else k * 16)
         rows_sql = scan.rows_sql(_DENSE_SQL)
-        out: dict[str, tuple[Hit, float]] = {}
-        hidden: set[str] = set()
+        picks: list[_Pick] = []
         for k in scan.looks:  # hidden or unready documents, or many passages of a few: look deeper
             nearest = scan.nearest(vector, k)
             marks = ",".join("?" * len(nearest))
             params = [*(i for i, _ in nearest), *scan.params]
             rows = {r[0]: r for r in conn.execute(rows_sql.format(marks=marks), params)} if nearest else {}
-            for passage_id, cosine in nearest:
-                row = rows.get(passage_id)
-                if row is None or row[1] in out or row[1] in hidden:
-                    continue
-                _, doc_id, passage, title, revision, acl, structured, pages = row
-                access = DocumentAcl.model_validate_json(acl)
-                if not access.visible_to(viewer):
-                    hidden.add(doc_id)
-                    continue
-                out[doc_id] = (
-                    _hit(q.key, doc_id, passage, cosine, title, revision, access, structured, pages),
-                    cosine,
-                )
-                if len(out) == want:
-                    return list(out.values())
-        return list(out.values())
+            ordered = ((r[1], c, r[2], i) for i, c in nearest if (r := rows.get(i)) is not None)
+            picks, complete = _pick(ordered, viewer, want, -float("inf"))
+            if complete:
+                break
+        return [(hit, hit.score) for hit, _ in _hits(conn, q.key, picks)]
 
     # --- documents ------------------------------------------------------------------------------
     def _read(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
