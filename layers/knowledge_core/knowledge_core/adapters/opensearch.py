@@ -198,6 +198,12 @@ def _no_knn(exc: Exception) -> bool:
     return "knn" in text.lower()
 
 
+def node_urls(url: str) -> list[str]:
+    """The nodes of `KB_OPENSEARCH_URL`: one URL, or several comma-separated (a self-managed cluster): the
+    client sends each request to one of them and, when a node went away, retries on the next."""
+    return [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+
+
 def aws_service(url: str) -> str | None:
     """`aoss` for OpenSearch Serverless, `es` for an Amazon OpenSearch Service domain, None elsewhere."""
     host = (urlsplit(url).hostname or "").lower()
@@ -323,7 +329,7 @@ class OpenSearchBackend(SearchBackend):
             # search-x.<region>.es.amazonaws.com / x.<region>.aoss.amazonaws.com carry their region.
             region = parts[-4] if len(parts) >= 4 else self._region
             kwargs["http_auth"] = Urllib3AWSV4SignerAuth(boto3.Session().get_credentials(), region, service)
-        return OpenSearch(hosts=[self._url], **kwargs)
+        return OpenSearch(hosts=node_urls(self._url), **kwargs)
 
     def knn_properties(self) -> dict[str, dict[str, Any]]:
         """The k-NN field of each of the embedder's models."""
