@@ -9,7 +9,6 @@ write of its passages) changes, so several processes on one file stay consistent
 
 from __future__ import annotations
 
-import itertools
 import json
 import sqlite3
 import threading
@@ -33,6 +32,8 @@ from ...ports import (
     Vector,
 )
 from ..embedding import VectorMatrix, document_vectors, matching_cosines, passage_text
+from . import candidates
+from .candidates import Restriction
 from .db import SqliteDatabase, statements
 
 _SCHEMA = """
@@ -54,24 +55,15 @@ CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
   title_terms, body_terms, tokenize = 'unicode61 remove_diacritics 0'
 );
 """
-# BM25 column weights: title_terms, body_terms (bench/QUALITY.md has the measurements behind them).
-_WEIGHTS = "2.0, 1.0"
-# Bumped whenever index analysis changes: an index written by an older analyzer is rebuilt on open.
-ANALYZER_VERSION = 2
+# Bumped whenever index analysis or layout changes: an index written by an older one is rebuilt on open
+# (3: passage ids in per-source ranges, candidates.py; stored vectors are kept across the rebuild).
+ANALYZER_VERSION = 3
 CJK_UNIGRAMS = False
 _CANDIDATES_PER_DOC = 8
 _DENSE_SQL = (
     "SELECT r.id, r.doc_id, r.text, d.title, d.revision, d.acl, d.structured_source, r.pages "
     "FROM passage_rows r JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
     "WHERE d.status = 'ready' AND r.id IN ({marks})"
-)
-_SEARCH_SQL = (
-    f"SELECT r.doc_id, r.text, -bm25(passages, {_WEIGHTS}) AS score, d.title, d.revision, d.acl, "
-    "d.structured_source, r.id, r.pages "
-    "FROM passages JOIN passage_rows r ON r.id = passages.rowid "
-    "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
-    "WHERE passages MATCH ? AND r.source_key = ? AND d.status = 'ready' "
-    f"ORDER BY bm25(passages, {_WEIGHTS}) LIMIT ? OFFSET ?"
 )
 _VECTORS_SQL = (
     "SELECT passage_id, model, vector FROM passage_vectors "
@@ -119,6 +111,35 @@ def _bump(conn: sqlite3.Connection, source_key: str) -> None:
     )
 
 
+def _best_documents(
+    q: SourceQuery, rows: Sequence[tuple[Any, ...]], viewer: Viewer
+) -> tuple[list[Hit], list[int], bool]:
+    """The best passage of each visible document among candidate rows (best first), up to `q.top_k`, and
+    whether the answer is complete (top_k reached, or a row fell below `q.min_score`). An ACL is parsed once
+    per distinct stored JSON: documents of one tenant and group share it."""
+    best: dict[str, Hit] = {}
+    passage_ids: list[int] = []
+    seen: set[str] = set()
+    acls: dict[str, DocumentAcl | None] = {}
+    for doc_id, passage, score, title, revision, acl, structured, passage_id, pages in rows:
+        if score < q.min_score:
+            return list(best.values()), passage_ids, True
+        if doc_id in seen:
+            continue
+        seen.add(doc_id)
+        if acl not in acls:
+            access = DocumentAcl.model_validate_json(acl)
+            acls[acl] = access if access.visible_to(viewer) else None
+        visible = acls[acl]
+        if visible is None:
+            continue
+        best[doc_id] = _hit(q.key, doc_id, passage, float(score), title, revision, visible, structured, pages)
+        passage_ids.append(passage_id)
+        if len(best) == q.top_k:
+            return list(best.values()), passage_ids, True
+    return list(best.values()), passage_ids, False
+
+
 class SqliteFtsBackend(SearchBackend):
     live_hits = True  # one statement reads passages and their documents (status, ACL, revision)
 
@@ -129,6 +150,7 @@ class SqliteFtsBackend(SearchBackend):
         self._matrix_lock = threading.Lock()
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
+            candidates.create_schema(conn)
             columns = {row[1] for row in conn.execute("PRAGMA table_info(passage_rows)")}
             # (A file from before per-model vectors keeps its unused vector columns; `_embed_missing` fills
             # passage_vectors.)
@@ -178,37 +200,29 @@ class SqliteFtsBackend(SearchBackend):
         result.ms = (time.perf_counter() - started) * 1000
         return result
 
-    @staticmethod
+    def _restriction(self, q: SourceQuery) -> Restriction | None:
+        """An extra condition on the source's candidate passages (none yet): the document pre-filter hook,
+        applied inside the FTS5 top-k (candidates.Restriction says how to write one)."""
+        return None
+
     def _lexical(
-        conn: sqlite3.Connection, q: SourceQuery, match: str, viewer: Viewer
+        self, conn: sqlite3.Connection, q: SourceQuery, match: str, viewer: Viewer
     ) -> tuple[list[Hit], list[int]]:
         """BM25's best `q.top_k` documents of the source scoring at least `q.min_score` (best passage each)
-        and those passages' ids. Passages the viewer may not see, or more passages of documents already
-        kept, must not crowd out visible documents: keep paging (best first) until top_k or no more rows."""
-        best: dict[str, Hit] = {}
-        passage_ids: list[int] = []
-        hidden: set[str] = set()
-        page = q.top_k * _CANDIDATES_PER_DOC + 16
-        for offset in itertools.count(0, page):
-            rows = conn.execute(_SEARCH_SQL, (match, q.key, page, offset)).fetchall()
-            for doc_id, passage, score, title, revision, acl, structured, passage_id, pages in rows:
-                if score < q.min_score:
-                    return list(best.values()), passage_ids
-                if doc_id in best or doc_id in hidden:
-                    continue
-                access = DocumentAcl.model_validate_json(acl)
-                if not access.visible_to(viewer):
-                    hidden.add(doc_id)
-                    continue
-                best[doc_id] = _hit(
-                    q.key, doc_id, passage, float(score), title, revision, access, structured, pages
-                )
-                passage_ids.append(passage_id)
-                if len(best) == q.top_k:
-                    return list(best.values()), passage_ids
-            if len(rows) < page:
-                return list(best.values()), passage_ids
-        raise AssertionError("unreachable")
+        and those passages' ids. FTS5's top rows of the source's id range are read once; when passages the
+        viewer may not see, or more passages of documents already kept, exhaust them before top_k, one
+        deeper fetch reads every match (no OFFSET pages re-running the query)."""
+        id_range = candidates.source_range(conn, q.key)
+        if id_range is None:
+            return [], []
+        restriction = self._restriction(q)
+        limit = q.top_k * _CANDIDATES_PER_DOC + 16
+        rows = candidates.candidate_rows(conn, match, id_range, limit, restriction)
+        best, passage_ids, complete = _best_documents(q, rows, viewer)
+        if not complete and len(rows) == limit:
+            rows = candidates.candidate_rows(conn, match, id_range, None, restriction)
+            best, passage_ids, _ = _best_documents(q, rows, viewer)
+        return best, passage_ids
 
     @staticmethod
     def _stored_vectors(
@@ -374,11 +388,14 @@ class SqliteFtsBackend(SearchBackend):
         """`vectors` None: not embedded yet (`_embed_missing` embeds them); else each passage's vectors."""
         title_terms = " ".join(index_terms(title, CJK_UNIGRAMS))
         _bump(conn, source_key)
+        first_id = candidates.allocate_ids(conn, source_key, len(passages))
         for i, (passage, on_pages) in enumerate(zip(passages, pages, strict=True)):
-            row_id = conn.execute(
-                "INSERT INTO passage_rows (source_key, doc_id, passage_no, text, pages) VALUES (?,?,?,?,?)",
-                (source_key, doc_id, i, passage, json.dumps(on_pages) if on_pages else None),
-            ).lastrowid
+            row_id = first_id + i
+            conn.execute(
+                "INSERT INTO passage_rows (id, source_key, doc_id, passage_no, text, pages) "
+                "VALUES (?,?,?,?,?,?)",
+                (row_id, source_key, doc_id, i, passage, json.dumps(on_pages) if on_pages else None),
+            )
             conn.execute(
                 "INSERT INTO passages (rowid, title_terms, body_terms) VALUES (?,?,?)",
                 (row_id, title_terms, " ".join(index_terms(passage, CJK_UNIGRAMS))),
@@ -391,7 +408,12 @@ class SqliteFtsBackend(SearchBackend):
 
     def _reindex(self, conn: sqlite3.Connection) -> None:
         """Re-split and re-analyze every stored document (the analyzer or the splitter changed), inside the
-        caller's transaction."""
+        caller's transaction. Stored vectors of passages whose text is unchanged are kept (re-embedding a
+        large index costs hours), moved to the passages' new ids."""
+        conn.execute(
+            "CREATE TEMP TABLE kept_vectors AS SELECT r.source_key, r.doc_id, r.passage_no, r.text, v.model, "
+            "v.vector FROM passage_rows r JOIN passage_vectors v ON v.passage_id = r.id"
+        )
         conn.execute("DELETE FROM passages")
         conn.execute("DELETE FROM passage_vectors")
         conn.execute("DELETE FROM passage_rows")
@@ -403,6 +425,12 @@ class SqliteFtsBackend(SearchBackend):
                 body, passages, page_starts_of(json.loads(structured) if structured else None)
             )
             self._index(conn, source_key, doc_id, title, passages, None, pages)
+        conn.execute(
+            "INSERT INTO passage_vectors SELECT r.id, k.model, k.vector FROM kept_vectors k "
+            "JOIN passage_rows r ON r.source_key = k.source_key AND r.doc_id = k.doc_id "
+            "AND r.passage_no = k.passage_no AND r.text = k.text"
+        )
+        conn.execute("DROP TABLE temp.kept_vectors")
         conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
 
     def _embed_missing(self, batch: int = 256) -> None:

@@ -1,0 +1,113 @@
+"""The lexical candidate query of the embedded search index, and the passage-id ranges it relies on.
+
+Why ranges: every source owns the passage ids `[n << 32, (n + 1) << 32)` (n its number in `source_ranges`),
+so "only this source" is a rowid range that FTS5 applies while it walks its posting lists. The source is
+filtered inside FTS5 with one shared table, so BM25 statistics (and so every score) stay as they were with
+one table for every source, and no per-row source check or per-source table is needed (issue 23). Ids are
+never reused within a source (`next_id` only grows): a cached dense index can tell new passages by id.
+
+The query takes FTS5's top `limit` rows by rank *before* any join (a MATERIALIZED CTE: SQLite cannot
+flatten it into the join and sort every match joined), then joins only those rows to `passage_rows` and
+`documents`. The caller dedups documents and checks ACLs over those few rows; when hidden, unready or
+repeated documents exhaust them it makes one deeper fetch (`limit=None`), never OFFSET pages."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .db import statements
+
+SOURCE_BITS = 32  # passages per source < 2^32; sources < 2^31 (SQLite rowids are signed 64-bit)
+BM25_WEIGHTS = "2.0, 1.0"  # title_terms, body_terms (bench/QUALITY.md has the measurements behind them)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS source_ranges (
+  source_key TEXT PRIMARY KEY, no INTEGER NOT NULL UNIQUE, next_id INTEGER NOT NULL
+)
+"""
+
+_CANDIDATES_SQL = (
+    "WITH top AS MATERIALIZED ("
+    "SELECT passages.rowid AS id, passages.rank AS rank FROM passages "
+    f"WHERE passages MATCH ? AND passages.rank MATCH 'bm25({BM25_WEIGHTS})' "
+    "AND passages.rowid BETWEEN ? AND ?{restriction} ORDER BY passages.rank LIMIT ?) "
+    "SELECT r.doc_id, r.text, -top.rank AS score, d.title, d.revision, d.acl, d.structured_source, r.id, "
+    "r.pages FROM top JOIN passage_rows r ON r.id = top.id "
+    "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
+    "WHERE d.status = 'ready' ORDER BY top.rank"
+)
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """An extra condition on the candidate passages, applied inside the FTS5 stage (before the top-k), so
+    the top-k is the top-k of the restricted set. `sql` is a boolean SQL expression over `passages.rowid`
+    (the passage id) with `?` placeholders bound to `params`, e.g. a document pre-filter:
+
+        Restriction("passages.rowid IN (SELECT r.id FROM passage_rows r JOIN documents d "
+                    "ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
+                    "WHERE r.source_key = ? AND d.doc_id IN (?, ?))", (source_key, "a", "b"))
+
+    (any condition on `documents` can replace the `IN`)."""
+
+    sql: str
+    params: tuple[object, ...] = ()
+
+
+def candidates_sql(restriction: Restriction | None = None) -> str:
+    """The candidate statement; parameters: match, first id, last id, *restriction params, limit (-1: all)."""
+    return _CANDIDATES_SQL.format(restriction=f" AND ({restriction.sql})" if restriction else "")
+
+
+def candidate_rows(
+    conn: sqlite3.Connection,
+    match: str,
+    id_range: tuple[int, int],
+    limit: int | None,
+    restriction: Restriction | None = None,
+) -> list[tuple[object, ...]]:
+    """BM25's best `limit` passages (all with None) of the id range, ready documents only, best first:
+    (doc_id, text, score, title, revision, acl, structured_source, passage id, pages)."""
+    params = (match, *id_range, *(restriction.params if restriction else ()), -1 if limit is None else limit)
+    return conn.execute(candidates_sql(restriction), params).fetchall()
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    statements(conn, SCHEMA)
+
+
+def source_range(conn: sqlite3.Connection, source_key: str) -> tuple[int, int] | None:
+    """The passage ids the source may own (None: it has never had a passage)."""
+    row = conn.execute("SELECT no FROM source_ranges WHERE source_key = ?", (source_key,)).fetchone()
+    return None if row is None else _range(row[0])
+
+
+def _range(no: int) -> tuple[int, int]:
+    return no << SOURCE_BITS, ((no + 1) << SOURCE_BITS) - 1
+
+
+def allocate_ids(conn: sqlite3.Connection, source_key: str, count: int) -> int:
+    """The first of `count` fresh passage ids of the source (inside the caller's write transaction)."""
+    row = conn.execute(
+        "UPDATE source_ranges SET next_id = next_id + ? WHERE source_key = ? RETURNING next_id - ?",
+        (count, source_key, count),
+    ).fetchone()
+    if row is not None:
+        if row[0] + count - 1 > _range(_number(conn, source_key))[1]:
+            raise OverflowError("a source holds fewer than 2^32 passages")
+        return int(row[0])
+    no = conn.execute("SELECT coalesce(max(no) + 1, 1) FROM source_ranges").fetchone()[0]
+    first = _range(no)[0]
+    conn.execute("INSERT INTO source_ranges VALUES (?, ?, ?)", (source_key, no, first + count))
+    return first
+
+
+def _number(conn: sqlite3.Connection, source_key: str) -> int:
+    return int(conn.execute("SELECT no FROM source_ranges WHERE source_key = ?", (source_key,)).fetchone()[0])
+
+
+def plan(conn: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[str]:
+    """`EXPLAIN QUERY PLAN` of a statement, one line per step (bench/results/scale_plans.md, the tests)."""
+    return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]

@@ -1,0 +1,131 @@
+"""Issue 23 (SQLite half): the embedded search path stays bounded as the corpus grows — the top-k is taken
+inside FTS5 before any join, the source is a rowid range FTS5 filters, hidden or repeated documents cost
+one deeper fetch (never OFFSET pages), and an index of the old layout is rebuilt on open."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from knowledge_core.adapters.sqlite import candidates
+from knowledge_core.adapters.sqlite.search import _SCHEMA, ANALYZER_VERSION, SqliteFtsBackend
+from knowledge_core.domain.models import Document, DocumentAcl, Viewer
+from knowledge_core.ports import QueryAnalysis, SourceQuery
+
+VIEWER = Viewer(tenant="acme", subject="alice")
+
+
+def _doc(source: str, doc_id: str, body: str, tenant: str = "acme", title: str = "t") -> Document:
+    return Document(source_key=source, doc_id=doc_id, title=title, body=body, acl=DocumentAcl(tenant=tenant))
+
+
+def _candidate_statements(backend: SqliteFtsBackend, source: str, text: str, top_k: int) -> tuple[list, int]:
+    """The hits of one search and how many statements matched the full-text index."""
+    seen: list[str] = []
+    conn = backend._conn()
+    conn.set_trace_callback(seen.append)
+    try:
+        [result] = backend.search([SourceQuery(source, top_k, 0.0)], QueryAnalysis(text), VIEWER)
+    finally:
+        conn.set_trace_callback(None)
+    return result.hits, sum("MATCH" in s for s in seen)
+
+
+def test_i23_hidden_documents_cost_one_deeper_fetch_not_offset_pages(tmp_path: Path) -> None:
+    """200 documents of another tenant outrank the one the viewer may see: the old path paged with OFFSET
+    (9 statements here), the new one reads FTS5's top rows once, then every match once."""
+    backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
+    hidden = [_doc("s@1", f"h{i:03d}", "zebra zebra zebra", tenant="other") for i in range(200)]
+    backend.put_documents([*hidden, _doc("s@1", "mine", "zebra and many other words of a longer passage")])
+    hits, statements = _candidate_statements(backend, "s@1", "zebra", top_k=1)
+    assert [h.doc_id for h in hits] == ["mine"]
+    assert statements == 2
+
+
+def test_i23_source_is_filtered_inside_fts5(tmp_path: Path) -> None:
+    """Better matches in another source of the same file neither crowd out nor slow down a small source:
+    its answer comes from the first fetch."""
+    backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
+    backend.put_documents([_doc("big@1", f"b{i:03d}", "zebra zebra zebra") for i in range(300)])
+    backend.put_documents([_doc("small@1", "s1", "zebra among other words in a longer passage")])
+    hits, statements = _candidate_statements(backend, "small@1", "zebra", top_k=5)
+    assert [h.doc_id for h in hits] == ["s1"]
+    assert statements == 1
+    assert _candidate_statements(backend, "absent@1", "zebra", top_k=5) == ([], 0)
+
+
+def test_i23_passage_ids_lie_in_their_source_range_and_are_never_reused(tmp_path: Path) -> None:
+    backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
+    backend.put_documents([_doc("a@1", "x", "one\n\ntwo"), _doc("b@1", "y", "three")])
+    backend.put_documents([_doc("a@1", "x", "one\n\ntwo")])  # rewritten: a fresh id (one passage)
+    conn = backend._conn()
+    for source in ("a@1", "b@1"):
+        low, high = candidates.source_range(conn, source) or (0, -1)
+        ids = [r[0] for r in conn.execute("SELECT id FROM passage_rows WHERE source_key=?", (source,))]
+        assert ids and all(low <= i <= high for i in ids)
+    assert [
+        r[0]
+        for r in conn.execute(
+            "SELECT id - (no << 32) FROM passage_rows JOIN source_ranges "
+            "USING (source_key) WHERE source_key='a@1' ORDER BY id"
+        )
+    ] == [1]  # the first write had id 0 of the range
+
+
+def test_i23_candidate_plan_takes_the_top_k_inside_fts5_before_any_join(tmp_path: Path) -> None:
+    """EXPLAIN QUERY PLAN: FTS5 answers the rank-ordered, rowid-bounded top-k in a materialized step; the
+    rows and documents are then looked up by key, no table scan."""
+    backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
+    backend.put_documents([_doc("s@1", "d", "zebra")])
+    steps = candidates.plan(backend._conn(), candidates.candidates_sql(), ('"zebra"', 0, 1 << 40, 10))
+    assert any(s.startswith("MATERIALIZE top") for s in steps), steps
+    assert any("VIRTUAL TABLE INDEX" in s for s in steps), steps
+    assert any("SEARCH r USING INTEGER PRIMARY KEY" in s for s in steps), steps
+    assert any(s.startswith("SEARCH d USING INDEX") for s in steps), steps
+    assert not any(s.startswith("SCAN r") or s.startswith("SCAN d") for s in steps), steps
+
+
+def test_i23_restriction_applies_before_the_top_k(tmp_path: Path) -> None:
+    """The document pre-filter hook: a restriction keeps only its documents, however many others rank
+    higher."""
+    backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
+    backend.put_documents([_doc("s@1", f"d{i:02d}", "zebra " * (i + 1)) for i in range(40)])
+    conn = backend._conn()
+    restriction = candidates.Restriction(
+        "passages.rowid IN (SELECT id FROM passage_rows WHERE source_key = ? AND doc_id IN (?, ?))",
+        ("s@1", "d00", "d01"),
+    )
+    id_range = candidates.source_range(conn, "s@1")
+    assert id_range is not None
+    rows = candidates.candidate_rows(conn, '"zebra"', id_range, 3, restriction)
+    assert [r[0] for r in rows] == ["d01", "d00"]
+
+
+def test_i23_old_layout_index_rebuilt_on_open_vectors_kept(tmp_path: Path) -> None:
+    """A file of the previous layout (passage ids 1.., no source ranges, user_version 2) is re-indexed on
+    open into source ranges; its stored vectors follow their passages (no re-embedding)."""
+    path = tmp_path / "search.sqlite3"
+    conn = sqlite3.connect(path)
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute(
+        "INSERT INTO documents VALUES ('s@1','d','Title','old zebra body','r','ready',?,NULL,0)",
+        (DocumentAcl(tenant="acme").model_dump_json(),),
+    )
+    conn.execute("INSERT INTO passage_rows VALUES (1,'s@1','d',0,'old zebra body',NULL)")
+    conn.execute("INSERT INTO passages (rowid, title_terms, body_terms) VALUES (1,'titl','old zebra bodi')")
+    conn.execute("INSERT INTO passage_vectors VALUES (1,'m',?)", (bytes(range(8)),))
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    backend = SqliteFtsBackend(path)
+    conn = backend._conn()
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == ANALYZER_VERSION
+    [(new_id,)] = conn.execute("SELECT id FROM passage_rows").fetchall()
+    assert new_id >= 1 << candidates.SOURCE_BITS
+    assert conn.execute("SELECT passage_id, vector FROM passage_vectors").fetchall() == [
+        (new_id, bytes(range(8)))
+    ]
+    [result] = backend.search([SourceQuery("s@1", 5, 0.0)], QueryAnalysis("zebra"), VIEWER)
+    assert [h.doc_id for h in result.hits] == ["d"]
