@@ -36,13 +36,14 @@ from knowledge_core.bootstrap import Container
 from knowledge_core.domain.admin_wire import IngestionJobRequest
 from knowledge_core.domain.models import Viewer
 from knowledge_core.ports import QueryAnalysis, SourceQuery
+from knowledge_core.services.retrieval import Retrieval
 from knowledge_core.settings import Settings
 
 from kb_cli import demo, supervisor
 from kb_cli.events import load_event
 from kb_cli.gateway import Handlers
 from tests.conftest import TEST_SECRET, FakeClock
-from tests.contract.conftest import real_endpoints_or_skip
+from tests.contract.conftest import doc, ranked, real_endpoints_or_skip
 
 pytestmark = [
     pytest.mark.integration,
@@ -182,6 +183,31 @@ def test_g_local_three_nodes_green_with_one_replica(cluster, world) -> None:
         settings = next(iter(_get(f"{urls[2]}/{alias}/_settings").values()))["settings"]["index"]
         assert settings["number_of_replicas"] == "1", settings
     assert len(_node_pids(state)) == NODES
+
+
+def test_k_pipe_replicas_never_show_a_document_the_last_write_disabled(cluster, world) -> None:
+    """K-PIPE with replicas: searches are spread over primary and replica copies, and the hits are not read
+    back (`live_hits`): right after a disable, a delete or an ACL change is acknowledged, no copy shows the
+    document (`refresh=wait_for` waits for the replica's refresh too)."""
+    container, _ = world
+    retrieval = Retrieval(container.backend)
+    viewer = Viewer(subject="demo-user", tenant="default", groups=())
+    admin = container.admin
+    for n in range(12):
+        word, name = f"okapi{n}q", f"replica-{n}"
+        admin.put_documents([doc(SOURCE_KEY, name, f"Replica {n}", f"The {word} pump.", tenant="default")])
+        for _ in range(3):
+            assert [h.doc_id for h in ranked(retrieval, SOURCE_KEY, 5, word, viewer)] == [name]
+        admin.set_document_status(SOURCE_KEY, name, "disabled")
+        for _ in range(3):
+            assert ranked(retrieval, SOURCE_KEY, 5, word, viewer) == []
+        admin.set_document_status(SOURCE_KEY, name, "ready")
+        admin.put_documents([doc(SOURCE_KEY, name, f"Replica {n}", f"The {word} pump.", tenant="other")])
+        for _ in range(3):
+            assert ranked(retrieval, SOURCE_KEY, 5, word, viewer) == []
+        admin.delete_document(SOURCE_KEY, name)
+        for _ in range(3):
+            assert ranked(retrieval, SOURCE_KEY, 5, word, viewer) == []
 
 
 def test_r_fail_a_search_node_killed_during_search_load_every_answer_typed(cluster, world) -> None:
