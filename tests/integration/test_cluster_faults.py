@@ -10,9 +10,9 @@
   document is searchable.
 
 The adapter is given every node's URL (`OPENSEARCH_NODE_URLS`), so a request to the dead node is retried
-on another. Bounded: a fixed number of searches and documents, each phase under a minute on this machine.
-Runs with the integration tests (`make test`); the cluster costs ~30 s to boot and ~1.2 GB of heap.
-"""
+on another. Bounded: a fixed number of searches and documents; the module takes 2.5–4 min on this 2-core
+machine under load (the cluster ~30 s to boot, ~2.3 GB of heap for its three JVMs). Runs with the integration
+tests (`make test`)."""
 
 from __future__ import annotations
 
