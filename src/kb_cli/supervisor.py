@@ -27,6 +27,11 @@ Command line (wired as ``kb services start|stop|status [--state DIR]``)::
 
     eval "$(python -m kb_cli.supervisor start)"   # sets OPENSEARCH_URL, DYNAMODB_ENDPOINT, S3_ENDPOINT
     kb services start --only s3                  # just the S3-API server (repeatable --only)
+    kb services start --nodes 3                  # OpenSearch as a 3-node cluster (kb_cli/cluster.py)
+
+With ``--nodes N`` (N > 1) each node is its own JVM with its own data dir and ports (node 1 keeps the
+single node's files; node k lives under ``opensearch-k/``, ``opensearch-k.json`` …) and
+``OPENSEARCH_NODE_URLS`` names every node; ``kb_cli/cluster.py`` owns the cluster's configuration.
 
 Stdlib only; needs ``java`` (17+), ``mvn`` and ``go`` on PATH the first time.
 """
@@ -51,7 +56,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import s3_server
+from . import cluster, s3_server
 
 DEFAULT_STATE_DIR = ".kb-state"
 OPENSEARCH = "opensearch"
@@ -142,7 +147,9 @@ def _pid_matches(pid: int, marker: str) -> bool:
 
 
 def _marker(name: str) -> str:
-    return {OPENSEARCH: RUNNER_MAIN, DYNAMODB: "minidyn-server", S3: s3_server.MARKER}[name]
+    if cluster.is_node(name):
+        return RUNNER_MAIN
+    return {DYNAMODB: "minidyn-server", S3: s3_server.MARKER}[name]
 
 
 def _read_meta(state_dir: Path, name: str) -> dict[str, Any]:
@@ -257,7 +264,7 @@ def _dynamodb_healthy(url: str, timeout: float = 2.0) -> bool:
 def _healthy(name: str, url: str) -> bool:
     if name == S3:
         return s3_server.healthy(url)
-    return _opensearch_healthy(url) if name == OPENSEARCH else _dynamodb_healthy(url)
+    return _opensearch_healthy(url) if cluster.is_node(name) else _dynamodb_healthy(url)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -375,33 +382,38 @@ def _spawn(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = No
     return proc.pid
 
 
-def _launch_opensearch(state_dir: Path, classpath: str) -> dict[str, Any]:
+def _launch_opensearch(
+    state_dir: Path, classpath: str, name: str = OPENSEARCH, spec: cluster.ClusterSpec | None = None
+) -> dict[str, Any]:
+    """Start one OpenSearch JVM: the single node (``spec`` None) or node ``name`` of a cluster."""
     d = _svc_dir(state_dir)
     java = _require("java", "OpenSearch runs on Java 17+")
-    base = d / "opensearch"
+    base = d / cluster.base_dir_name(name)
     conf = base / "node_1" / "config"
     conf.mkdir(parents=True, exist_ok=True)
-    (conf / "opensearch.yml").write_text(OPENSEARCH_YML)
-    previous = _read_meta(state_dir, OPENSEARCH).get("port")
-    port = _pick_port([previous or 0, *OPENSEARCH_PORTS], fallback_any=False)
-    log = d / "opensearch.log"
+    (conf / "opensearch.yml").write_text(OPENSEARCH_YML if spec is None else spec.node_yml(name))
+    previous = _read_meta(state_dir, name).get("port")
+    # nodes launched together are not listening yet: each must be told a port no other node holds
+    taken = {_read_meta(state_dir, n).get("port") for n in spec.node_names() if n != name} if spec else set()
+    port = _pick_port([p for p in (previous or 0, *OPENSEARCH_PORTS) if p not in taken], fallback_any=False)
+    log = d / f"{name}.log"
     log_offset = log.stat().st_size if log.exists() else 0
     java_opts = os.environ.get("KB_OPENSEARCH_JAVA_OPTS", DEFAULT_JAVA_OPTS).split()
     # the classpath goes into a java @argfile, keeping the command line (and the log) readable
     classpath, plugin_types = _with_plugins(state_dir, classpath)
-    argfile = d / "opensearch.cp-args"
+    argfile = d / f"{name}.cp-args"  # one per node: nodes start at once
     argfile.write_text(f'-cp "{classpath}"\n')
     cmd = [
         java, *java_opts, "-Djava.awt.headless=true", f"@{argfile}", RUNNER_MAIN,
         "-numOfNode", "1", "-baseHttpPort", str(port - 1), "-basePath", str(base),
-        "-clusterName", "kb-local",
+        "-clusterName", "kb-local" if spec is None else spec.name,
     ]  # fmt: skip
     if plugin_types:
         cmd += ["-pluginTypes", ",".join(plugin_types)]
     pid = _spawn(cmd, log, d)
     meta = {"pid": pid, "port": port, "url": f"http://{HOST}:{port}", "log": str(log),
             "log_offset": log_offset, "started_at": time.time()}  # fmt: skip
-    _write_meta(state_dir, OPENSEARCH, meta)
+    _write_meta(state_dir, name, meta)
     return meta
 
 
@@ -463,7 +475,7 @@ def _wait_healthy(state_dir: Path, pending: dict[str, dict[str, Any]]) -> None:
     while pending:
         for name in list(pending):
             meta = pending[name]
-            if name == OPENSEARCH:
+            if cluster.is_node(name):
                 actual = _opensearch_actual_port(meta)
                 if actual and actual != meta["port"]:
                     meta.update(port=actual, url=f"http://{HOST}:{actual}")
@@ -506,25 +518,92 @@ def _service_status(state_dir: Path, name: str) -> dict[str, Any]:
 
 
 def status(state_dir: Path, names: tuple[str, ...] = SERVICES) -> dict[str, dict[str, Any]]:
-    """Per service: running (process alive and answering), url, pid, log."""
-    return {name: _service_status(state_dir, name) for name in names}
+    """Per service: running (process alive and answering), url, pid, log. For a cluster, the
+    ``opensearch`` entry also lists its ``nodes`` and is running only when every node answers and the
+    cluster is green."""
+    st = {name: _service_status(state_dir, name) for name in names}
+    spec = cluster.read_spec(_svc_dir(state_dir)) if OPENSEARCH in names else None
+    if spec is not None:
+        st[OPENSEARCH] = _cluster_status(state_dir, spec)
+    return st
+
+
+def _cluster_status(state_dir: Path, spec: cluster.ClusterSpec) -> dict[str, Any]:
+    """The cluster as one service: node 1's entry (its url is OPENSEARCH_URL) plus every node's."""
+    nodes = {name: _service_status(state_dir, name) for name in spec.node_names()}
+    entry = dict(nodes[OPENSEARCH])
+    urls = [n["url"] for n in nodes.values() if n["running"]]
+    entry["nodes"] = nodes
+    entry["process_alive"] = all(n["process_alive"] for n in nodes.values())
+    entry["running"] = len(urls) == spec.nodes and cluster.health(urls[0], spec.nodes, 1.0) is not None
+    return entry
 
 
 def _env(st: dict[str, dict[str, Any]]) -> dict[str, str]:
-    return {ENV_NAMES[name]: st[name]["url"] for name in st}
+    env = {ENV_NAMES[name]: st[name]["url"] for name in st}
+    nodes = st.get(OPENSEARCH, {}).get("nodes")
+    if nodes:  # a cluster: a client given every node fails over when one goes away
+        env["OPENSEARCH_NODE_URLS"] = ",".join(n["url"] for n in nodes.values() if n["url"])
+    return env
 
 
-def start(state_dir: Path, names: tuple[str, ...] = SERVICES) -> dict[str, str]:
-    """Start (or reuse) the services (all, or `names`) and wait until they are healthy.
+def _cluster_spec(state_dir: Path, nodes: int | None) -> cluster.ClusterSpec | None:
+    """The OpenSearch cluster to run (None: the single node); see ``cluster.resolve_spec``."""
+    d = _svc_dir(state_dir)
+    single_node_data = cluster.read_spec(d) is None and (d / "opensearch" / "node_1" / "data").is_dir()
+    try:
+        return cluster.resolve_spec(d, nodes, single_node_data)
+    except cluster.ClusterError as exc:
+        raise ServiceError(str(exc)) from None
 
-    Returns ``{"OPENSEARCH_URL": ..., "DYNAMODB_ENDPOINT": ..., "S3_ENDPOINT": ...}``.
+
+def _start_cluster_nodes(
+    state_dir: Path, spec: cluster.ClusterSpec, pending: dict[str, dict[str, Any]], launched: list[str]
+) -> None:
+    """Launch every node of the cluster that is not running (a node killed earlier rejoins), and wait
+    for the ones still booting."""
+    classpath: str | None = None
+    for name in spec.node_names():
+        node = _service_status(state_dir, name)
+        if node["process_alive"]:
+            if not node["running"]:
+                pending[name] = {**_read_meta(state_dir, name)}
+                pending[name].setdefault("started_at", time.time())
+            continue
+        _clear_meta(state_dir, name)
+        classpath = classpath or _classpath(state_dir)
+        pending[name] = _launch_opensearch(state_dir, classpath, name, spec)
+        launched.append(name)
+
+
+def _wait_green(state_dir: Path, spec: cluster.ClusterSpec) -> None:
+    """Ready means green with every node in: each shard and its replica allocated."""
+    deadline = time.monotonic() + _timeout()
+    while time.monotonic() < deadline:
+        urls = [_read_meta(state_dir, name).get("url") for name in spec.node_names()]
+        if urls[0] and cluster.health(str(urls[0]), spec.nodes, 5.0) is not None:
+            return
+        time.sleep(0.5)
+    raise ServiceError(
+        f"timed out after {_timeout():.0f}s waiting for the {spec.nodes}-node cluster to be green"
+    )
+
+
+def start(state_dir: Path, names: tuple[str, ...] = SERVICES, nodes: int | None = None) -> dict[str, str]:
+    """Start (or reuse) the services (all, or `names`) and wait until they are healthy. ``nodes``: how
+    many OpenSearch nodes (default: as the state dir already is, else one); with more than one, ready
+    means the cluster is green with every node.
+
+    Returns ``{"OPENSEARCH_URL": ..., "DYNAMODB_ENDPOINT": ..., "S3_ENDPOINT": ...}`` (a cluster also
+    ``OPENSEARCH_NODE_URLS``, every node's URL comma-separated).
     """
     state_dir = Path(state_dir)
     with _lock(state_dir):
+        spec = _cluster_spec(state_dir, nodes) if OPENSEARCH in names else None
         st = status(state_dir, names)
         pending: dict[str, dict[str, Any]] = {}
         for name in names:
-            if st[name]["process_alive"] and not st[name]["running"]:
+            if st[name]["process_alive"] and not st[name]["running"] and not (spec and name == OPENSEARCH):
                 # started earlier and still booting (or wedged): wait for it rather than double-start
                 meta = _read_meta(state_dir, name)
                 meta.setdefault("started_at", time.time())
@@ -532,7 +611,9 @@ def start(state_dir: Path, names: tuple[str, ...] = SERVICES) -> dict[str, str]:
         launched: list[str] = []
         try:
             # OpenSearch first: it boots slowly, so the Go build (if any) overlaps with it
-            if OPENSEARCH in st and not st[OPENSEARCH]["process_alive"]:
+            if spec is not None:
+                _start_cluster_nodes(state_dir, spec, pending, launched)
+            elif OPENSEARCH in st and not st[OPENSEARCH]["process_alive"]:
                 _clear_meta(state_dir, OPENSEARCH)
                 pending[OPENSEARCH] = _launch_opensearch(state_dir, _classpath(state_dir))
                 launched.append(OPENSEARCH)
@@ -545,6 +626,8 @@ def start(state_dir: Path, names: tuple[str, ...] = SERVICES) -> dict[str, str]:
                 pending[S3] = _launch_s3(state_dir, _s3_binary(state_dir))
                 launched.append(S3)
             _wait_healthy(state_dir, pending)
+            if spec is not None:
+                _wait_green(state_dir, spec)
         except BaseException:
             for name in launched:  # do not leave half a setup behind
                 _stop_one(state_dir, name)
@@ -552,12 +635,15 @@ def start(state_dir: Path, names: tuple[str, ...] = SERVICES) -> dict[str, str]:
         return _env(status(state_dir, names))
 
 
-def ensure_running(state_dir: Path, names: tuple[str, ...] = SERVICES) -> dict[str, str]:
+def ensure_running(
+    state_dir: Path, names: tuple[str, ...] = SERVICES, nodes: int | None = None
+) -> dict[str, str]:
     """Return the endpoints if the services already answer, else start them (for tests)."""
     st = status(Path(state_dir), names)
-    if all(st[name]["running"] for name in names):
+    running_nodes = len(st[OPENSEARCH].get("nodes") or [OPENSEARCH]) if OPENSEARCH in st else None
+    if all(st[name]["running"] for name in names) and nodes in (None, running_nodes):
         return _env(st)
-    return start(state_dir, names)
+    return start(state_dir, names, nodes)
 
 
 def _kill_group(pid: int, timeout: float) -> None:
@@ -584,14 +670,16 @@ def stop(state_dir: Path, names: tuple[str, ...] = SERVICES) -> None:
     if not (state_dir / "services").is_dir():
         return
     with _lock(state_dir):
+        spec = cluster.read_spec(_svc_dir(state_dir)) if OPENSEARCH in names else None
         for name in names:
-            _stop_one(state_dir, name)
+            for node in spec.node_names() if spec and name == OPENSEARCH else [name]:
+                _stop_one(state_dir, node)
 
 
 def _stop_one(state_dir: Path, name: str) -> None:
     pid = _read_meta(state_dir, name).get("pid")
     if pid and _pid_alive(pid) and _pid_matches(pid, _marker(name)):
-        _kill_group(int(pid), timeout=30.0 if name == OPENSEARCH else 10.0)
+        _kill_group(int(pid), timeout=30.0 if cluster.is_node(name) else 10.0)
     _clear_meta(state_dir, name)
 
 
@@ -612,13 +700,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", action="append", choices=SERVICES, help="just this service (repeatable; default: all)"
     )
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="OpenSearch nodes (start; default: as the state dir already is, else 1). More than one: a "
+        "loopback cluster, one JVM per node, replicas 1; OPENSEARCH_NODE_URLS names every node",
+    )
     args = parser.parse_args(argv)
     state_dir = Path(args.state)
     names = tuple(n for n in SERVICES if n in args.only) if args.only else SERVICES
     try:
         if args.command == "start":
             t0 = time.monotonic()
-            env = start(state_dir, names)
+            env = start(state_dir, names, args.nodes)
             if S3 in names:
                 env |= s3_credentials(state_dir)
             for key, value in env.items():
@@ -634,6 +729,8 @@ def main(argv: list[str] | None = None) -> int:
             s = st[name]
             state = "running" if s["running"] else ("starting/unhealthy" if s["process_alive"] else "stopped")
             print(f"# {name}: {state} url={s['url']} pid={s['pid']} log={s['log']}", file=sys.stderr)
+            for node, n in (s.get("nodes") or {}).items():
+                print(f"#   {node}: url={n['url']} pid={n['pid']} running={n['running']}", file=sys.stderr)
             if s["running"]:
                 print(f"{ENV_NAMES[name]}={s['url']}")
         return 0 if all(st[n]["running"] for n in names) else 3

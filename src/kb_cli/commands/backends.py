@@ -14,6 +14,7 @@ def register_services(sub: Subparsers) -> None:
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--state", default=str(DEFAULT_STATE))
     p.add_argument("--only", action="append", choices=["opensearch", "dynamodb", "s3"], help="just this one")
+    p.add_argument("--nodes", type=int, help="OpenSearch nodes (start): more than one is a loopback cluster")
     p.set_defaults(func=cmd_services)
 
 
@@ -30,7 +31,8 @@ def cmd_services(args: argparse.Namespace, call: Call | None = None) -> int:
     from .. import supervisor
 
     only = [arg for name in getattr(args, "only", None) or [] for arg in ("--only", name)]
-    return supervisor.main([args.action, "--state", str(args.state), *only])
+    nodes = ["--nodes", str(args.nodes)] if getattr(args, "nodes", None) else []
+    return supervisor.main([args.action, "--state", str(args.state), *only, *nodes])
 
 
 def cmd_models(args: argparse.Namespace, call: Call | None = None) -> int:

@@ -2,8 +2,9 @@
 source searched in one `_msearch` round trip, hits collapsed to parent documents.
 
 Indices (names start with `index_prefix`, default `kb`):
-* `<prefix>-passages-v3`, alias `<prefix>-passages`: one row per passage (the same `split_passages` as
-  the embedded backend) with the parent's title, revision, status and ACL copied in for filtering;
+* `<prefix>-passages-v4`, alias `<prefix>-passages`: one row per passage (the same `split_passages` as
+  the embedded backend) with the parent's title, revision, stored version (`version`, v4), status and ACL
+  copied in for filtering;
   `title` and `text` analysed like the embedded backend's `index_terms` (custom `kb_text` analyzer: CJK
   bigrams, English stop words, Snowball English stems), both copied into `content` (title + passage as
   one BM25 field, like the embedded backend's FTS5 row).
@@ -18,6 +19,13 @@ puts the templates, creates missing indices with their alias and moves an alias 
 it copies the older index's rows into the new one, swaps the alias in one `_aliases` call and copies once
 more what was written meanwhile (pause ingestion during an upgrade: a delete in that window may leave a
 passage behind; the old index is left for the operator to delete). Everything else goes through aliases.
+
+Hits are citable as returned (`live_hits`, like the embedded backend): every write of a document — put,
+status change, delete — changes its passage rows and its parent in one bulk with `refresh=wait_for` (on the
+primary and every replica), so once a write is acknowledged no search sees a passage row older than its
+document, and the row's status/ACL filters and its `version` are the document's. A row without `version`
+(written by an older release during an upgrade) makes the retrieval step check its hits against the
+documents (`_mget`) as before.
 
 Search (domain.hybrid): per source a BM25 search (with the passage vectors in `_source`) and, when the
 query has a vector, a filtered k-NN search on that model's field (same source, status and ACL filters),
@@ -48,7 +56,7 @@ from urllib.parse import urlsplit
 
 from ..domain.errors import KnowledgeUnavailable, SourceFailure
 from ..domain.fusion import Hit
-from ..domain.models import Document, DocumentAcl, DocumentState, Viewer
+from ..domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
 from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
 from ..ports import (
     DocumentInfo,
@@ -64,7 +72,7 @@ from .opensearch_filters import METADATA_PROPERTIES, METADATA_TEMPLATES, filter_
 
 logger = logging.getLogger(__name__)
 
-PASSAGES_VERSION = "v3"  # v3: `index.knn` (a final setting) and a k-NN field per embedding model
+PASSAGES_VERSION = "v4"  # v3: `index.knn` and a k-NN field per model; v4: the parent's stored `version`
 DOCUMENTS_VERSION = "v2"
 # Passages the k-NN search is asked for per wanted document (a document has several passages).
 KNN_PASSAGES_PER_DOC = 4
@@ -74,7 +82,7 @@ MAX_RESULT_WINDOW = 10_000
 DENSE_RETRY_S = 300.0
 # One bulk request stays under the smallest Amazon OpenSearch Service HTTP payload limit (10 MiB).
 BULK_MAX_BYTES = 8 * 1024 * 1024
-_HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "text", "structured_source"]
+_HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "version", "text", "structured_source"]
 _VECTOR_FIELDS = ["vectors", "vector", "vector_model"]
 _DOC_FIELDS = [
     "source_key",
@@ -132,6 +140,8 @@ PASSAGE_MAPPINGS: dict[str, Any] = {
         "text": _analysed(copy_to="content"),
         "content": _analysed(),  # title + passage, one BM25 length (not in _source)
         "revision": {"type": "keyword", "index": False},
+        # the parent's models.stored_version (v4): a hit's ref binds it without reading the document
+        "version": {"type": "keyword", "index": False, "doc_values": False},
         "status": {"type": "keyword"},
         "acl_tenant": {"type": "keyword"},
         "acl_open": {"type": "boolean"},  # no subjects and no groups: the whole tenant
@@ -213,6 +223,12 @@ def _no_knn(exc: Exception) -> bool:
     return "knn" in text.lower()
 
 
+def node_urls(url: str) -> list[str]:
+    """The nodes of `KB_OPENSEARCH_URL`: one URL, or several comma-separated (a self-managed cluster): the
+    client sends each request to one of them and, when a node went away, retries on the next."""
+    return [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+
+
 def aws_service(url: str) -> str | None:
     """`aoss` for OpenSearch Serverless, `es` for an Amazon OpenSearch Service domain, None elsewhere."""
     host = (urlsplit(url).hostname or "").lower()
@@ -281,6 +297,9 @@ def text_query(text: str) -> dict[str, Any]:
 
 
 class OpenSearchBackend(SearchBackend):
+    # Hits carry their document's status, ACL and version, as fresh as the document (module docstring).
+    live_hits = True
+
     def __init__(
         self,
         url: str,
@@ -338,7 +357,7 @@ class OpenSearchBackend(SearchBackend):
             # search-x.<region>.es.amazonaws.com / x.<region>.aoss.amazonaws.com carry their region.
             region = parts[-4] if len(parts) >= 4 else self._region
             kwargs["http_auth"] = Urllib3AWSV4SignerAuth(boto3.Session().get_credentials(), region, service)
-        return OpenSearch(hosts=[self._url], **kwargs)
+        return OpenSearch(hosts=node_urls(self._url), **kwargs)
 
     def knn_properties(self) -> dict[str, dict[str, Any]]:
         """The k-NN field of each of the embedder's models."""
@@ -469,14 +488,38 @@ class OpenSearchBackend(SearchBackend):
                 index=",".join(old), body=body, request_timeout=max(self._timeout_s, 30.0)
             )["hits"]["hits"]
             lines: list[dict[str, Any]] = []
+            versions = self._parent_versions(hits) if new == self.passages_index else {}
             for h in hits:
                 row = h["_source"]
                 row = {**row, **knn_values(_stored_vectors(row).values(), mapped)}
+                if row.get("doc_key") in versions:
+                    row["version"] = versions[row["doc_key"]]
                 lines += [{"create": {"_index": new, "_id": h["_id"]}}, row]
             self._bulk([lines], tolerate=(409,))  # 409: written to the new index since
             if len(hits) < 500:
                 return
             after = hits[-1]["sort"]
+
+    def _parent_versions(self, hits: list[dict[str, Any]]) -> dict[str, str]:
+        """Parent id -> stored version, for copied passage rows that lack one (written before v4): read from
+        the parents themselves, so a copied row is as citable as a written one."""
+        keys = sorted({h["_source"]["doc_key"] for h in hits if not h["_source"].get("version")})
+        if not keys:
+            return {}
+        found = self.client.mget(
+            index=self.documents_alias,
+            body={"ids": keys},
+            _source_includes=["revision", "acl", "structured_source"],
+        )
+        return {
+            d["_id"]: stored_version(
+                d["_source"]["revision"],
+                DocumentAcl.model_validate(d["_source"]["acl"]),
+                d["_source"].get("structured_source"),
+            )
+            for d in found["docs"]
+            if d.get("found")
+        }
 
     def drop_indices(self) -> None:
         """Delete this prefix's indices and templates (tests, benchmarks)."""
@@ -778,6 +821,7 @@ class OpenSearchBackend(SearchBackend):
             "doc_key": parent,
             "title": doc.title,
             "revision": doc.revision,
+            "version": doc.version,
             "status": doc.status,
             "acl_tenant": acl.tenants,
             "acl_open": not acl.subjects and not acl.groups,
@@ -1010,4 +1054,5 @@ def _hit(source_key: str, raw: dict[str, Any]) -> Hit:
         score=float(raw["_score"]),
         passage=src["text"],
         structured_source=src.get("structured_source"),
+        version=src.get("version") or "",
     )

@@ -159,9 +159,10 @@ class Retrieval:
         """Each source's best `top_k` hits whose document, now, is still in that source, ready, visible to
         the viewer and of the hit's revision — read in one batch for all sources. A hit that fails the
         check takes no rank: the next candidate moves up (another batch only then). A backend whose search
-        already read its documents consistently (`live_hits`) is not read again. When the read fails,
-        every source it was for fails (typed), never "no results"."""
-        if self._backend.live_hits:
+        already read its documents consistently (`live_hits`, every hit stamped with its document's
+        version) is not read again. When the read fails, every source it was for fails (typed), never "no
+        results"."""
+        if self._backend.live_hits and all(h.version for o in ranked for h in o.hits):
             for o, k in zip(ranked, top_ks, strict=True):
                 o.hits = o.hits[:k]
             return Retrieved(ranked)
