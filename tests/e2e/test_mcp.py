@@ -90,7 +90,8 @@ async def call(client: Client, tool: str, arguments: dict[str, Any]) -> tuple[bo
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_m_mcp_lists_read_only_tools_and_the_capabilities_resource(kb_server, transport):
-    """M-MCP: two read-only tools with schemas from the wire models; capabilities (A-CAP) as a resource."""
+    """M-MCP: two read-only tools with schemas from the wire models (`knowledge_search {query, limit?,
+    run_id?, filter?}`, SPEC §6 and F-FILTER); capabilities (A-CAP) as a resource."""
 
     async def session(c: Client) -> None:
         tools = {t.name: t for t in (await c.list_tools()).tools}
@@ -100,7 +101,7 @@ def test_m_mcp_lists_read_only_tools_and_the_capabilities_resource(kb_server, tr
             assert tool.annotations.destructive_hint is False
             assert tool.input_schema["additionalProperties"] is False and tool.output_schema is not None
         search, read = tools["knowledge_search"], tools["knowledge_read"]
-        assert set(search.input_schema["properties"]) == {"query", "limit", "run_id"}
+        assert set(search.input_schema["properties"]) == {"query", "limit", "run_id", "filter"}
         assert search.input_schema["required"] == ["query"]
         assert search.input_schema["properties"]["limit"]["maximum"] == 3
         assert set(read.input_schema["properties"]) == {"ref", "run_id", "max_bytes", "cursor"}
