@@ -728,6 +728,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="collections",
         help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, demo-all, "
         f"{', '.join(XQUAD_TASKS)} (the reported half of the articles; <task>-train: the tuning half); "
+        "xquad-long[-train] (whole articles as documents: does the summary / reference carry the answer); "
         "repeatable (default: scifact and demo-zh)",
     )
     add_run_arguments(parser)
@@ -853,7 +854,7 @@ def _load(name: str, args: argparse.Namespace) -> Collection:
     )
 
 
-def _write_results(results: list[EvalResult], args: argparse.Namespace, kind: str) -> None:
+def _write_results(results: list[Any], args: argparse.Namespace, kind: str) -> None:
     out = (
         Path(args.out)
         if args.out
@@ -871,7 +872,8 @@ def run(args: argparse.Namespace) -> int:
     lexicon = lexicon_from(args)
     opensearch_url = _opensearch_url(args)
     results: list[EvalResult] = []
-    for name in names:
+    answers = _run_answers([n for n in names if is_long_task(n)], args, semantic, lexicon, opensearch_url)
+    for name in [n for n in names if not is_long_task(n)]:
         collection = _load(name, args)
         with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
             container = build_container(args.backend, Path(tmp), opensearch_url, semantic, lexicon)
@@ -884,9 +886,46 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 if args.backend == "opensearch":
                     container.backend.drop_indices()
-    print(format_table(results))
-    _write_results(results, args, "quality")
+    if results:
+        print(format_table(results))
+    if answers:
+        from .eval_answers import format_answers
+
+        print(format_answers(answers))
+    _write_results([*results, *answers], args, "quality")
     return 0
+
+
+def is_long_task(name: str) -> bool:
+    from .eval_answers import LONG_TASK
+
+    return name.removesuffix(TRAIN_SUFFIX) == LONG_TASK
+
+
+def _run_answers(
+    names: list[str],
+    args: argparse.Namespace,
+    semantic: Semantic | None,
+    lexicon: str | None,
+    url: str | None,
+) -> list[Any]:
+    """The long-document task (kb_cli.eval_answers) of each of `names`, in a fresh container each."""
+    from .eval_answers import evaluate_answers, load_xquad_long
+
+    out: list[Any] = []
+    for name in names:
+        split = "train" if name.endswith(TRAIN_SUFFIX) else "test"
+        collection = load_xquad_long(split, Path(args.xquad_dir), args.limit)
+        with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
+            container = build_container(args.backend, Path(tmp), url, semantic, lexicon)
+            try:
+                out.append(
+                    evaluate_answers(collection, container, args.backend, progress=not args.no_progress)
+                )
+            finally:
+                if args.backend == "opensearch":
+                    container.backend.drop_indices()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
