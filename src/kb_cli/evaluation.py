@@ -380,6 +380,8 @@ class EvalResult:
     # What a caller of POST …/knowledge/search sees (its <= 3 hints, the same pipeline at the source's own
     # depth): R@3 and MRR@3 are the public figure beside the deep ranking's.
     public: Metrics | None = None
+    # Share of those hints that are relevant (what the relevance cut trades against the deep nDCG).
+    public_precision: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -612,7 +614,15 @@ def measure(
         ranking=ranking_of(container),
         hybrid=hybrid_of(container),
         public=Metrics.over(public, qrels),
+        public_precision=precision(public, qrels),
     )
+
+
+def precision(rankings: list[list[str]], qrels: list[dict[str, int]]) -> float:
+    """Relevant answers / answers, pooled over queries (0.0 when nothing was answered)."""
+    answered = sum(len(r) for r in rankings)
+    hits = sum(1 for r, q in zip(rankings, qrels, strict=True) for d in r if q.get(d, 0) > 0)
+    return hits / answered if answered else 0.0
 
 
 def searched(container: Any, ingested: Ingested, text: str) -> list[str]:
@@ -691,12 +701,13 @@ def format_table(results: list[EvalResult]) -> str:
     base = " ".join(f"{'b ' + label:>9}" for label, _ in METRIC_COLUMNS)
     head = (
         f"{'collection':<{width}} {'backend':<10} {'docs':>5} {'queries':>7} {service}  {base} "
-        f"{'API R@3':>8} {'p50 ms':>7} {'wall s':>7}"
+        f"{'API R@3':>8} {'API P':>6} {'p50 ms':>7} {'wall s':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in results:
         ours = " ".join(f"{getattr(r.metrics, key):>7.4f}" for _, key in METRIC_COLUMNS)
         api = f"{r.public.recall_at_3:>8.4f}" if r.public else f"{'-':>8}"
+        api += f" {r.public_precision:>6.4f}" if r.public_precision is not None else f" {'-':>6}"
         theirs = " ".join(f"{getattr(r.baseline, key):>9.4f}" for _, key in METRIC_COLUMNS)
         lines.append(
             f"{r.collection:<{width}} {r.backend:<10} {r.documents:>5} {r.queries:>7} {ours}  {theirs} "
