@@ -22,7 +22,7 @@ from ...domain.analyzer import index_terms, query_terms
 from ...domain.errors import SourceFailure
 from ...domain.fusion import Hit
 from ...domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
-from ...domain.passages import hit_source, page_starts_of, passage_pages, split_passages
+from ...domain.passages import Passage, hit_source, indexed_text, page_starts_of, pages_of, split_structured
 from ...ports import (
     DocumentInfo,
     Embedder,
@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 CREATE TABLE IF NOT EXISTS passage_rows (
   id INTEGER PRIMARY KEY, source_key TEXT NOT NULL, doc_id TEXT NOT NULL, passage_no INTEGER NOT NULL,
-  text TEXT NOT NULL, pages TEXT
+  text TEXT NOT NULL, pages TEXT, heading TEXT
 );
 CREATE INDEX IF NOT EXISTS passage_rows_doc ON passage_rows (source_key, doc_id);
 CREATE TABLE IF NOT EXISTS passage_vectors (
@@ -56,8 +56,9 @@ CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
 """
 # BM25 column weights: title_terms, body_terms (bench/QUALITY.md has the measurements behind them).
 _WEIGHTS = "2.0, 1.0"
-# Bumped whenever index analysis changes: an index written by an older analyzer is rebuilt on open.
-ANALYZER_VERSION = 2
+# Bumped whenever index analysis or the splitter changes: an index written by an older one is rebuilt
+# (re-split, re-analysed, re-embedded) on open. 3: structure-aware passages with heading paths (issue 24).
+ANALYZER_VERSION = 3
 CJK_UNIGRAMS = False
 _CANDIDATES_PER_DOC = 8
 _DENSE_SQL = (
@@ -134,6 +135,8 @@ class SqliteFtsBackend(SearchBackend):
             # passage_vectors.)
             if "pages" not in columns:  # a file written before page-aware passages (PDF)
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN pages TEXT")
+            if "heading" not in columns:  # a file written before heading paths (issue 24)
+                conn.execute("ALTER TABLE passage_rows ADD COLUMN heading TEXT")
             if conn.execute("PRAGMA user_version").fetchone()[0] != ANALYZER_VERSION:
                 self._reindex(conn)
         self._embed_missing()
@@ -336,10 +339,10 @@ class SqliteFtsBackend(SearchBackend):
 
     def put_documents(self, documents: list[Document]) -> None:
         # Vectors are computed before the write transaction: embedding is the slow part of ingestion.
-        passages = [split_passages(doc.body) for doc in documents]
+        passages = [split_structured(doc.body, doc.title) for doc in documents]
         vectors: Sequence[Sequence[list[Vector]] | None] = [None] * len(passages)
         if self._embedder:
-            pairs = [(d.title, ps) for d, ps in zip(documents, passages, strict=True)]
+            pairs = [(d.title, [p.indexed for p in ps]) for d, ps in zip(documents, passages, strict=True)]
             vectors = document_vectors(self._embedder, pairs)
         with self._db.transaction() as conn:
             for doc, doc_passages, doc_vectors in zip(documents, passages, vectors, strict=True):
@@ -358,7 +361,7 @@ class SqliteFtsBackend(SearchBackend):
                         time.time(),
                     ),
                 )
-                pages = passage_pages(doc.body, doc_passages, page_starts_of(doc.structured_source))
+                pages = pages_of(doc_passages, page_starts_of(doc.structured_source))
                 self._index(conn, doc.source_key, doc.doc_id, doc.title, doc_passages, doc_vectors, pages)
 
     def _index(
@@ -367,7 +370,7 @@ class SqliteFtsBackend(SearchBackend):
         source_key: str,
         doc_id: str,
         title: str,
-        passages: list[str],
+        passages: list[Passage],
         vectors: Sequence[list[Vector]] | None,
         pages: list[list[int]],
     ) -> None:
@@ -375,13 +378,22 @@ class SqliteFtsBackend(SearchBackend):
         title_terms = " ".join(index_terms(title, CJK_UNIGRAMS))
         _bump(conn, source_key)
         for i, (passage, on_pages) in enumerate(zip(passages, pages, strict=True)):
+            # The cited text without its heading path; matching sees both (issue 24).
             row_id = conn.execute(
-                "INSERT INTO passage_rows (source_key, doc_id, passage_no, text, pages) VALUES (?,?,?,?,?)",
-                (source_key, doc_id, i, passage, json.dumps(on_pages) if on_pages else None),
+                "INSERT INTO passage_rows (source_key, doc_id, passage_no, text, pages, heading) "
+                "VALUES (?,?,?,?,?,?)",
+                (
+                    source_key,
+                    doc_id,
+                    i,
+                    passage.text,
+                    json.dumps(on_pages) if on_pages else None,
+                    passage.heading_path or None,
+                ),
             ).lastrowid
             conn.execute(
                 "INSERT INTO passages (rowid, title_terms, body_terms) VALUES (?,?,?)",
-                (row_id, title_terms, " ".join(index_terms(passage, CJK_UNIGRAMS))),
+                (row_id, title_terms, " ".join(index_terms(passage.indexed, CJK_UNIGRAMS))),
             )
             if vectors is not None:
                 conn.executemany(
@@ -398,10 +410,8 @@ class SqliteFtsBackend(SearchBackend):
         for source_key, doc_id, title, body, structured in conn.execute(
             "SELECT source_key, doc_id, title, body, structured_source FROM documents"
         ).fetchall():
-            passages = split_passages(body)
-            pages = passage_pages(
-                body, passages, page_starts_of(json.loads(structured) if structured else None)
-            )
+            passages = split_structured(body, title)
+            pages = pages_of(passages, page_starts_of(json.loads(structured) if structured else None))
             self._index(conn, source_key, doc_id, title, passages, None, pages)
         conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
 
@@ -415,7 +425,8 @@ class SqliteFtsBackend(SearchBackend):
             last = 0
             while True:
                 rows = conn.execute(
-                    "SELECT r.id, d.title, r.text, r.source_key FROM passage_rows r JOIN documents d "
+                    "SELECT r.id, d.title, r.text, r.source_key, r.heading "
+                    "FROM passage_rows r JOIN documents d "
                     "ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
                     "LEFT JOIN passage_vectors v ON v.passage_id = r.id AND v.model = ? "
                     "WHERE r.id > ? AND v.vector IS NULL ORDER BY r.id LIMIT ?",
@@ -424,7 +435,7 @@ class SqliteFtsBackend(SearchBackend):
                 if not rows:
                     break
                 last = rows[-1][0]
-                texts = [passage_text(t, p) for _, t, p, _ in rows]
+                texts = [passage_text(t, indexed_text(h, p)) for _, t, p, _, h in rows]
                 mine = [
                     (r, t) for r, t in zip(rows, texts, strict=True) if model in self._embedder.models_for(t)
                 ]
