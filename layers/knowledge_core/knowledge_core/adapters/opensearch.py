@@ -476,7 +476,8 @@ class OpenSearchBackend(SearchBackend):
             )["hits"]["hits"]
             docs = {h["_id"]: _document(h["_source"]) for h in hits}
             passages = {parent: split_structured(d.body, d.title) for parent, d in docs.items()}
-            vectors = self._passage_vectors(docs, passages)
+            # The new index maps every model's k-NN field (the rebuild runs before ensure_indices notes it).
+            vectors = self._passage_vectors(docs, passages, self.knn_properties())
             lines: list[dict[str, Any]] = []
             for parent, doc in docs.items():
                 lines += self._passage_lines(parent, doc, passages[parent], vectors[parent], index)
@@ -782,7 +783,10 @@ class OpenSearchBackend(SearchBackend):
             self._bulk(actions)
 
     def _passage_vectors(
-        self, docs: dict[str, Document], passages: dict[str, list[Passage]]
+        self,
+        docs: dict[str, Document],
+        passages: dict[str, list[Passage]],
+        knn_fields: Collection[str] | None = None,
     ) -> dict[str, list[dict[str, Any]]]:
         """Parent id -> per passage the vector fields to index (empty dicts without an embedder)."""
         if self._embedder is None:
@@ -791,16 +795,20 @@ class OpenSearchBackend(SearchBackend):
             self._embedder, [(docs[p].title, [x.indexed for x in ps]) for p, ps in passages.items()]
         )
         return {
-            parent: [self._vector_fields(v) for v in vs] for parent, vs in zip(passages, vectors, strict=True)
+            parent: [self._vector_fields(v, knn_fields) for v in vs]
+            for parent, vs in zip(passages, vectors, strict=True)
         }
 
-    def _vector_fields(self, vectors: Sequence[Vector]) -> dict[str, Any]:
+    def _vector_fields(
+        self, vectors: Sequence[Vector], knn_fields: Collection[str] | None = None
+    ) -> dict[str, Any]:
         """A passage's vectors as stored (`vectors`: model id -> base64 int8) and as the k-NN field of
         each model the index maps."""
         if not vectors:
             return {}
         stored = {v.model: base64.b64encode(v.data).decode("ascii") for v in vectors}
-        return {"vectors": stored, **knn_values(vectors, self._knn_fields)}
+        fields = self._knn_fields if knn_fields is None else knn_fields
+        return {"vectors": stored, **knn_values(vectors, fields)}
 
     def _document_actions(
         self,
