@@ -19,7 +19,8 @@ from ..domain.models import Principal, citable
 from ..domain.passages import page_label
 from ..domain.router import PlannedSource, expired_leases, plan_search
 from ..domain.scope import KnowledgeScope
-from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
+from ..domain.summary import focused_excerpt
+from ..domain.text import cut_title, escaped_size, fit_bytes, fit_text, json_size
 from ..domain.wire import (
     LIMITS,
     CapabilitiesResponse,
@@ -110,16 +111,19 @@ class KnowledgeService:
         response.hints, response.truncated = _fit_hints(response, hints)
         return response
 
-    def rank(self, principal: Principal, route: str, query: str, depth: int) -> list[tuple[str, str, float]]:
+    def rank(
+        self, principal: Principal, route: str, query: str, depth: int, *, cut: bool = True
+    ) -> list[tuple[str, str, float]]:
         """The evaluation door (`kb eval`; not exposed over HTTP): exactly what `search` runs — the same
         planning, retrieval step and merge — but the top-`depth` (source_key, doc_id, score) instead of at
-        most 3 bounded hints. Depth is the only difference."""
+        most 3 bounded hints. Depth is the only difference — and `cut=False`, which measures the ranking
+        without the relevance cut (`domain.relevance`: deep metrics such as nDCG@10 and R@100)."""
         if not 1 <= depth <= MAX_RANK_DEPTH:
             raise ValueError(f"depth must be 1..{MAX_RANK_DEPTH}")
         scope = self._enter(principal, route, None)
         if not scope.searchable():
             return []
-        status, hits = self._ranked_hits(scope, query, principal, depth=depth)
+        status, hits = self._retrieve(scope, query, principal, depth, plan_search(scope, query), cut)
         if status != "ok":
             # A measurement must not count a failing source as "no results".
             raise KnowledgeUnavailable()
@@ -154,6 +158,7 @@ class KnowledgeService:
         principal: Principal,
         depth: int | None,
         planned: list[PlannedSource],
+        cut: bool = True,
     ) -> tuple[SearchStatus, list[Hit]]:
         """(status, hits merged by raw score): each planned source asked for its `topK`
         (or `depth`) documents through the one retrieval step (K-PIPE)."""
@@ -164,7 +169,7 @@ class KnowledgeService:
         to_call = [p for p in planned if p.key not in expired]
         retrieved = (
             self.retrieval.run(
-                [SourceAsk.of(p, depth) for p in to_call],
+                [SourceAsk.of(p, depth, cut) for p in to_call],
                 self.retrieval.analyse(query),
                 principal.viewer,
                 float(scope.routing.source_timeout_seconds),
@@ -188,7 +193,7 @@ class KnowledgeService:
         return Hint(
             ref=ref,
             title=cut_title(hit.title),
-            summary=prefix + excerpt(hit.passage, query_terms, SUMMARY_MAX_CHARS - len(prefix)),
+            summary=prefix + focused_excerpt(hit.passage, query_terms, SUMMARY_MAX_CHARS - len(prefix)),
             revision=hit.revision,
             score=round(hit.score, 6),
             expires_at=iso(expires_at),
