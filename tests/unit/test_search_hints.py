@@ -201,9 +201,10 @@ def test_a_search_hint_ref_reads_the_hit_document(hostile):
 
 # --- minScore -----------------------------------------------------------------------------------------
 
-# Unrelated documents keep `zzscore` rare, so BM25 gives it a real weight.
+# Unrelated documents keep `zzscore` rare, so BM25 gives it a real weight. The three best score within
+# the relevance cut of each other (domain.relevance, issue 24), so minScore alone decides what is dropped.
 SCORED_DOCS = [
-    doc(A, f"m{i}", f"minscore doc {i}", "zzscore " * (8 - i) + "filler text " * (i * 20)) for i in range(6)
+    doc(A, f"m{i}", f"minscore doc {i}", "zzscore " * (8 - i) + "filler text " * (i * 2)) for i in range(6)
 ] + [doc(A, f"other{i}", f"other {i}", f"unrelated words {i}") for i in range(30)]
 
 
