@@ -567,15 +567,19 @@ def measure(
     started = time.perf_counter()
     rankings: list[list[str]] = []
     public: list[list[str]] = []
+    public_scores: list[list[tuple[str, float]]] = []
     latencies: list[float] = []
     for query in tqdm(
         collection.queries, unit="q", desc=f"query {collection.name}", disable=not progress, file=sys.stderr
     ):
         t0 = time.perf_counter()
-        ranked = container.knowledge.rank(ingested.principal, ingested.route, query.text, depth)
+        # The ranking itself, before the doors' relevance cut (their precision is the API P column).
+        ranked = container.knowledge.rank(ingested.principal, ingested.route, query.text, depth, cut=False)
         latencies.append((time.perf_counter() - t0) * 1000)
         rankings.append([doc_id for key, doc_id, _ in ranked if key == ingested.source_key])
-        public.append(searched(container, ingested, query.text))
+        answered = searched_scores(container, ingested, query.text)
+        public.append([doc_id for doc_id, _ in answered])
+        public_scores.append(answered)
     query_seconds = sum(latencies) / 1000
     qrels = [q.relevant for q in collection.queries]
 
@@ -593,8 +597,9 @@ def measure(
             "baseline_mrr@3": round(mrr_at_k(b, q.relevant, 3), 4),
             "baseline_ndcg@10": round(ndcg_at_k(b, q.relevant, 10), 4),
             "top": r[:10],
+            "public": p,  # the hints' (doc_id, score): a relevance floor can be replayed offline (tuning)
         }
-        for q, r, b in zip(collection.queries, rankings, baseline_ranked, strict=True)
+        for q, r, b, p in zip(collection.queries, rankings, baseline_ranked, public_scores, strict=True)
     ]
     return EvalResult(
         collection=collection.name,
@@ -628,13 +633,18 @@ def precision(rankings: list[list[str]], qrels: list[dict[str, int]]) -> float:
 def searched(container: Any, ingested: Ingested, text: str) -> list[str]:
     """The documents of the hints POST …/knowledge/search answers (K-PIPE: the same retrieval as `rank`,
     at the source's own depth, at most 3), named through their signed refs."""
+    return [doc_id for doc_id, _ in searched_scores(container, ingested, text)]
+
+
+def searched_scores(container: Any, ingested: Ingested, text: str) -> list[tuple[str, float]]:
+    """`searched` with each hint's score."""
     from knowledge_core.codec import identity_digest
     from knowledge_core.domain.wire import SearchRequest
 
     principal, route = ingested.principal, ingested.route
     body = container.knowledge.search(principal, route, SearchRequest(query=text))
     identity = identity_digest(principal, route, None)
-    return [container.codec.open_ref(h.ref, identity=identity).doc_id for h in body.hints]
+    return [(container.codec.open_ref(h.ref, identity=identity).doc_id, h.score) for h in body.hints]
 
 
 def evaluate(
