@@ -176,7 +176,8 @@ def test_a_search_hint_shape_and_values(hostile, clock):
     assert isinstance(hint["score"], float) and hint["score"] > 0
     expires = datetime.strptime(hint["expires_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     assert expires.timestamp() == int(clock.now()) + 300
-    assert hint["summary"] and len(hint["summary"]) <= 322  # 320 characters plus the two ellipses
+    # At most SUMMARY_MAX_BYTES of UTF-8 (960: the 320 CJK characters of before issue 24), ellipses included.
+    assert hint["summary"] and len(hint["summary"].encode("utf-8")) <= 960
 
 
 def test_a_search_small_hints_are_not_truncated(tmp_path, clock):

@@ -37,7 +37,9 @@ from .access import RunGuard, authorize_route
 from .retrieval import Retrieval, Retrieved, SourceAsk
 from .scope import ScopeResolver
 
-SUMMARY_MAX_CHARS = 320
+# A summary's bytes (UTF-8): 320 CJK characters as before issue 24, about three times that in English. With
+# three hints the response's 4096 bytes leave less: each hint's summary gets its share (`_summary_budget`).
+SUMMARY_MAX_BYTES = 960
 MIN_SUMMARY_BYTES = 120
 HEALTH_CACHE_SECONDS = 10.0
 MAX_RANK_DEPTH = 1000
@@ -107,8 +109,17 @@ class KnowledgeService:
         response.status, hits = self._ranked_hits(scope, request.query, principal, depth=None)
         identity = identity_digest(principal, route, request.run_id)
         query_terms = unique_terms(request.query)
-        hints = [self._hint(h, identity, scope.revision, query_terms) for h in hits[: request.limit]]
+        shown = hits[: request.limit]
+        hints = [self._hint(h, identity, scope.revision) for h in shown]
+        budget = _summary_budget(response, hints)
+        hints = [_summarised(hint, hit, query_terms, budget) for hint, hit in zip(hints, shown, strict=True)]
+        # A summary held to its share of the bytes was shortened to fit: `truncated` says so (§2.3).
+        shortened = budget < SUMMARY_MAX_BYTES and any(
+            escaped_size(_summarised(h, hit, query_terms, SUMMARY_MAX_BYTES).summary) > budget
+            for h, hit in zip(hints, shown, strict=True)
+        )
         response.hints, response.truncated = _fit_hints(response, hints)
+        response.truncated = response.truncated or shortened
         return response
 
     def rank(
@@ -185,15 +196,13 @@ class KnowledgeService:
         hits = [h for h, _ in sorted(ranked, key=lambda p: (-p[0].score, p[0].source_key, p[1]))]
         return status, hits
 
-    def _hint(self, hit: Hit, identity: str, scope_revision: str, query_terms: list[str]) -> Hint:
+    def _hint(self, hit: Hit, identity: str, scope_revision: str) -> Hint:
+        """The hint of `hit` without its summary (`_summarised` adds it within its share of the bytes)."""
         ref, expires_at = self.mint_ref(hit, identity, scope_revision)
-        # A passage of a paged document (PDF) says where it is: "p. 12: …".
-        page = page_label(hit.structured_source)
-        prefix = f"{page}: " if page else ""
         return Hint(
             ref=ref,
             title=cut_title(hit.title),
-            summary=prefix + focused_excerpt(hit.passage, query_terms, SUMMARY_MAX_CHARS - len(prefix)),
+            summary="",
             revision=hit.revision,
             score=round(hit.score, 6),
             expires_at=iso(expires_at),
@@ -271,6 +280,26 @@ class KnowledgeService:
             page.next_cursor = None
             page.truncated = page.budget_exhausted = chain_end < len(body)
         return page
+
+
+def _summary_budget(response: SearchResponse, hints: list[Hint]) -> int:
+    """Each summary's bytes: its share of what the response leaves (hints without summaries, `truncated`
+    true), at most SUMMARY_MAX_BYTES, so a focused window is chosen to fit instead of cut afterwards."""
+    if not hints:
+        return SUMMARY_MAX_BYTES
+    response.hints, response.truncated = hints, True
+    room = LIMITS.search_max_bytes - json_size(to_wire(response))
+    return max(0, min(SUMMARY_MAX_BYTES, room // len(hints)))
+
+
+def _summarised(hint: Hint, hit: Hit, query_terms: list[str], budget: int) -> Hint:
+    """`hint` with its summary: the passage's best sentence window (domain.summary) in `budget` bytes; a
+    passage of a paged document (PDF) says where it is first ("p. 12: …")."""
+    page = page_label(hit.structured_source)
+    prefix = f"{page}: " if page else ""
+    room = budget - len(prefix.encode("utf-8"))
+    summary = prefix + focused_excerpt(hit.passage, query_terms, room) if room > 0 else ""
+    return hint.model_copy(update={"summary": summary})
 
 
 def _fit_hints(response: SearchResponse, hints: list[Hint]) -> tuple[list[Hint], bool]:
