@@ -36,8 +36,6 @@ PASSAGE_TOKENS = 400
 PASSAGE_OVERLAP = 0
 MIN_TEXT_TOKENS = 64  # room kept for text however long a heading path is
 HEADING_SEPARATOR = " › "
-# Kept for callers that sized passages in characters (benchmarks); the splitter counts tokens.
-PASSAGE_CHARS = 800
 
 _TOKEN = re.compile(r"[A-Za-z]+|[0-9]+|\S")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
