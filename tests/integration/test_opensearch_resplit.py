@@ -9,7 +9,12 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from knowledge_core.adapters.opensearch import OpenSearchBackend, doc_key
+from knowledge_core.adapters.opensearch import (
+    PASSAGES_VERSION,
+    RESPLIT_BEFORE,
+    OpenSearchBackend,
+    doc_key,
+)
 from knowledge_core.domain.models import Document, DocumentAcl, Viewer
 from knowledge_core.services.retrieval import Retrieval
 
@@ -81,7 +86,8 @@ def test_i_ingest_issue24_opensearch_prepare_resplits_into_a_new_index_and_moves
     upgraded = OpenSearchBackend(backend._url, index_prefix=backend.index_prefix)  # type: ignore[attr-defined]
     upgraded.prepare()
     assert list(upgraded.client.indices.get_alias(name=upgraded.passages_alias)) == [upgraded.passages_index]
-    assert upgraded.passages_index.endswith("-passages-v4") and upgraded.client.indices.exists(index=old)
+    assert upgraded.passages_index.endswith(f"-passages-{PASSAGES_VERSION}")
+    assert int(PASSAGES_VERSION[1:]) == RESPLIT_BEFORE > 3 and upgraded.client.indices.exists(index=old)
     rows = upgraded.client.search(
         index=upgraded.passages_alias, body={"query": {"match_all": {}}, "sort": [{"passage_no": "asc"}]}
     )["hits"]["hits"]

@@ -69,7 +69,9 @@ from .embedding import document_vectors, matching_cosines
 logger = logging.getLogger(__name__)
 
 PASSAGES_VERSION = "v4"  # v3: `index.knn` (a final setting) and a k-NN field per embedding model
-# v4: structure-aware passages with heading paths (issue 24); rows of an older index are re-split, not copied
+# v4: structure-aware passages with heading paths (issue 24); rows of an index older than RESPLIT_BEFORE
+# (the version that changed the splitter: keep it equal to the version number above when that change is the
+# newest) are re-split from the documents index, not copied
 RESPLIT_BEFORE = 4
 DOCUMENTS_VERSION = "v2"
 # Passages the k-NN search is asked for per wanted document (a document has several passages).
