@@ -380,6 +380,8 @@ class EvalResult:
     # What a caller of POST …/knowledge/search sees (its <= 3 hints, the same pipeline at the source's own
     # depth): R@3 and MRR@3 are the public figure beside the deep ranking's.
     public: Metrics | None = None
+    # Share of those hints that are relevant (what the relevance cut trades against the deep nDCG).
+    public_precision: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -565,15 +567,19 @@ def measure(
     started = time.perf_counter()
     rankings: list[list[str]] = []
     public: list[list[str]] = []
+    public_scores: list[list[tuple[str, float]]] = []
     latencies: list[float] = []
     for query in tqdm(
         collection.queries, unit="q", desc=f"query {collection.name}", disable=not progress, file=sys.stderr
     ):
         t0 = time.perf_counter()
-        ranked = container.knowledge.rank(ingested.principal, ingested.route, query.text, depth)
+        # The ranking itself, before the doors' relevance cut (their precision is the API P column).
+        ranked = container.knowledge.rank(ingested.principal, ingested.route, query.text, depth, cut=False)
         latencies.append((time.perf_counter() - t0) * 1000)
         rankings.append([doc_id for key, doc_id, _ in ranked if key == ingested.source_key])
-        public.append(searched(container, ingested, query.text))
+        answered = searched_scores(container, ingested, query.text)
+        public.append([doc_id for doc_id, _ in answered])
+        public_scores.append(answered)
     query_seconds = sum(latencies) / 1000
     qrels = [q.relevant for q in collection.queries]
 
@@ -591,8 +597,9 @@ def measure(
             "baseline_mrr@3": round(mrr_at_k(b, q.relevant, 3), 4),
             "baseline_ndcg@10": round(ndcg_at_k(b, q.relevant, 10), 4),
             "top": r[:10],
+            "public": p,  # the hints' (doc_id, score): a relevance floor can be replayed offline (tuning)
         }
-        for q, r, b in zip(collection.queries, rankings, baseline_ranked, strict=True)
+        for q, r, b, p in zip(collection.queries, rankings, baseline_ranked, public_scores, strict=True)
     ]
     return EvalResult(
         collection=collection.name,
@@ -612,19 +619,32 @@ def measure(
         ranking=ranking_of(container),
         hybrid=hybrid_of(container),
         public=Metrics.over(public, qrels),
+        public_precision=precision(public, qrels),
     )
+
+
+def precision(rankings: list[list[str]], qrels: list[dict[str, int]]) -> float:
+    """Relevant answers / answers, pooled over queries (0.0 when nothing was answered)."""
+    answered = sum(len(r) for r in rankings)
+    hits = sum(1 for r, q in zip(rankings, qrels, strict=True) for d in r if q.get(d, 0) > 0)
+    return hits / answered if answered else 0.0
 
 
 def searched(container: Any, ingested: Ingested, text: str) -> list[str]:
     """The documents of the hints POST …/knowledge/search answers (K-PIPE: the same retrieval as `rank`,
     at the source's own depth, at most 3), named through their signed refs."""
+    return [doc_id for doc_id, _ in searched_scores(container, ingested, text)]
+
+
+def searched_scores(container: Any, ingested: Ingested, text: str) -> list[tuple[str, float]]:
+    """`searched` with each hint's score."""
     from knowledge_core.codec import identity_digest
     from knowledge_core.domain.wire import SearchRequest
 
     principal, route = ingested.principal, ingested.route
     body = container.knowledge.search(principal, route, SearchRequest(query=text))
     identity = identity_digest(principal, route, None)
-    return [container.codec.open_ref(h.ref, identity=identity).doc_id for h in body.hints]
+    return [(container.codec.open_ref(h.ref, identity=identity).doc_id, h.score) for h in body.hints]
 
 
 def evaluate(
@@ -691,12 +711,13 @@ def format_table(results: list[EvalResult]) -> str:
     base = " ".join(f"{'b ' + label:>9}" for label, _ in METRIC_COLUMNS)
     head = (
         f"{'collection':<{width}} {'backend':<10} {'docs':>5} {'queries':>7} {service}  {base} "
-        f"{'API R@3':>8} {'p50 ms':>7} {'wall s':>7}"
+        f"{'API R@3':>8} {'API P':>6} {'p50 ms':>7} {'wall s':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in results:
         ours = " ".join(f"{getattr(r.metrics, key):>7.4f}" for _, key in METRIC_COLUMNS)
         api = f"{r.public.recall_at_3:>8.4f}" if r.public else f"{'-':>8}"
+        api += f" {r.public_precision:>6.4f}" if r.public_precision is not None else f" {'-':>6}"
         theirs = " ".join(f"{getattr(r.baseline, key):>9.4f}" for _, key in METRIC_COLUMNS)
         lines.append(
             f"{r.collection:<{width}} {r.backend:<10} {r.documents:>5} {r.queries:>7} {ours}  {theirs} "
@@ -728,6 +749,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="collections",
         help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, demo-all, "
         f"{', '.join(XQUAD_TASKS)} (the reported half of the articles; <task>-train: the tuning half); "
+        "xquad-long[-train] (whole articles as documents: does the summary / reference carry the answer); "
         "repeatable (default: scifact and demo-zh)",
     )
     add_run_arguments(parser)
@@ -853,7 +875,7 @@ def _load(name: str, args: argparse.Namespace) -> Collection:
     )
 
 
-def _write_results(results: list[EvalResult], args: argparse.Namespace, kind: str) -> None:
+def _write_results(results: list[Any], args: argparse.Namespace, kind: str) -> None:
     out = (
         Path(args.out)
         if args.out
@@ -871,7 +893,8 @@ def run(args: argparse.Namespace) -> int:
     lexicon = lexicon_from(args)
     opensearch_url = _opensearch_url(args)
     results: list[EvalResult] = []
-    for name in names:
+    answers = _run_answers([n for n in names if is_long_task(n)], args, semantic, lexicon, opensearch_url)
+    for name in [n for n in names if not is_long_task(n)]:
         collection = _load(name, args)
         with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
             container = build_container(args.backend, Path(tmp), opensearch_url, semantic, lexicon)
@@ -884,9 +907,46 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 if args.backend == "opensearch":
                     container.backend.drop_indices()
-    print(format_table(results))
-    _write_results(results, args, "quality")
+    if results:
+        print(format_table(results))
+    if answers:
+        from .eval_answers import format_answers
+
+        print(format_answers(answers))
+    _write_results([*results, *answers], args, "quality")
     return 0
+
+
+def is_long_task(name: str) -> bool:
+    from .eval_answers import LONG_TASK
+
+    return name.removesuffix(TRAIN_SUFFIX) == LONG_TASK
+
+
+def _run_answers(
+    names: list[str],
+    args: argparse.Namespace,
+    semantic: Semantic | None,
+    lexicon: str | None,
+    url: str | None,
+) -> list[Any]:
+    """The long-document task (kb_cli.eval_answers) of each of `names`, in a fresh container each."""
+    from .eval_answers import evaluate_answers, load_xquad_long
+
+    out: list[Any] = []
+    for name in names:
+        split = "train" if name.endswith(TRAIN_SUFFIX) else "test"
+        collection = load_xquad_long(split, Path(args.xquad_dir), args.limit)
+        with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
+            container = build_container(args.backend, Path(tmp), url, semantic, lexicon)
+            try:
+                out.append(
+                    evaluate_answers(collection, container, args.backend, progress=not args.no_progress)
+                )
+            finally:
+                if args.backend == "opensearch":
+                    container.backend.drop_indices()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -201,10 +201,12 @@ def ranked(
     viewer: Viewer,
     min_score: float = 0.0,
     expansion: str | None = None,
+    cut: bool = False,
 ) -> list[Hit]:
-    """One source's ranked, live-checked hits through the retrieval step every door runs (K-PIPE)."""
+    """One source's ranked, live-checked hits through the retrieval step every door runs (K-PIPE) — the
+    ranking itself, before the doors' relevance cut (issue 24) unless `cut`, as `kb eval` measures it."""
     analysed = retrieval.analyse(query, expansion)
-    [outcome] = retrieval.run([SourceAsk(key, top_k, min_score)], analysed, viewer, 15.0).outcomes
+    [outcome] = retrieval.run([SourceAsk(key, top_k, min_score, cut=cut)], analysed, viewer, 15.0).outcomes
     assert outcome.error is None, outcome.error
     return outcome.hits
 

@@ -122,7 +122,8 @@ def test_i_ingest_encrypted_pdf_is_a_typed_error() -> None:
 def test_i_ingest_passage_pages_follow_the_page_starts() -> None:
     from knowledge_core.domain.passages import hit_source, page_label, passage_pages, split_passages
 
-    pages = ["one " * 250, "two " * 50, "three " * 40]
+    # Pages longer than a passage (PASSAGE_TOKENS estimated tokens; 800 characters before issue 24).
+    pages = ["one " * 1000, "two " * 300, "three " * 200]
     body, starts = "", []
     for text in pages:
         starts.append(len(body))

@@ -176,7 +176,8 @@ def test_a_search_hint_shape_and_values(hostile, clock):
     assert isinstance(hint["score"], float) and hint["score"] > 0
     expires = datetime.strptime(hint["expires_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     assert expires.timestamp() == int(clock.now()) + 300
-    assert hint["summary"] and len(hint["summary"]) <= 322  # 320 characters plus the two ellipses
+    # At most SUMMARY_MAX_BYTES of UTF-8 (960: the 320 CJK characters of before issue 24), ellipses included.
+    assert hint["summary"] and len(hint["summary"].encode("utf-8")) <= 960
 
 
 def test_a_search_small_hints_are_not_truncated(tmp_path, clock):
@@ -201,9 +202,10 @@ def test_a_search_hint_ref_reads_the_hit_document(hostile):
 
 # --- minScore -----------------------------------------------------------------------------------------
 
-# Unrelated documents keep `zzscore` rare, so BM25 gives it a real weight.
+# Unrelated documents keep `zzscore` rare, so BM25 gives it a real weight. The three best score within
+# the relevance cut of each other (domain.relevance, issue 24), so minScore alone decides what is dropped.
 SCORED_DOCS = [
-    doc(A, f"m{i}", f"minscore doc {i}", "zzscore " * (8 - i) + "filler text " * (i * 20)) for i in range(6)
+    doc(A, f"m{i}", f"minscore doc {i}", "zzscore " * (8 - i) + "filler text " * (i * 2)) for i in range(6)
 ] + [doc(A, f"other{i}", f"other {i}", f"unrelated words {i}") for i in range(30)]
 
 

@@ -21,6 +21,7 @@ from knowledge_core.domain.models import (
 )
 from knowledge_core.domain.tool_wire import parse_envelope
 from knowledge_core.ports import Hit, QueryAnalysis, SearchBackend, SourceQuery, SourceResult
+from knowledge_core.services.retrieval import Retrieval
 from knowledge_core.services.tools import ToolsService
 
 TOOL_MODEL = {"candidates": [{"model": "m", "toolCalling": True}]}
@@ -110,7 +111,14 @@ class World:
         self.container = container
         self.clock = clock
         self.backend = FakeBackend()
-        self.tools = ToolsService(container.scopes, self.backend, container.ledger, clock)
+        # Hand-set scores far apart: the relevance cut (issue 24, tested on its own below) is off here.
+        self.tools = ToolsService(
+            container.scopes,
+            self.backend,
+            container.ledger,
+            clock,
+            Retrieval(self.backend, relevance_floor=0.0),
+        )
         for key, description, tags in [
             ("alpha@1.0.0", "设备安装 installation", ["安装"]),
             ("beta@1.0.0", "gateway offline 网关离线", ["gateway"]),
@@ -560,3 +568,16 @@ def test_ready_events_through_the_handler(demo_container: Any, name: str) -> Non
         r["knowledge"] == {"id": "demo-docs", "version": "1.0.0"} for r in result["references"]
     )
     assert _types(result)[0] == "knowledge.planned" and _types(result)[-1] == "knowledge.fused"
+
+
+def test_r_tool_issue24_relevance_cut_stops_padding_and_keeps_min_score(container: Any, clock: Any) -> None:
+    """无匹配不强塞文档: with the default floor the tool stops at references far below its best one (per
+    source, before fusion), instead of filling topK; minScore still drops what is below it first."""
+    w = World(container, clock)
+    w.tools = ToolsService(container.scopes, w.backend, container.ledger, clock)  # the default cut
+    w.backend.add("alpha@1.0.0", "a1", "设备安装规范：网关离地 1.5 m 安装。", 9.0)
+    w.backend.add("alpha@1.0.0", "a2", "安装工具清单 installation tools", 8.0)
+    w.backend.add("alpha@1.0.0", "a3", "unrelated padding", 1.0)
+    agent = w.agent("cut", {"mode": "AUTO", "rules": [_rule("alpha@1.0.0", always=True)]}, ["alpha@1.0.0"])
+    refs = w.call(agent, {"query": "设备安装"})["references"]
+    assert [r["source"]["docId"] for r in refs] == ["a1", "a2"]

@@ -2,12 +2,13 @@
 source searched in one `_msearch` round trip, hits collapsed to parent documents.
 
 Indices (names start with `index_prefix`, default `kb`):
-* `<prefix>-passages-v4`, alias `<prefix>-passages`: one row per passage (the same `split_passages` as
+* `<prefix>-passages-v5`, alias `<prefix>-passages`: one row per passage (the same `split_structured` as
   the embedded backend) with the parent's title, revision, stored version (`version`, v4), status and ACL
   copied in for filtering;
-  `title` and `text` analysed like the embedded backend's `index_terms` (custom `kb_text` analyzer: CJK
-  bigrams, English stop words, Snowball English stems), both copied into `content` (title + passage as
-  one BM25 field, like the embedded backend's FTS5 row).
+  `title`, `headings` (the passage's heading path, v5) and `text` (the cited text) analysed like the
+  embedded backend's `index_terms` (custom `kb_text` analyzer: CJK bigrams, English stop words, Snowball
+  English stems), all copied into `content` (title + heading path + passage as one BM25 field, like the
+  embedded backend's FTS5 row).
   With an embedder, each passage row also carries its vectors, one per model that covers its text
   (`vectors`: model id -> int8 as base64, not indexed; rows from before v3 have one, `vector` and
   `vector_model`), and each in the k-NN field of its model (`knn_<model id>`, a Lucene-engine HNSW
@@ -18,7 +19,11 @@ Both come from composable index templates named after the concrete index. `prepa
 puts the templates, creates missing indices with their alias and moves an alias off an older version:
 it copies the older index's rows into the new one, swaps the alias in one `_aliases` call and copies once
 more what was written meanwhile (pause ingestion during an upgrade: a delete in that window may leave a
-passage behind; the old index is left for the operator to delete). Everything else goes through aliases.
+passage behind; the old index is left for the operator to delete). An older passages index cut by an
+older splitter (before v4) is not copied but rebuilt: every stored document is re-split (and re-embedded)
+from the documents index into the new index, the alias moves in one call, and the documents written
+meanwhile are re-split once more — searches keep answering from the old index until the move.
+Everything else goes through aliases.
 
 Hits are citable as returned (`live_hits`, like the embedded backend): every write of a document — put,
 status change, delete — changes its passage rows and its parent in one bulk with `refresh=wait_for` (on the
@@ -57,7 +62,7 @@ from urllib.parse import urlsplit
 from ..domain.errors import KnowledgeUnavailable, SourceFailure
 from ..domain.fusion import Hit
 from ..domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
-from ..domain.passages import hit_source, page_starts_of, passage_pages, split_passages
+from ..domain.passages import Passage, hit_source, page_starts_of, pages_of, split_structured
 from ..ports import (
     DocumentInfo,
     Embedder,
@@ -72,7 +77,12 @@ from .opensearch_filters import METADATA_PROPERTIES, METADATA_TEMPLATES, filter_
 
 logger = logging.getLogger(__name__)
 
-PASSAGES_VERSION = "v4"  # v3: `index.knn` and a k-NN field per model; v4: the parent's stored `version`
+PASSAGES_VERSION = "v5"  # v3: `index.knn` (a final setting) and a k-NN field per embedding model
+# v4: the parent's stored `version` on every row (live hits); v5: structure-aware passages with heading
+# paths (issue 24). Rows of an index older than RESPLIT_BEFORE (the version that changed the splitter: keep
+# it equal to the version number above when that change is the newest) are re-split from the documents
+# index, not copied
+RESPLIT_BEFORE = 5
 DOCUMENTS_VERSION = "v2"
 # Passages the k-NN search is asked for per wanted document (a document has several passages).
 KNN_PASSAGES_PER_DOC = 4
@@ -137,6 +147,7 @@ PASSAGE_MAPPINGS: dict[str, Any] = {
         "doc_key": {"type": "keyword"},  # parent id within the index: the collapse key
         "passage_no": {"type": "integer"},
         "title": _analysed(copy_to="content"),
+        "headings": _analysed(copy_to="content"),  # the passage's heading path (v5), matched, not cited
         "text": _analysed(copy_to="content"),
         "content": _analysed(),  # title + passage, one BM25 length (not in _source)
         "revision": {"type": "keyword", "index": False},
@@ -463,14 +474,66 @@ class OpenSearchBackend(SearchBackend):
     def _move_alias(self, old: list[str], new: str, alias: str) -> None:
         """Upgrade: copy the older indices' rows into `new`, move the alias in one call, then copy what was
         written to the older indices meanwhile (rows already in `new` are kept)."""
+        if new == self.passages_index and any(_older_splitter(o, self.index_prefix) for o in old):
+            self._resplit_move(old, new, alias)
+            return
         self._copy_rows(old, new)
+        self._swap_alias(old, new, alias)
+        self._copy_rows(old, new)
+
+    def _swap_alias(self, old: list[str], new: str, alias: str) -> None:
         actions = [{"remove": {"index": o, "alias": alias}} for o in old] + [
             {"add": {"index": new, "alias": alias}}
         ]
         self.client.indices.update_aliases(
             body={"actions": actions}, request_timeout=max(self._timeout_s, 30.0)
         )
-        self._copy_rows(old, new)
+
+    def _resplit_move(self, old: list[str], new: str, alias: str) -> None:
+        """Upgrade across a splitter change without downtime: re-split every stored document into `new`
+        while `alias` still serves `old`, move the alias in one call, then re-split the documents written
+        since the rebuild began."""
+        started = int(time.time()) - 1
+        self._resplit_documents(new, None)
+        self._swap_alias(old, new, alias)
+        self._resplit_documents(new, started)
+
+    def _resplit_documents(self, index: str, since: int | None) -> None:
+        """Every stored document (or those updated at or after `since`) cut by this splitter into `index`,
+        and its new passage count recorded on the document."""
+        query: dict[str, Any] = (
+            {"match_all": {}} if since is None else {"range": {"updated_at": {"gte": since}}}
+        )
+        after: list[Any] | None = None
+        while True:
+            body: dict[str, Any] = {
+                "size": 200,
+                "sort": [{"source_key": "asc"}, {"doc_id": "asc"}],
+                "query": query,
+            }
+            if after is not None:
+                body["search_after"] = after
+            hits = self.client.search(
+                index=self.documents_alias,
+                body=body,
+                _source_includes=_DOC_FIELDS,
+                request_timeout=max(self._timeout_s, 30.0),
+            )["hits"]["hits"]
+            docs = {h["_id"]: _document(h["_source"]) for h in hits}
+            passages = {parent: split_structured(d.body, d.title) for parent, d in docs.items()}
+            # The new index maps every model's k-NN field (the rebuild runs before ensure_indices notes it).
+            vectors = self._passage_vectors(docs, passages, self.knn_properties())
+            lines: list[dict[str, Any]] = []
+            for parent, doc in docs.items():
+                lines += self._passage_lines(parent, doc, passages[parent], vectors[parent], index)
+                lines += [
+                    {"update": {"_index": self.documents_alias, "_id": parent}},
+                    {"doc": {"passage_count": len(passages[parent])}},
+                ]
+            self._bulk([lines])
+            if len(hits) < 200:
+                return
+            after = hits[-1]["sort"]
 
     def _copy_rows(self, old: list[str], new: str) -> None:
         mapped = self.knn_properties() if new == self.passages_index else {}
@@ -780,7 +843,7 @@ class OpenSearchBackend(SearchBackend):
         with _write_faults():
             self.ensure_indices()
             latest = {doc_key(d.source_key, d.doc_id): d for d in documents}  # last one of a key wins
-            passages = {parent: split_passages(doc.body) for parent, doc in latest.items()}
+            passages = {parent: split_structured(doc.body, doc.title) for parent, doc in latest.items()}
             vectors = self._passage_vectors(latest, passages)
             old = self._passage_counts(list(latest))
             actions: list[list[dict[str, Any]]] = []
@@ -791,54 +854,45 @@ class OpenSearchBackend(SearchBackend):
             self._bulk(actions)
 
     def _passage_vectors(
-        self, docs: dict[str, Document], passages: dict[str, list[str]]
+        self,
+        docs: dict[str, Document],
+        passages: dict[str, list[Passage]],
+        knn_fields: Collection[str] | None = None,
     ) -> dict[str, list[dict[str, Any]]]:
         """Parent id -> per passage the vector fields to index (empty dicts without an embedder)."""
         if self._embedder is None:
             return {parent: [{} for _ in ps] for parent, ps in passages.items()}
-        vectors = document_vectors(self._embedder, [(docs[p].title, ps) for p, ps in passages.items()])
+        vectors = document_vectors(
+            self._embedder, [(docs[p].title, [x.indexed for x in ps]) for p, ps in passages.items()]
+        )
         return {
-            parent: [self._vector_fields(v) for v in vs] for parent, vs in zip(passages, vectors, strict=True)
+            parent: [self._vector_fields(v, knn_fields) for v in vs]
+            for parent, vs in zip(passages, vectors, strict=True)
         }
 
-    def _vector_fields(self, vectors: Sequence[Vector]) -> dict[str, Any]:
+    def _vector_fields(
+        self, vectors: Sequence[Vector], knn_fields: Collection[str] | None = None
+    ) -> dict[str, Any]:
         """A passage's vectors as stored (`vectors`: model id -> base64 int8) and as the k-NN field of
         each model the index maps."""
         if not vectors:
             return {}
         stored = {v.model: base64.b64encode(v.data).decode("ascii") for v in vectors}
-        return {"vectors": stored, **knn_values(vectors, self._knn_fields)}
+        fields = self._knn_fields if knn_fields is None else knn_fields
+        return {"vectors": stored, **knn_values(vectors, fields)}
 
     def _document_actions(
-        self, parent: str, doc: Document, old_count: int, passages: list[str], vectors: list[dict[str, Any]]
+        self,
+        parent: str,
+        doc: Document,
+        old_count: int,
+        passages: list[Passage],
+        vectors: list[dict[str, Any]],
     ) -> list[dict[str, Any]]:
         """New passages, then deletes of the stored version's extra passages, then the parent (last, so a
         readable parent implies its passages are in)."""
         acl = doc.acl
-        shared = {
-            "source_key": doc.source_key,
-            "doc_id": doc.doc_id,
-            "doc_key": parent,
-            "title": doc.title,
-            "revision": doc.revision,
-            "version": doc.version,
-            "status": doc.status,
-            "acl_tenant": acl.tenants,
-            "acl_open": not acl.subjects and not acl.groups,
-            "acl_subjects": list(acl.subjects),
-            "acl_groups": list(acl.groups),
-            "structured_source": doc.structured_source,
-            **metadata_fields(doc.metadata),
-        }
-        lines: list[dict[str, Any]] = []
-        pages = passage_pages(doc.body, passages, page_starts_of(doc.structured_source))
-        for n, (text, vector, on_pages) in enumerate(zip(passages, vectors, pages, strict=True)):
-            # A passage carries its own pages (PDF): hits and citations name them.
-            cited = hit_source(doc.structured_source, on_pages)
-            lines += [
-                {"index": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}},
-                {**shared, "structured_source": cited, "passage_no": n, "text": text, **vector},
-            ]
+        lines = self._passage_lines(parent, doc, passages, vectors, self.passages_alias)
         for n in range(len(passages), old_count):
             lines.append({"delete": {"_index": self.passages_alias, "_id": _passage_id(parent, n)}})
         lines += [
@@ -857,6 +911,37 @@ class OpenSearchBackend(SearchBackend):
                 **metadata_fields(doc.metadata),
             },
         ]
+        return lines
+
+    def _passage_lines(
+        self, parent: str, doc: Document, passages: list[Passage], vectors: list[dict[str, Any]], index: str
+    ) -> list[dict[str, Any]]:
+        """The bulk lines indexing `doc`'s passages into `index` (the alias, or a new index being built)."""
+        acl = doc.acl
+        shared = {
+            "source_key": doc.source_key,
+            "doc_id": doc.doc_id,
+            "doc_key": parent,
+            "title": doc.title,
+            "revision": doc.revision,
+            "version": doc.version,
+            "status": doc.status,
+            "acl_tenant": acl.tenants,
+            "acl_open": not acl.subjects and not acl.groups,
+            "acl_subjects": list(acl.subjects),
+            "acl_groups": list(acl.groups),
+            "structured_source": doc.structured_source,
+            **metadata_fields(doc.metadata),
+        }
+        lines: list[dict[str, Any]] = []
+        pages = pages_of(passages, page_starts_of(doc.structured_source))
+        for n, (passage, vector, on_pages) in enumerate(zip(passages, vectors, pages, strict=True)):
+            # A passage carries its own pages (PDF): hits and citations name them.
+            cited = hit_source(doc.structured_source, on_pages)
+            row = {**shared, "structured_source": cited, "passage_no": n, "text": passage.text, **vector}
+            if passage.headings:
+                row["headings"] = passage.heading_path
+            lines += [{"index": {"_index": index, "_id": _passage_id(parent, n)}}, row]
         return lines
 
     def _bulk(self, groups: list[list[dict[str, Any]]], tolerate: tuple[int, ...] = ()) -> None:
@@ -1015,6 +1100,12 @@ def transport_errors() -> tuple[type[Exception], ...]:
     from urllib3.exceptions import HTTPError
 
     return (OpenSearchException, HTTPError, OSError)
+
+
+def _older_splitter(index: str, prefix: str) -> bool:
+    """Was passages index `index` (`<prefix>-passages-vN`) cut by a splitter older than this one's?"""
+    match = re.fullmatch(re.escape(prefix) + r"-passages-v(\d+)", index)
+    return match is not None and int(match.group(1)) < RESPLIT_BEFORE
 
 
 def _stored_vectors(src: dict[str, Any]) -> dict[str, Vector]:

@@ -21,7 +21,8 @@ from ..domain.passages import page_label
 from ..domain.router import PlannedSource, expired_leases, plan_search
 from ..domain.scope import KnowledgeScope
 from ..domain.source_filters import retrieval_filter
-from ..domain.text import cut_title, escaped_size, excerpt, fit_bytes, fit_text, json_size
+from ..domain.summary import focused_excerpt
+from ..domain.text import cut_title, escaped_size, fit_bytes, fit_text, json_size
 from ..domain.wire import (
     LIMITS,
     CapabilitiesResponse,
@@ -38,7 +39,9 @@ from .access import RunGuard, authorize_route
 from .retrieval import Retrieval, Retrieved, SourceAsk
 from .scope import ScopeResolver
 
-SUMMARY_MAX_CHARS = 320
+# A summary's bytes (UTF-8): 320 CJK characters as before issue 24, about three times that in English. With
+# three hints the response's 4096 bytes leave less: each hint's summary gets its share (`_summary_budget`).
+SUMMARY_MAX_BYTES = 960
 MIN_SUMMARY_BYTES = 120
 HEALTH_CACHE_SECONDS = 10.0
 MAX_RANK_DEPTH = 1000
@@ -108,20 +111,32 @@ class KnowledgeService:
         response.status, hits = self._ranked_hits(scope, request.query, principal, None, request.filter)
         identity = identity_digest(principal, route, request.run_id)
         query_terms = unique_terms(request.query)
-        hints = [self._hint(h, identity, scope.revision, query_terms) for h in hits[: request.limit]]
+        shown = hits[: request.limit]
+        hints = [self._hint(h, identity, scope.revision) for h in shown]
+        budget = _summary_budget(response, hints)
+        hints = [_summarised(hint, hit, query_terms, budget) for hint, hit in zip(hints, shown, strict=True)]
+        # A summary held to its share of the bytes was shortened to fit: `truncated` says so (§2.3).
+        shortened = budget < SUMMARY_MAX_BYTES and any(
+            escaped_size(_summarised(h, hit, query_terms, SUMMARY_MAX_BYTES).summary) > budget
+            for h, hit in zip(hints, shown, strict=True)
+        )
         response.hints, response.truncated = _fit_hints(response, hints)
+        response.truncated = response.truncated or shortened
         return response
 
-    def rank(self, principal: Principal, route: str, query: str, depth: int) -> list[tuple[str, str, float]]:
+    def rank(
+        self, principal: Principal, route: str, query: str, depth: int, *, cut: bool = True
+    ) -> list[tuple[str, str, float]]:
         """The evaluation door (`kb eval`; not exposed over HTTP): exactly what `search` runs — the same
         planning, retrieval step and merge — but the top-`depth` (source_key, doc_id, score) instead of at
-        most 3 bounded hints. Depth is the only difference."""
+        most 3 bounded hints. Depth is the only difference — and `cut=False`, which measures the ranking
+        without the relevance cut (`domain.relevance`: deep metrics such as nDCG@10 and R@100)."""
         if not 1 <= depth <= MAX_RANK_DEPTH:
             raise ValueError(f"depth must be 1..{MAX_RANK_DEPTH}")
         scope = self._enter(principal, route, None)
         if not scope.searchable():
             return []
-        status, hits = self._ranked_hits(scope, query, principal, depth=depth)
+        status, hits = self._retrieve(scope, query, principal, depth, plan_search(scope, query), cut=cut)
         if status != "ok":
             # A measurement must not count a failing source as "no results".
             raise KnowledgeUnavailable()
@@ -162,6 +177,7 @@ class KnowledgeService:
         depth: int | None,
         planned: list[PlannedSource],
         filter_: Filter | None = None,
+        cut: bool = True,
     ) -> tuple[SearchStatus, list[Hit]]:
         """(status, hits merged by raw score): each planned source asked for its `topK`
         (or `depth`) documents among those `filter_` admits (§8) through the one retrieval step (K-PIPE)."""
@@ -175,7 +191,7 @@ class KnowledgeService:
                 # The route's agent's sourceFilters and the request's filter, and-ed; no runtime stands
                 # behind this door, so no trusted context (§3.1: a context-bound condition matches nothing).
                 [
-                    SourceAsk.of(p, depth, retrieval_filter(scope.routing, p.key, {}, filter_))
+                    SourceAsk.of(p, depth, retrieval_filter(scope.routing, p.key, {}, filter_), cut)
                     for p in to_call
                 ],
                 self.retrieval.analyse(query),
@@ -193,15 +209,13 @@ class KnowledgeService:
         hits = [h for h, _ in sorted(ranked, key=lambda p: (-p[0].score, p[0].source_key, p[1]))]
         return status, hits
 
-    def _hint(self, hit: Hit, identity: str, scope_revision: str, query_terms: list[str]) -> Hint:
+    def _hint(self, hit: Hit, identity: str, scope_revision: str) -> Hint:
+        """The hint of `hit` without its summary (`_summarised` adds it within its share of the bytes)."""
         ref, expires_at = self.mint_ref(hit, identity, scope_revision)
-        # A passage of a paged document (PDF) says where it is: "p. 12: …".
-        page = page_label(hit.structured_source)
-        prefix = f"{page}: " if page else ""
         return Hint(
             ref=ref,
             title=cut_title(hit.title),
-            summary=prefix + excerpt(hit.passage, query_terms, SUMMARY_MAX_CHARS - len(prefix)),
+            summary="",
             revision=hit.revision,
             score=round(hit.score, 6),
             expires_at=iso(expires_at),
@@ -279,6 +293,26 @@ class KnowledgeService:
             page.next_cursor = None
             page.truncated = page.budget_exhausted = chain_end < len(body)
         return page
+
+
+def _summary_budget(response: SearchResponse, hints: list[Hint]) -> int:
+    """Each summary's bytes: its share of what the response leaves (hints without summaries, `truncated`
+    true), at most SUMMARY_MAX_BYTES, so a focused window is chosen to fit instead of cut afterwards."""
+    if not hints:
+        return SUMMARY_MAX_BYTES
+    response.hints, response.truncated = hints, True
+    room = LIMITS.search_max_bytes - json_size(to_wire(response))
+    return max(0, min(SUMMARY_MAX_BYTES, room // len(hints)))
+
+
+def _summarised(hint: Hint, hit: Hit, query_terms: list[str], budget: int) -> Hint:
+    """`hint` with its summary: the passage's best sentence window (domain.summary) in `budget` bytes; a
+    passage of a paged document (PDF) says where it is first ("p. 12: …")."""
+    page = page_label(hit.structured_source)
+    prefix = f"{page}: " if page else ""
+    room = budget - len(prefix.encode("utf-8"))
+    summary = prefix + focused_excerpt(hit.passage, query_terms, room) if room > 0 else ""
+    return hint.model_copy(update={"summary": summary})
 
 
 def _fit_hints(response: SearchResponse, hints: list[Hint]) -> tuple[list[Hint], bool]:

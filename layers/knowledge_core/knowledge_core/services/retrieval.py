@@ -23,6 +23,7 @@ from ..domain.filters import Filter
 from ..domain.fusion import Hit
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentState, Viewer, citable
+from ..domain.relevance import relevance_cut
 from ..domain.router import PlannedSource
 from ..ports import (
     Embedder,
@@ -43,18 +44,26 @@ DocKey = tuple[str, str]
 class SourceAsk:
     """One source to retrieve from: at most `top_k` ranked documents scoring at least `min_score`, among
     the documents `filter` admits (§8: the request's filter and the agent's sourceFilters for this source,
-    combined by the caller; None: every document)."""
+    combined by the caller; None: every document), cut where they fall far below the best
+    (`domain.relevance`) unless `cut` is off."""
 
     key: str
     top_k: int
     min_score: float
     filter: Filter | None = None
+    cut: bool = True
 
     @classmethod
-    def of(cls, planned: PlannedSource, depth: int | None = None, filter_: Filter | None = None) -> SourceAsk:
+    def of(
+        cls,
+        planned: PlannedSource,
+        depth: int | None = None,
+        filter_: Filter | None = None,
+        cut: bool = True,
+    ) -> SourceAsk:
         """A planned source's own `topK` and `minScore` (or `depth` documents: the evaluation door)."""
         definition = planned.source.definition
-        return cls(planned.key, depth or definition.top_k, definition.min_score, filter_)
+        return cls(planned.key, depth or definition.top_k, definition.min_score, filter_, cut)
 
 
 @dataclass
@@ -86,11 +95,14 @@ class Retrieval:
         translator: QueryTranslator | None = None,
         embedder: Embedder | None = None,
         ranking: HybridRanking | None = None,
+        relevance_floor: float | None = None,
     ) -> None:
         self._backend = backend
         self._translator = translator
         self._embedder = embedder
         self.ranking = ranking or HybridRanking()
+        # The relevance cut's floor (None: domain.relevance.RELEVANCE_FLOOR; 0.0 keeps every hit).
+        self.relevance_floor = relevance_floor
 
     @property
     def ranking_name(self) -> str:
@@ -117,7 +129,11 @@ class Retrieval:
         ]
         results = self._backend.search(queries, query, viewer)
         ranked = [self.rank(r, a.min_score, query) for a, r in zip(sources, results, strict=True)]
-        return self.live_check(ranked, [a.top_k for a in sources], viewer)
+        checked = self.live_check(ranked, [a.top_k for a in sources], viewer)
+        for ask, outcome in zip(sources, checked.outcomes, strict=True):
+            if ask.cut:  # after the live check: the best hit the cut measures from is a citable one
+                outcome.hits = relevance_cut(outcome.hits, self.relevance_floor)
+        return checked
 
     def source_query(
         self,

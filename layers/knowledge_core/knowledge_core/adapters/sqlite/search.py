@@ -21,7 +21,7 @@ from ...domain.analyzer import index_terms, query_terms
 from ...domain.errors import SourceFailure
 from ...domain.fusion import Hit
 from ...domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
-from ...domain.passages import hit_source, page_starts_of, passage_pages, split_passages
+from ...domain.passages import Passage, hit_source, indexed_text, page_starts_of, pages_of, split_structured
 from ...ports import (
     DocumentInfo,
     Embedder,
@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 CREATE TABLE IF NOT EXISTS passage_rows (
   id INTEGER PRIMARY KEY, source_key TEXT NOT NULL, doc_id TEXT NOT NULL, passage_no INTEGER NOT NULL,
-  text TEXT NOT NULL, pages TEXT
+  text TEXT NOT NULL, pages TEXT, heading TEXT
 );
 CREATE INDEX IF NOT EXISTS passage_rows_doc ON passage_rows (source_key, doc_id);
 CREATE TABLE IF NOT EXISTS passage_vectors (
@@ -64,9 +64,10 @@ CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
   title_terms, body_terms, tokenize = 'unicode61 remove_diacritics 0'
 );
 """
-# Bumped whenever index analysis or layout changes: an index written by an older one is rebuilt on open
-# (3: passage ids in per-source ranges, candidates.py; stored vectors are kept across the rebuild).
-ANALYZER_VERSION = 3
+# Bumped whenever index analysis, layout or the splitter changes: an index written by an older one is rebuilt
+# (re-split, re-analysed; vectors of unchanged passages kept) on open. 3: passage ids in per-source ranges
+# (candidates.py); 4: structure-aware passages with heading paths (issue 24).
+ANALYZER_VERSION = 4
 CJK_UNIGRAMS = False
 _CANDIDATES_PER_DOC = 8
 _DENSE_SQL = (
@@ -205,6 +206,8 @@ class SqliteFtsBackend(SearchBackend):
             # passage_vectors.)
             if "pages" not in columns:  # a file written before page-aware passages (PDF)
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN pages TEXT")
+            if "heading" not in columns:  # a file written before heading paths (issue 24)
+                conn.execute("ALTER TABLE passage_rows ADD COLUMN heading TEXT")
             self._migrate_metadata(conn)
             if conn.execute("PRAGMA user_version").fetchone()[0] != ANALYZER_VERSION:
                 self._reindex(conn)
@@ -457,10 +460,10 @@ class SqliteFtsBackend(SearchBackend):
 
     def put_documents(self, documents: list[Document]) -> None:
         # Vectors are computed before the write transaction: embedding is the slow part of ingestion.
-        passages = [split_passages(doc.body) for doc in documents]
+        passages = [split_structured(doc.body, doc.title) for doc in documents]
         vectors: Sequence[Sequence[list[Vector]] | None] = [None] * len(passages)
         if self._embedder:
-            pairs = [(d.title, ps) for d, ps in zip(documents, passages, strict=True)]
+            pairs = [(d.title, [p.indexed for p in ps]) for d, ps in zip(documents, passages, strict=True)]
             vectors = document_vectors(self._embedder, pairs)
         with self._db.transaction() as conn:
             for doc, doc_passages, doc_vectors in zip(documents, passages, vectors, strict=True):
@@ -482,7 +485,7 @@ class SqliteFtsBackend(SearchBackend):
                     ),
                 )
                 write_metadata(conn, doc.source_key, doc.doc_id, doc.metadata)
-                pages = passage_pages(doc.body, doc_passages, page_starts_of(doc.structured_source))
+                pages = pages_of(doc_passages, page_starts_of(doc.structured_source))
                 self._index(conn, doc.source_key, doc.doc_id, doc.title, doc_passages, doc_vectors, pages)
 
     def _index(
@@ -491,7 +494,7 @@ class SqliteFtsBackend(SearchBackend):
         source_key: str,
         doc_id: str,
         title: str,
-        passages: list[str],
+        passages: list[Passage],
         vectors: Sequence[list[Vector]] | None,
         pages: list[list[int]],
     ) -> None:
@@ -501,14 +504,23 @@ class SqliteFtsBackend(SearchBackend):
         first_id = candidates.allocate_ids(conn, source_key, len(passages))
         for i, (passage, on_pages) in enumerate(zip(passages, pages, strict=True)):
             row_id = first_id + i
+            # The cited text without its heading path; matching sees both (issue 24).
             conn.execute(
-                "INSERT INTO passage_rows (id, source_key, doc_id, passage_no, text, pages) "
-                "VALUES (?,?,?,?,?,?)",
-                (row_id, source_key, doc_id, i, passage, json.dumps(on_pages) if on_pages else None),
+                "INSERT INTO passage_rows (id, source_key, doc_id, passage_no, text, pages, heading) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (
+                    row_id,
+                    source_key,
+                    doc_id,
+                    i,
+                    passage.text,
+                    json.dumps(on_pages) if on_pages else None,
+                    passage.heading_path or None,
+                ),
             )
             conn.execute(
                 "INSERT INTO passages (rowid, title_terms, body_terms) VALUES (?,?,?)",
-                (row_id, title_terms, " ".join(index_terms(passage, CJK_UNIGRAMS))),
+                (row_id, title_terms, " ".join(index_terms(passage.indexed, CJK_UNIGRAMS))),
             )
             if vectors is not None:
                 conn.executemany(
@@ -518,11 +530,11 @@ class SqliteFtsBackend(SearchBackend):
 
     def _reindex(self, conn: sqlite3.Connection) -> None:
         """Re-split and re-analyze every stored document (the analyzer or the splitter changed), inside the
-        caller's transaction. Stored vectors of passages whose text is unchanged are kept (re-embedding a
-        large index costs hours), moved to the passages' new ids."""
+        caller's transaction. Stored vectors of passages whose text and heading path are unchanged are kept
+        (re-embedding a large index costs hours), moved to the passages' new ids."""
         conn.execute(
-            "CREATE TEMP TABLE kept_vectors AS SELECT r.source_key, r.doc_id, r.passage_no, r.text, v.model, "
-            "v.vector FROM passage_rows r JOIN passage_vectors v ON v.passage_id = r.id"
+            "CREATE TEMP TABLE kept_vectors AS SELECT r.source_key, r.doc_id, r.passage_no, r.text, "
+            "r.heading, v.model, v.vector FROM passage_rows r JOIN passage_vectors v ON v.passage_id = r.id"
         )
         conn.execute("DELETE FROM passages")
         conn.execute("DELETE FROM passage_vectors")
@@ -530,15 +542,13 @@ class SqliteFtsBackend(SearchBackend):
         for source_key, doc_id, title, body, structured in conn.execute(
             "SELECT source_key, doc_id, title, body, structured_source FROM documents"
         ).fetchall():
-            passages = split_passages(body)
-            pages = passage_pages(
-                body, passages, page_starts_of(json.loads(structured) if structured else None)
-            )
+            passages = split_structured(body, title)
+            pages = pages_of(passages, page_starts_of(json.loads(structured) if structured else None))
             self._index(conn, source_key, doc_id, title, passages, None, pages)
         conn.execute(
             "INSERT INTO passage_vectors SELECT r.id, k.model, k.vector FROM kept_vectors k "
             "JOIN passage_rows r ON r.source_key = k.source_key AND r.doc_id = k.doc_id "
-            "AND r.passage_no = k.passage_no AND r.text = k.text"
+            "AND r.passage_no = k.passage_no AND r.text = k.text AND r.heading IS k.heading"
         )
         conn.execute("DROP TABLE temp.kept_vectors")
         conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
@@ -553,7 +563,8 @@ class SqliteFtsBackend(SearchBackend):
             last = 0
             while True:
                 rows = conn.execute(
-                    "SELECT r.id, d.title, r.text, r.source_key FROM passage_rows r JOIN documents d "
+                    "SELECT r.id, d.title, r.text, r.source_key, r.heading "
+                    "FROM passage_rows r JOIN documents d "
                     "ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
                     "LEFT JOIN passage_vectors v ON v.passage_id = r.id AND v.model = ? "
                     "WHERE r.id > ? AND v.vector IS NULL ORDER BY r.id LIMIT ?",
@@ -562,7 +573,7 @@ class SqliteFtsBackend(SearchBackend):
                 if not rows:
                     break
                 last = rows[-1][0]
-                texts = [passage_text(t, p) for _, t, p, _ in rows]
+                texts = [passage_text(t, indexed_text(h, p)) for _, t, p, _, h in rows]
                 mine = [
                     (r, t) for r, t in zip(rows, texts, strict=True) if model in self._embedder.models_for(t)
                 ]

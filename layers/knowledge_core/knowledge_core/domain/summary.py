@@ -1,0 +1,107 @@
+"""A hint's summary (SPEC §2.3, issue 24): the sentence window of its passage that best matches the query.
+
+A passage is up to a few hundred tokens, a summary a few hundred bytes of the 4096-byte search response:
+which part of the passage it shows decides whether it carries the answer. The passage is cut into
+sentences (the splitter's boundaries: English `.!?;` before a space, CJK `。！？；`, and line breaks);
+each sentence scores the query terms it contains (`analyzer.unique_terms`: words, CJK bigrams; English
+stop words skipped), each term weighted by how rare it is among the passage's sentences (1 / the number of
+sentences holding it), so a question word present everywhere counts little and the one sentence naming the
+asked-about thing wins. The window grows from the best sentence to its neighbours (the following one
+first: an answer tends to follow its cue) while it fits `max_bytes` of UTF-8, so an English summary holds
+about three times the characters of a Chinese one in the same bytes; a best sentence longer than that is
+cut around its first matching term. Cuts are on code points (Python strings), never inside one. No model:
+deterministic and cheap on every door.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .analyzer import ENGLISH_STOPWORDS
+
+_SENTENCE = re.compile(r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」』\]]*\s*|\n+")
+_ELLIPSIS = "…"
+_ELLIPSIS_BYTES = len(_ELLIPSIS.encode("utf-8"))
+
+
+def sentences(text: str) -> list[str]:
+    """`text` cut after each sentence end or line break (pieces keep their punctuation)."""
+    out: list[str] = []
+    cursor = 0
+    for m in _SENTENCE.finditer(text):
+        if text[cursor : m.end()].strip():
+            out.append(text[cursor : m.end()])
+        cursor = m.end()
+    if text[cursor:].strip():
+        out.append(text[cursor:])
+    return out
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _weights(pieces: list[str], terms: list[str]) -> dict[str, float]:
+    """Each query term found in the passage, weighted 1 / (sentences holding it)."""
+    lowered = [p.lower() for p in pieces]
+    out: dict[str, float] = {}
+    for term in terms:
+        if not term or term in ENGLISH_STOPWORDS or (term.isascii() and len(term) < 2):
+            continue
+        holding = sum(1 for p in lowered if term in p)
+        if holding:
+            out[term] = 1.0 / holding
+    return out
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def focused_excerpt(passage: str, query_terms: list[str], max_bytes: int) -> str:
+    """The best-matching sentence window of `passage`, whitespace-normalised, at most `max_bytes` of UTF-8
+    with an ellipsis on each cut side (the module docstring has the rule)."""
+    flat = _flat(passage)
+    if _size(flat) <= max_bytes:
+        return flat
+    room = max_bytes - 2 * _ELLIPSIS_BYTES
+    if room <= 0:
+        return ""
+    pieces = [p for p in (_flat(s) for s in sentences(passage)) if p]
+    weights = _weights(pieces, query_terms)
+    scores = [sum(w for t, w in weights.items() if t in p.lower()) for p in pieces]
+    best = max(range(len(pieces)), key=lambda i: (scores[i], -i)) if pieces else 0
+    if not pieces or _size(pieces[best]) > room:
+        return _around(flat, pieces[best] if pieces else "", weights, room)
+    sizes = [_size(p) + 1 for p in pieces]
+    lo, hi, size = best, best + 1, sizes[best]
+    grown = True
+    while grown:
+        grown = False
+        if hi < len(pieces) and size + sizes[hi] <= room:  # the following sentence first
+            size, hi, grown = size + sizes[hi], hi + 1, True
+        if lo > 0 and size + sizes[lo - 1] <= room:
+            size, lo, grown = size + sizes[lo - 1], lo - 1, True
+    window = " ".join(pieces[lo:hi])
+    return (_ELLIPSIS if lo > 0 else "") + window + (_ELLIPSIS if hi < len(pieces) else "")
+
+
+def _fit(text: str, max_bytes: int) -> str:
+    """The longest prefix of `text` within `max_bytes` of UTF-8 (whole code points)."""
+    return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def _around(flat: str, sentence: str, weights: dict[str, float], room: int) -> str:
+    """About `room` bytes of `flat` from a little before the best sentence's first matching term (a
+    sentence too long to show whole, or a passage without sentence breaks)."""
+    at = max(flat.find(sentence), 0) if sentence else 0
+    lower = flat.lower()
+    found = [i for i in (lower.find(t, at) for t in weights) if i >= 0]
+    first = min(found) if found else at
+    lead = _fit(flat[:first][::-1], room // 4)[::-1]  # a quarter of the room before the term
+    start = first - len(lead)
+    piece = _fit(flat[start:], room)
+    if start > 0 and start + len(piece) == len(flat):  # the end fits: as much before it as there is room
+        piece = _fit(flat[::-1], room)[::-1]
+        start = len(flat) - len(piece)
+    return (_ELLIPSIS if start > 0 else "") + piece + (_ELLIPSIS if start + len(piece) < len(flat) else "")
