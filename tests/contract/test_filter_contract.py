@@ -62,11 +62,16 @@ def tagged(key: str, doc_id: str, body: str, metadata: dict[str, Any], tenant: s
     )
 
 
-def retrieve(world: World, key: str, top_k: int, query: str, node: Filter | None) -> list[Hit]:
+def retrieve(
+    world: World, key: str, top_k: int, query: str, node: Filter | None, cut: bool = False
+) -> list[Hit]:
+    """The retrieval step's ranked hits among the documents `node` admits — the ranking itself (without the
+    doors' relevance cut, issue 24, unless `cut`), which is what §8 constrains."""
     from knowledge_core.services.retrieval import SourceAsk
 
     analysed = world.c.retrieval.analyse(query)
-    [outcome] = world.c.retrieval.run([SourceAsk(key, top_k, 0.0, node)], analysed, VIEWER, 15.0).outcomes
+    ask = SourceAsk(key, top_k, 0.0, node, cut=cut)
+    [outcome] = world.c.retrieval.run([ask], analysed, VIEWER, 15.0).outcomes
     assert outcome.error is None, outcome.error
     return outcome.hits
 
@@ -94,6 +99,9 @@ def test_f_filter_contract_bm25_best_of_matching_documents(world: World) -> None
         admitted = {d for d, m in metadata.items() if matches(m, node)}
         got = retrieve(world, key, TOP_K, "valve pressure", node)
         assert_best_of_matching(got, deep, admitted, TOP_K)
+        # What the doors return: the relevance cut only shortens that ranking, never reorders or widens it.
+        shown = retrieve(world, key, TOP_K, "valve pressure", node, cut=True)
+        assert [h.doc_id for h in shown] == [h.doc_id for h in got][: len(shown)]
         # A post-filter of the unfiltered top-5 would keep fewer: these cases tell the two apart.
         discriminating += len(got) > len({h.doc_id for h in deep[:TOP_K]} & admitted)
     assert discriminating >= 5
