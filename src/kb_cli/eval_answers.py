@@ -42,14 +42,14 @@ class LongQuery:
 @dataclass
 class LongCollection:
     name: str
-    documents: list[Any]  # evaluation.EvalDocument
+    documents: list[Any]  # eval_corpus.EvalDocument
     queries: list[LongQuery]
 
 
 def load_xquad_long(split: str, directory: Path, limit: int | None = None) -> LongCollection:
     """The split's articles as Markdown documents, half Chinese and half English, with their same-language
     questions and answers; `limit` keeps the first `limit` questions of each language."""
-    from .evaluation import EvalDocument, xquad_articles, xquad_split
+    from .eval_corpus import EvalDocument, xquad_articles, xquad_split
 
     files = {lang: xquad_articles(directory, lang) for lang in LANGS}
     chosen = [a for a in range(len(files["en"])) if xquad_split(a) == split]
@@ -231,7 +231,7 @@ def evaluate_answers(
     from knowledge_core.domain.models import Document, DocumentAcl
     from tqdm import tqdm
 
-    from .evaluation import ranking_of
+    from .eval_corpus import ranking_of
 
     started = time.perf_counter()
     source_key, route, principal, agent = _publish_tool_agent(container, collection.name)

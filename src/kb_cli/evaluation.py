@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from knowledge_core.domain.hybrid import HybridRanking
 
+from .eval_corpus import EvalDocument, hybrid_of, ranking_of, xquad_articles, xquad_split
+
 if TYPE_CHECKING:
     from .local_env import LocalRanking
 
@@ -109,13 +111,6 @@ class Metrics:
 
 
 # --- collections ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EvalDocument:
-    doc_id: str
-    title: str
-    body: str
 
 
 @dataclass(frozen=True)
@@ -200,17 +195,6 @@ XQUAD_TASKS = {
     "xquad-mixed": XquadTask(("zh", "en"), ("zh", "en")),
 }
 TRAIN_SUFFIX = "-train"
-
-
-def xquad_articles(directory: Path, lang: str) -> list[dict[str, Any]]:
-    """The articles of xquad.<lang>.json (SQuAD v1.1: title, paragraphs of context and qas), in file order."""
-    data = json.loads((directory / f"xquad.{lang}.json").read_text(encoding="utf-8"))
-    return list(data["data"])
-
-
-def xquad_split(article_index: int) -> str:
-    """Fixed split by article: even positions in file order tune ("train"), odd ones are reported ("test")."""
-    return "train" if article_index % 2 == 0 else "test"
 
 
 def load_xquad(
@@ -667,24 +651,6 @@ def evaluate(
         depth=depth,
         progress=progress,
         keep_per_query=keep_per_query,
-    )
-
-
-def hybrid_of(container: Any) -> dict[str, Any] | None:
-    """The HybridRanking knobs the container ranks with; None for BM25 alone (no embedding model)."""
-    if getattr(container, "embedder", None) is None:
-        return None
-    return asdict(container.hybrid)
-
-
-def ranking_of(container: Any) -> str:
-    knobs = hybrid_of(container)
-    translator = getattr(container, "translator", None)
-    translated = f" + translation {translator.name}" if translator is not None else ""
-    if knobs is None:
-        return "bm25" + translated
-    return (
-        f"hybrid {container.embedder.model_id} " + " ".join(f"{k}={v}" for k, v in knobs.items()) + translated
     )
 
 
