@@ -1,6 +1,7 @@
 """Passage rows carry their document's stored version (passages index v4, issue 23 point 4; K-PIPE, A-REF):
-an existing v3 index (rows without `version`) is upgraded by `prepare` with the k-NN upgrade's path — new
-index, rows copied (each given its parent's version), alias moved — and until then a hit without a version
+an existing v3 index (rows without `version`) is upgraded by `prepare` without downtime — a new index, its rows
+re-split from the documents index (v3 predates the v5 splitter, issue 24) with their document's version, one
+alias move — and until then a hit without a version
 is still checked against its document (`_mget`), so a disabled document is never shown in between."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from knowledge_core.adapters.opensearch import OpenSearchBackend, doc_key
 from knowledge_core.domain.models import Document, DocumentAcl, Viewer
-from knowledge_core.domain.passages import split_passages
+from knowledge_core.domain.passages import split_structured
 from knowledge_core.services.retrieval import Retrieval
 
 from tests.contract.conftest import ranked, real_endpoints_or_skip
@@ -65,7 +66,7 @@ def _write_v3(backend: OpenSearchBackend, docs: list[Document]) -> None:
     """Rows as the previous release wrote them (the same actions, without `version`)."""
     groups: list[list[dict[str, Any]]] = []
     for d in docs:
-        passages = split_passages(d.body)
+        passages = split_structured(d.body, d.title)
         lines = backend._document_actions(doc_key(KEY, d.doc_id), d, 0, passages, [{} for _ in passages])  # type: ignore[attr-defined]
         groups.append([{k: v for k, v in line.items() if k != "version"} for line in lines])
     backend._bulk(groups)  # type: ignore[attr-defined]
