@@ -120,7 +120,10 @@ def test_i23_old_layout_index_rebuilt_on_open_vectors_kept(tmp_path: Path) -> No
         "INSERT INTO documents VALUES ('s@1','d','Title','old zebra body','r','ready',?,NULL,0)",
         (DocumentAcl(tenant="acme").model_dump_json(),),
     )
-    conn.execute("INSERT INTO passage_rows VALUES (1,'s@1','d',0,'old zebra body',NULL)")
+    conn.execute(
+        "INSERT INTO passage_rows (id, source_key, doc_id, passage_no, text, pages) "
+        "VALUES (1,'s@1','d',0,'old zebra body',NULL)"
+    )
     conn.execute("INSERT INTO passages (rowid, title_terms, body_terms) VALUES (1,'titl','old zebra bodi')")
     conn.execute("INSERT INTO passage_vectors VALUES (1,'m',?)", (bytes(range(8)),))
     conn.execute("PRAGMA user_version = 2")
