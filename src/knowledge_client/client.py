@@ -361,13 +361,18 @@ class KnowledgeClient:
             raise ProtocolError(f"{path}: response is not a JSON object")
         return payload
 
-    def search(self, query: str, limit: int = 3) -> dict:
+    def search(self, query: str, limit: int = 3, filter: dict[str, Any] | None = None) -> dict:
+        """Hints for `query` in the active turn. `filter` (SPEC §8, the host's own narrowing — not a model
+        tool argument) is sent as given; the server validates it. Cached per turn by query, limit, filter."""
         gen, turn = self._active()
-        key = (query, limit)
+        key = (query, limit, json.dumps(filter, sort_keys=True) if filter is not None else None)
         cached = gen.searches.get(key)
         if cached is not None:
             return cached
-        payload = self._call(gen, "knowledge/search", {"query": query, "limit": limit, "run_id": turn.run_id})
+        body: dict[str, Any] = {"query": query, "limit": limit, "run_id": turn.run_id}
+        if filter is not None:
+            body["filter"] = filter
+        payload = self._call(gen, "knowledge/search", body)
         if payload.get("schema") != SEARCH_SCHEMA or not isinstance(payload.get("hints"), list):
             raise ProtocolError("search: unknown response schema")
         revision = _scope_revision(payload)

@@ -18,6 +18,7 @@ from knowledge_client import (
     SEARCH_TOOL,
     HttpResponse,
     KnowledgeClient,
+    KnowledgeClientError,
     NegotiationError,
     NoActiveTurn,
     ProtocolError,
@@ -229,6 +230,26 @@ def test_a_turn_client_on_demand_search_and_read_within_the_run(served):
     before = transport.calls.count("search")
     client.search("网关离线", 2)
     assert transport.calls.count("search") == before
+
+
+def test_f_filter_client_search_sends_the_hosts_filter_and_caches_per_filter(served):
+    """F-FILTER: a host narrows its own searches (`KnowledgeClient.search(..., filter=)`); the model's tool
+    arguments stay as they were. The demo documents carry no metadata, so a condition on a key matches
+    nothing and `notEquals` on it matches everything; each filter is its own cache entry; a malformed one is
+    the server's typed error naming its path."""
+    _, client, transport, _ = served
+    client.start_turn("网关离线怎么排查？")
+    plain = client.search("网关离线", 2)
+    none = client.search("网关离线", 2, filter={"equals": {"key": "region", "value": "eu"}})
+    every = client.search("网关离线", 2, filter={"notEquals": {"key": "region", "value": "eu"}})
+    assert plain["hints"] and none["hints"] == [] and none["status"] == "ok"
+    assert [h["title"] for h in every["hints"]] == [h["title"] for h in plain["hints"]]
+    before = transport.calls.count("search")
+    client.search("网关离线", 2, filter={"equals": {"key": "region", "value": "eu"}})
+    assert transport.calls.count("search") == before
+    with pytest.raises(KnowledgeClientError) as refused:
+        client.search("网关离线", 2, filter={"equals": {"key": "region"}})
+    assert refused.value.code == "invalid_request" and "filter.equals.value" in str(refused.value)
 
 
 def test_a_turn_client_retries_a_lost_turn_response_without_a_second_run(served):
