@@ -98,14 +98,18 @@ def read_spec(svc_dir: Path) -> ClusterSpec | None:
         return None
 
 
-def _free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Nothing listens on loopback `port` and it can be bound (the supervisor's check for every service)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # like the servers themselves: connections in TIME_WAIT from a previous run do not count
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
         except OSError:
             return False
-    return True
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex((HOST, port)) != 0
 
 
 def resolve_spec(svc_dir: Path, nodes: int | None, single_node_data: bool) -> ClusterSpec | None:
@@ -127,7 +131,7 @@ def resolve_spec(svc_dir: Path, nodes: int | None, single_node_data: bool) -> Cl
         return recorded
     if single_node_data:
         raise ClusterError("this state dir holds a single-node OpenSearch; use another --state for a cluster")
-    ports = [p for p in TRANSPORT_PORTS if _free(p)][:nodes]
+    ports = [p for p in TRANSPORT_PORTS if port_free(p)][:nodes]
     if len(ports) < nodes:
         raise ClusterError(
             f"not enough free transport ports in {TRANSPORT_PORTS.start}..{TRANSPORT_PORTS.stop - 1}"

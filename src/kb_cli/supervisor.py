@@ -179,17 +179,7 @@ def _clear_meta(state_dir: Path, name: str) -> None:
             (d / f"{name}.json").unlink()
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        # like the servers themselves: connections in TIME_WAIT from a previous run do not count
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.2)
-        return s.connect_ex((HOST, port)) != 0
+_port_free = cluster.port_free
 
 
 def _pick_port(preferred: list[int], fallback_any: bool) -> int:
