@@ -10,6 +10,7 @@ import pytest
 from knowledge_core.domain.fusion import Hit
 from knowledge_core.domain.passages import (
     PASSAGE_TOKENS,
+    document_passages,
     estimate_tokens,
     pages_of,
     split_passages,
@@ -97,6 +98,20 @@ def test_i_ingest_issue24_pdf_text_splits_by_lines_and_keeps_page_labels() -> No
     found = pages_of(passages, starts)
     assert found[0] == [1] and found[-1] == [3]
     assert all(found[i][0] <= found[i + 1][0] for i in range(len(found) - 1))
+
+
+def test_i_ingest_issue24_short_pdf_pages_are_never_packed_into_one_passage() -> None:
+    """I-INGEST: a page start is a cut, so a hit on page 2 of a short PDF says "p. 2" (two short pages
+    would otherwise pack into one passage labelled "pp. 1–2")."""
+    pages = ["Cover page. Routine maintenance keeps the plant running.", "The pump seal part is ZX-42."]
+    body, starts = "", []
+    for text in pages:
+        starts.append(len(body))
+        body += text + "\n\n"
+    assert len(split_structured(body)) == 1  # without the page starts they pack together
+    passages = document_passages(body, "Manual", {"page_starts": starts})
+    assert [p.text for p in passages] == pages
+    assert pages_of(passages, starts) == [[1], [2]]
 
 
 def _tokenizers() -> list[object]:

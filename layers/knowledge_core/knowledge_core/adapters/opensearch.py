@@ -62,7 +62,7 @@ from urllib.parse import urlsplit
 from ..domain.errors import KnowledgeUnavailable, SourceFailure
 from ..domain.fusion import Hit
 from ..domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
-from ..domain.passages import Passage, hit_source, page_starts_of, pages_of, split_structured
+from ..domain.passages import Passage, document_passages, hit_source, page_starts_of, pages_of
 from ..ports import (
     DocumentInfo,
     Embedder,
@@ -520,7 +520,7 @@ class OpenSearchBackend(SearchBackend):
                 request_timeout=max(self._timeout_s, 30.0),
             )["hits"]["hits"]
             docs = {h["_id"]: _document(h["_source"]) for h in hits}
-            passages = {parent: split_structured(d.body, d.title) for parent, d in docs.items()}
+            passages = {p: document_passages(d.body, d.title, d.structured_source) for p, d in docs.items()}
             # The new index maps every model's k-NN field (the rebuild runs before ensure_indices notes it).
             vectors = self._passage_vectors(docs, passages, self.knn_properties())
             lines: list[dict[str, Any]] = []
@@ -843,7 +843,7 @@ class OpenSearchBackend(SearchBackend):
         with _write_faults():
             self.ensure_indices()
             latest = {doc_key(d.source_key, d.doc_id): d for d in documents}  # last one of a key wins
-            passages = {parent: split_structured(doc.body, doc.title) for parent, doc in latest.items()}
+            passages = {p: document_passages(d.body, d.title, d.structured_source) for p, d in latest.items()}
             vectors = self._passage_vectors(latest, passages)
             old = self._passage_counts(list(latest))
             actions: list[list[dict[str, Any]]] = []

@@ -250,9 +250,16 @@ def _path(stack: list[tuple[int, str]], title: str) -> tuple[str, ...]:
 
 
 def split_structured(
-    body: str, title: str = "", size: int = PASSAGE_TOKENS, overlap: int = PASSAGE_OVERLAP
+    body: str,
+    title: str = "",
+    size: int = PASSAGE_TOKENS,
+    overlap: int = PASSAGE_OVERLAP,
+    breaks: Sequence[int] = (),
 ) -> list[Passage]:
-    """The passages of `body` (module docstring); a heading equal to `title` stays out of the paths."""
+    """The passages of `body` (module docstring); a heading equal to `title` stays out of the paths.
+    `breaks`: offsets where a new passage must begin (a PDF's page starts), so that a passage lies on the
+    pages its hit names ("p. 2", not "pp. 1–2" for two short pages packed together)."""
+    cuts = sorted(b for b in breaks if b > 0)
     out: list[Passage] = []
     stack: list[tuple[int, str]] = []
     packer: _Packer | None = None
@@ -270,6 +277,8 @@ def split_structured(
         # Lists, tables and code are cut between lines (rows, items) before anything finer.
         first = 0 if block.kind == "para" else 1
         for start, end in _units(body, block.start, block.end, packer.budget, first):
+            if packer.units and _crosses(cuts, packer.units[0][0], start):
+                packer.flush()
             packer.add(start, end, number)
     if packer is not None:
         packer.flush()
@@ -277,6 +286,17 @@ def split_structured(
         start = len(body) - len(body.lstrip())
         return [Passage(body.strip(), (), start, start + len(body.strip()))]
     return out or [Passage("")]
+
+
+def _crosses(cuts: Sequence[int], begun: int, start: int) -> bool:
+    """Whether a break lies after where the current passage began and at or before `start`."""
+    i = bisect.bisect_right(cuts, begun)
+    return i < len(cuts) and cuts[i] <= start
+
+
+def document_passages(body: str, title: str, structured_source: dict[str, Any] | None) -> list[Passage]:
+    """A stored document's passages, as every backend indexes them: cut at its pages' starts (PDF)."""
+    return split_structured(body, title, breaks=page_starts_of(structured_source))
 
 
 def split_passages(body: str, size: int = PASSAGE_TOKENS, overlap: int = PASSAGE_OVERLAP) -> list[str]:

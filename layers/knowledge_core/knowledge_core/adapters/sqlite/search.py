@@ -21,7 +21,14 @@ from ...domain.analyzer import index_terms, query_terms
 from ...domain.errors import SourceFailure
 from ...domain.fusion import Hit
 from ...domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
-from ...domain.passages import Passage, hit_source, indexed_text, page_starts_of, pages_of, split_structured
+from ...domain.passages import (
+    Passage,
+    document_passages,
+    hit_source,
+    indexed_text,
+    page_starts_of,
+    pages_of,
+)
 from ...ports import (
     DocumentInfo,
     Embedder,
@@ -460,7 +467,7 @@ class SqliteFtsBackend(SearchBackend):
 
     def put_documents(self, documents: list[Document]) -> None:
         # Vectors are computed before the write transaction: embedding is the slow part of ingestion.
-        passages = [split_structured(doc.body, doc.title) for doc in documents]
+        passages = [document_passages(d.body, d.title, d.structured_source) for d in documents]
         vectors: Sequence[Sequence[list[Vector]] | None] = [None] * len(passages)
         if self._embedder:
             pairs = [(d.title, [p.indexed for p in ps]) for d, ps in zip(documents, passages, strict=True)]
@@ -542,8 +549,9 @@ class SqliteFtsBackend(SearchBackend):
         for source_key, doc_id, title, body, structured in conn.execute(
             "SELECT source_key, doc_id, title, body, structured_source FROM documents"
         ).fetchall():
-            passages = split_structured(body, title)
-            pages = pages_of(passages, page_starts_of(json.loads(structured) if structured else None))
+            stored = json.loads(structured) if structured else None
+            passages = document_passages(body, title, stored)
+            pages = pages_of(passages, page_starts_of(stored))
             self._index(conn, source_key, doc_id, title, passages, None, pages)
         conn.execute(
             "INSERT INTO passage_vectors SELECT r.id, k.model, k.vector FROM kept_vectors k "
