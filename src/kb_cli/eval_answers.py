@@ -228,25 +228,13 @@ def evaluate_answers(
     collection: LongCollection, container: Any, backend: str, *, progress: bool = True
 ) -> AnswerResult:
     """Ingest the long documents into a fresh source and measure every query through search and the tool."""
-    from knowledge_core.domain.models import Document, DocumentAcl
     from tqdm import tqdm
 
-    from .eval_corpus import ranking_of
+    from .eval_corpus import put_eval_documents, ranking_of
 
     started = time.perf_counter()
     source_key, route, principal, agent = _publish_tool_agent(container, collection.name)
-    container.admin.put_documents(
-        [
-            Document(
-                source_key=source_key,
-                doc_id=d.doc_id,
-                title=d.title,
-                body=d.body,
-                acl=DocumentAcl(tenant="eval"),
-            )
-            for d in collection.documents
-        ]
-    )
+    put_eval_documents(container, source_key, collection.documents, collection.name, progress=progress)
     ingest_seconds = time.perf_counter() - started
     t0 = time.perf_counter()
     seen = [

@@ -5,9 +5,13 @@ two task modules import it and never each other."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+BATCH_DOCS = 200
+EVAL_TENANT = "eval"  # the tenant of every evaluation document and of the evaluating principal
 
 
 @dataclass(frozen=True)
@@ -44,3 +48,26 @@ def ranking_of(container: Any) -> str:
     return (
         f"hybrid {container.embedder.model_id} " + " ".join(f"{k}={v}" for k, v in knobs.items()) + translated
     )
+
+
+def put_eval_documents(
+    container: Any, source_key: str, documents: list[EvalDocument], name: str, *, progress: bool = True
+) -> None:
+    """The evaluation documents into `source_key` (tenant `EVAL_TENANT`) in batches, with a progress bar:
+    how both evaluation tasks ingest."""
+    from knowledge_core.domain.models import Document, DocumentAcl
+    from tqdm import tqdm
+
+    acl = DocumentAcl(tenant=EVAL_TENANT)
+    with tqdm(
+        total=len(documents), unit="doc", desc=f"ingest {name}", disable=not progress, file=sys.stderr
+    ) as bar:
+        for i in range(0, len(documents), BATCH_DOCS):
+            batch = documents[i : i + BATCH_DOCS]
+            container.admin.put_documents(
+                [
+                    Document(source_key=source_key, doc_id=d.doc_id, title=d.title, body=d.body, acl=acl)
+                    for d in batch
+                ]
+            )
+            bar.update(len(batch))

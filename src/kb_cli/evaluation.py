@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from knowledge_core.domain.hybrid import HybridRanking
 
-from .eval_corpus import EvalDocument, hybrid_of, ranking_of, xquad_articles, xquad_split
+from .eval_corpus import (
+    EvalDocument,
+    hybrid_of,
+    put_eval_documents,
+    ranking_of,
+    xquad_articles,
+    xquad_split,
+)
 
 if TYPE_CHECKING:
     from .local_env import LocalRanking
@@ -54,7 +61,6 @@ PUBLISHED_BASELINES = {
     "scifact": {"name": "BM25 flat (Anserini, BEIR v1.0.0)", "ndcg@10": 0.6789, "recall@100": 0.9253}
 }
 RANK_DEPTH = 100
-BATCH_DOCS = 200
 
 
 # --- metrics ----------------------------------------------------------------------------------------
@@ -497,33 +503,9 @@ class Ingested:
 
 def ingest(collection: Collection, container: Any, *, progress: bool = True) -> Ingested:
     """Publish a fresh source and put every document through AdminService.put_documents."""
-    from knowledge_core.domain.models import Document, DocumentAcl
-    from tqdm import tqdm
-
     started = time.perf_counter()
     source_key, route, principal = _publish(container, collection)
-    with tqdm(
-        total=len(collection.documents),
-        unit="doc",
-        desc=f"ingest {collection.name}",
-        disable=not progress,
-        file=sys.stderr,
-    ) as bar:
-        for i in range(0, len(collection.documents), BATCH_DOCS):
-            batch = collection.documents[i : i + BATCH_DOCS]
-            container.admin.put_documents(
-                [
-                    Document(
-                        source_key=source_key,
-                        doc_id=d.doc_id,
-                        title=d.title,
-                        body=d.body,
-                        acl=DocumentAcl(tenant="eval"),
-                    )
-                    for d in batch
-                ]
-            )
-            bar.update(len(batch))
+    put_eval_documents(container, source_key, collection.documents, collection.name, progress=progress)
     return Ingested(source_key, route, principal, time.perf_counter() - started)
 
 
