@@ -51,7 +51,7 @@ from ..domain.ingestion import (
 )
 from ..domain.metadata_sources import combine_metadata
 from ..domain.models import MAX_BODY_BYTES, Document, DocumentAcl
-from ..domain.passages import split_passages
+from ..domain.passages import Passage, document_passages
 from ..extraction import DEFAULT_LIMITS, Extracted, ExtractionError, extract, typed_failures
 from ..local_files import read_regular_file
 from ..ports import Clock, JobQueue, JobStore, Registry, SearchBackend
@@ -376,16 +376,14 @@ class IngestionService:
                 expected_tag = sync_origin_tag(job.spec.sync_origin or "") if job.spec.sync else None
                 if self._s3.unchanged(stored, payload, expected_tag):  # ETag, size: no read
                     assert stored is not None
-                    outcomes.append(
-                        DocumentOutcome(item.seq, "unchanged", passages=len(split_passages(stored.body)))
-                    )
+                    outcomes.append(DocumentOutcome(item.seq, "unchanged", passages=len(_passages(stored))))
                     continue
             try:
                 document = self._document_of(job, item)
             except ExtractionError as exc:
                 outcomes.append(DocumentOutcome(item.seq, "failed", exc.code))
                 continue
-            passages = len(split_passages(document.body))
+            passages = len(_passages(document))
             stored = self._backend.get_document(job.source_key, item.doc_id)
             if stored_unchanged(stored, document):
                 outcomes.append(DocumentOutcome(item.seq, "unchanged", passages=passages))
@@ -558,3 +556,8 @@ class _Beating:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+def _passages(document: Document) -> list[Passage]:
+    """The passages the search backends index for `document` (the job's reported counts are theirs)."""
+    return document_passages(document.body, document.title, document.structured_source)
