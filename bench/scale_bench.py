@@ -161,6 +161,7 @@ def bulk_sqlite(corpus: Corpus, state: Path) -> dict[str, Any]:
     from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
     from knowledge_core.domain.analyzer import index_terms
     from knowledge_core.domain.models import DocumentAcl, document_revision
+    from knowledge_core.domain.passages import document_passages
 
     SqliteFtsBackend(state / "search.sqlite3")  # the current layout
     conn = sqlite3.connect(state / "search.sqlite3", isolation_level=None, timeout=60)
@@ -182,25 +183,44 @@ def bulk_sqlite(corpus: Corpus, state: Path) -> dict[str, Any]:
         docs = list(corpus.documents(start, start + BATCH_DOCS * 4))
         if start == 0:
             assert all(analysed(p) == " ".join(index_terms(p)) for d in docs[:20] for p in d.passages)
+            assert all(
+                analysed(p.indexed) == " ".join(index_terms(p.indexed))
+                for d in docs[:20]
+                for p in document_passages(d.body, d.title, None)
+            )
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(
-            "INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
+            "INSERT OR REPLACE INTO documents (source_key, doc_id, title, body, revision, status, acl, "
+            "structured_source, updated_at, metadata) VALUES (?,?,?,?,?,?,?,?,?,?)",
             [
-                (SOURCE, d.doc_id, d.title, d.body, document_revision(d.title, d.body), "ready", acl, None, 0)
+                (
+                    SOURCE,
+                    d.doc_id,
+                    d.title,
+                    d.body,
+                    document_revision(d.title, d.body),
+                    "ready",
+                    acl,
+                    None,
+                    0,
+                    None,
+                )
                 for d in docs
             ],
         )
-        first = candidates.allocate_ids(conn, SOURCE, sum(len(d.passages) for d in docs))
+        # The service's own passages (the splitter packs short paragraphs), as put_documents writes them.
+        split = {d.doc_id: document_passages(d.body, d.title, None) for d in docs}
+        first = candidates.allocate_ids(conn, SOURCE, sum(len(ps) for ps in split.values()))
         rows, fts, vectors = [], [], []
         for d in docs:
             title_terms = analysed(d.title)
             doc_vectors = corpus.vectors_of(d.index)
-            for i, passage in enumerate(d.passages):
-                rows.append((first, SOURCE, d.doc_id, i, passage, None))
-                fts.append((first, title_terms, analysed(passage)))
+            for i, passage in enumerate(split[d.doc_id]):
+                rows.append((first, SOURCE, d.doc_id, i, passage.text, None, passage.heading_path or None))
+                fts.append((first, title_terms, analysed(passage.indexed)))
                 vectors.append((first, MODEL, doc_vectors[i].tobytes()))
                 first += 1
-        conn.executemany("INSERT INTO passage_rows VALUES (?,?,?,?,?,?)", rows)
+        conn.executemany("INSERT INTO passage_rows VALUES (?,?,?,?,?,?,?)", rows)
         conn.executemany("INSERT INTO passages (rowid, title_terms, body_terms) VALUES (?,?,?)", fts)
         conn.executemany("INSERT INTO passage_vectors VALUES (?,?,?)", vectors)
         conn.execute(
