@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...ports import Vector
@@ -38,6 +39,17 @@ EXPANSION_ADD = 128
 EXPANSION_SEARCH = 64  # at least the number of neighbours asked for (set per search)
 METRIC, DTYPE = "ip", "i8"
 _SCALE2 = 127 * 127
+_IMPORT_LOCK = threading.Lock()
+
+
+def usearch_index() -> ModuleType:
+    """`usearch.index`, imported once under a lock: a second thread importing it while the first is inside
+    the package's `__init__` (which loads NumKong's symbols globally first) would load the compiled module
+    without them (an ImportError, "undefined symbol"), e.g. a search beside a background build."""
+    with _IMPORT_LOCK:
+        import usearch.index
+
+    return usearch.index
 
 
 class DenseIndex(Protocol):
@@ -52,11 +64,9 @@ class HnswIndex:
     """usearch HNSW over int8 vectors keyed by passage id (inner product: distance = 1 - int8 dot)."""
 
     def __init__(self, model: str, ids: Any, vectors: Any, *, threads: int = 0) -> None:
-        from usearch.index import Index
-
         self._adopt(
             model,
-            Index(
+            usearch_index().Index(
                 ndim=int(vectors.shape[1]),
                 metric=METRIC,
                 dtype=DTYPE,
@@ -76,15 +86,13 @@ class HnswIndex:
     @classmethod
     def load(cls, model: str, path: Path) -> HnswIndex:
         """The graph saved at `path` (`save`); ValueError when it is not one of these parameters."""
-        from usearch.compiled import MetricKind, ScalarKind
-        from usearch.index import Index
-
-        graph = Index.restore(path)
+        usearch = usearch_index()
+        graph: Index | None = usearch.Index.restore(path)
         if graph is None:
             raise ValueError(f"{path} holds no usearch index")
         if (graph.metric_kind, graph.dtype, graph.connectivity, graph.multi) != (
-            MetricKind.IP,
-            ScalarKind.I8,
+            usearch.MetricKind.IP,
+            usearch.ScalarKind.I8,
             CONNECTIVITY,
             False,
         ):
@@ -174,13 +182,13 @@ class ExactScan:
     def nearest(self, query: Vector, k: int) -> list[tuple[int, float]]:
         """The `k` passage ids most similar to `query` (same model only), best first, with their cosine."""
         import numpy as np
-        from usearch.compiled import MetricKind
-        from usearch.index import search
 
         if query.model != self.model or not len(self.ids) or k <= 0 or self.width != len(query.data):
             return []
         k = min(k, len(self.ids))
-        found = search(self.vectors, np.frombuffer(query.data, dtype=np.int8), k, MetricKind.IP, exact=True)
+        usearch = usearch_index()
+        query_row = np.frombuffer(query.data, dtype=np.int8)
+        found = usearch.search(self.vectors, query_row, k, usearch.MetricKind.IP, exact=True)
         return [
             (int(self.ids[row]), (1.0 - float(distance)) / _SCALE2)
             for row, distance in zip(found.keys, found.distances, strict=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..private_files import private_path
-from .dense_index import CONNECTIVITY, DTYPE, EXPANSION_ADD, METRIC, HnswIndex
+from .dense_index import CONNECTIVITY, DTYPE, EXPANSION_ADD, METRIC, HnswIndex, usearch_index
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class SavedGraph:
 
 
 def _usearch_version() -> str:
+    usearch_index()  # the package's own import, done safely once
     import usearch
 
     return str(usearch.__version__)
