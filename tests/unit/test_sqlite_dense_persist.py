@@ -297,3 +297,14 @@ def test_i23_exact_scan_matches_the_exact_matrix() -> None:
     later = scan.updated(np.array([ids[-1] + 1]), vectors[7:8], ids[7:8])
     assert len(later) == 500 and len(scan) == 500
     assert later.nearest(query, 1)[0][0] == ids[-1] + 1 and scan.nearest(query, 1)[0][0] == ids[7]
+
+
+def test_i23_warm_loads_every_source_dense_index_in_the_background(tmp_path: Path, builds: list[int]) -> None:
+    """`kb serve` warms at start: the saved graph of each source and model is loaded before any search."""
+    path = tmp_path / "search.sqlite3"
+    _saved_graph(path)
+    restarted = _backend(path)
+    restarted._dense_indexes.warm().join(60)
+    assert isinstance(restarted._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
+    assert builds == [30]
+    assert _dense(restarted, _text(2)) == _exact(restarted, _text(2))

@@ -282,16 +282,23 @@ class DenseIndexes:
             self._saver.flush()
 
     # --- warming -----------------------------------------------------------------------------------
-    def warm(self, keys: list[Key]) -> threading.Thread:
-        """Load (or start building) the dense indexes of `keys` in the background (`kb serve` at start)."""
+    def warm(self) -> threading.Thread:
+        """Load (or start building) the dense index of every source and model of the file, in the
+        background (`kb serve` at start): the first searches find them loaded, or their graph under way."""
 
         def run() -> None:
             conn = self._db.connection()
-            for source_key, model in keys:
-                try:
-                    self.index(conn, source_key, model)
-                except sqlite3.Error as exc:
-                    logger.warning("dense index of %s (%s) not warmed: %s", source_key, model, exc)
+            try:
+                for (source_key,) in conn.execute("SELECT source_key FROM source_ranges").fetchall():
+                    low, high = candidates.source_range(conn, source_key) or (1, 0)
+                    models = conn.execute(
+                        "SELECT DISTINCT model FROM passage_vectors WHERE passage_id BETWEEN ? AND ?",
+                        (low, high),
+                    ).fetchall()
+                    for (model,) in models:
+                        self.index(conn, source_key, model)
+            except sqlite3.Error as exc:  # the first search reports a broken file in its own words
+                logger.warning("dense indexes not warmed: %s", exc)
 
         thread = threading.Thread(target=run, name="dense-warm", daemon=True)
         thread.start()

@@ -594,6 +594,9 @@ class SqliteFtsBackend(SearchBackend):
         )
         return [doc_id for (doc_id,) in rows]
 
+    def warm(self) -> None:
+        self._dense_indexes.warm()
+
     def healthy(self, timeout_s: float = 1.0) -> bool:
         try:
             self._conn().execute("SELECT 1 FROM documents LIMIT 1").fetchall()
