@@ -279,6 +279,27 @@ def test_i23_large_delta_is_folded_in_by_the_background_not_the_request(
     assert builds == [30]
 
 
+def test_i23_restart_with_a_large_delta_catches_the_saved_graph_up_in_the_background(
+    tmp_path: Path, builds: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many writes while no process searched: the restarted process answers exactly at once and folds them
+    into the loaded graph in the background (no rebuild); the result is saved."""
+    path = tmp_path / "search.sqlite3"
+    first = _saved_graph(path)
+    first.put_documents([_doc(SOURCE, f"n{i}", f"a newer passage {i}") for i in range(5)])
+    assert first.delete_document(SOURCE, "d11")
+    monkeypatch.setattr(dense_cache, "INLINE_ADD_MAX", 2)
+    restarted = _backend(path)
+    assert _dense(restarted, "t\n\na newer passage 3") == _exact(restarted, "t\n\na newer passage 3")
+    assert restarted._dense_indexes.settle(60)
+    graph = restarted._dense_indexes.indexes[KEY][1]
+    assert isinstance(graph, dense_index.HnswIndex) and len(graph) == 34
+    assert builds == [30]
+    assert _dense(restarted, _text(11)) == _exact(restarted, _text(11))
+    saved = GraphStore(path).load(SOURCE, MODEL)
+    assert saved is not None and len(saved.index) == 34
+
+
 def test_i23_exact_scan_matches_the_exact_matrix() -> None:
     """The interim exact scan (usearch's exact int8 inner product) ranks and scores as the float32 matrix,
     and its updated copy drops and adds rows."""

@@ -18,8 +18,9 @@ in the same transaction as every write of its passages, so several processes on 
 One lock per (source, model): a second searcher waits for the first one's load instead of loading twice,
 and never starts a second build; searches of other sources go on. Graphs changed by delta are saved by one
 background thread, at most `SAVE_DELAY_S` after a change goes quiet and `SAVE_MAX_DELAY_S` after the first
-unsaved one (a save of a 1M graph writes ~1 GB); a process that stops before it loses nothing but that
-save: the next one applies the same writes by delta from the older graph."""
+unsaved one (a save of a 1M graph writes ~1 GB, and a search needing a delta meanwhile waits for it); a
+process that stops before it loses nothing but that save: the next one applies the same writes by delta
+from the older graph."""
 
 from __future__ import annotations
 
@@ -266,7 +267,7 @@ class DenseIndexes:
             return
         try:
             self._store.save(key[0], key[1], version, graph)
-        except OSError as exc:  # a full or read-only disk: the graph stays in memory, rebuilt next start
+        except (OSError, RuntimeError, ValueError) as exc:  # a full or read-only disk: kept in memory only
             logger.warning("dense graph of %s (%s) not saved: %s", key[0], key[1], exc)
 
     def save_current(self, key: Key) -> None:
