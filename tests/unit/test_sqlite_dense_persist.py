@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from knowledge_core.adapters.embedding import VectorMatrix
-from knowledge_core.adapters.sqlite import dense_cache, dense_index
+from knowledge_core.adapters.sqlite import candidates, dense_cache, dense_index
 from knowledge_core.adapters.sqlite.dense_store import GraphStore
 from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
 from knowledge_core.ports import QueryAnalysis, SourceQuery, Vector
@@ -298,6 +298,33 @@ def test_i23_restart_with_a_large_delta_catches_the_saved_graph_up_in_the_backgr
     assert _dense(restarted, _text(11)) == _exact(restarted, _text(11))
     saved = GraphStore(path).load(SOURCE, MODEL)
     assert saved is not None and len(saved.index) == 34
+
+
+def test_i23_processes_of_one_file_build_the_graph_once(tmp_path: Path, builds: list[int]) -> None:
+    """While another process holds the build claim, this one answers exactly and its background thread
+    waits, then loads the graph the other saved instead of building its own."""
+    path = tmp_path / "search.sqlite3"
+    other = _backend(path)
+    _fill(other)
+    store = GraphStore(path)
+    with store.build_claim(SOURCE, MODEL) as waited:  # the other process builds
+        assert not waited
+        mine = _backend(path)
+        assert _dense(mine, _text(5)) == _exact(mine, _text(5))
+        assert isinstance(mine._dense_indexes.indexes[KEY][1], dense_index.ExactScan)
+        conn = other._conn()
+        low, high = candidates.source_range(conn, SOURCE) or (1, 0)
+        ids, vectors = dense_cache.dense_vectors(conn, low, high, MODEL, None)
+        store.save(
+            SOURCE,
+            MODEL,
+            dense_cache.source_version(conn, SOURCE),
+            dense_index.HnswIndex(MODEL, ids, vectors),
+        )
+    assert mine._dense_indexes.settle(60)
+    assert builds == [30]  # the other process' build only
+    assert isinstance(mine._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
+    assert _dense(mine, _text(8)) == _exact(mine, _text(8))
 
 
 def test_i23_exact_scan_matches_the_exact_matrix() -> None:

@@ -16,11 +16,14 @@ in the same transaction as every write of its passages, so several processes on 
   the build by delta; it is then saved.
 
 One lock per (source, model): a second searcher waits for the first one's load instead of loading twice,
-and never starts a second build; searches of other sources go on. Graphs changed by delta are saved by one
-background thread, at most `SAVE_DELAY_S` after a change goes quiet and `SAVE_MAX_DELAY_S` after the first
-unsaved one (a save of a 1M graph writes ~1 GB, and a search needing a delta meanwhile waits for it); a
-process that stops before it loses nothing but that save: the next one applies the same writes by delta
-from the older graph."""
+and never starts a second build; searches of other sources go on. Across the processes of one file (`kb
+serve` and its instances) a build holds a claim (dense_store.py, a lock file): a process whose build finds
+it taken waits for it (answering exactly meanwhile) and loads the graph the other one saved.
+
+Graphs changed by delta are saved by one background thread, at most `SAVE_DELAY_S` after a change goes
+quiet and `SAVE_MAX_DELAY_S` after the first unsaved one (a save of a 1M graph writes ~1 GB, and a search
+needing a delta meanwhile waits for it); a process that stops before it loses nothing but that save: the
+next one applies the same writes by delta from the older graph."""
 
 from __future__ import annotations
 
@@ -211,30 +214,24 @@ class DenseIndexes:
         thread.start()
 
     def _build(self, key: Key, version: int, exact: ExactScan, base: HnswIndex | None) -> None:
-        import numpy as np
-
         started = time.perf_counter()
         try:
-            if base is None:
-                graph = HnswIndex(exact.model, exact.ids, exact.vectors, threads=BUILD_THREADS)
+            if self._store is None:
+                graph = self._graph_of(exact, base)
+                self._install(key, version, graph)
             else:
-                old = base.keys()
-                rows = np.isin(exact.ids, old, invert=True)
-                base.update(
-                    exact.ids[rows], exact.vectors[rows], np.setdiff1d(old, exact.ids), threads=BUILD_THREADS
-                )
-                graph = base
-            with self._lock_of(key):
-                current = self.indexes.get(key)
-                if current is not None and isinstance(current[1], ExactScan):
-                    self.indexes[key] = (version, graph)  # the next search adds later writes by delta
+                with self._store.build_claim(*key) as waited:
+                    found = self._saved_by_another(key) if waited else None
+                    version, graph = found or (version, self._graph_of(exact, base))
+                    self._install(key, version, graph)
+                    if found is None:
+                        self.save_current(key)  # under the claim: processes waiting for it load this save
             logger.info(
                 "dense graph of %s (%s) ready in the background",
                 key[0],
                 key[1],
                 extra={"vectors": len(graph), "s": round(time.perf_counter() - started, 1)},
             )
-            self.save_current(key)
         except Exception:  # a failed build leaves the exact answer (correct, slower); logged, retried later
             logger.exception("background build of the dense graph of %s (%s) failed", *key)
             with self._guard:
@@ -242,6 +239,35 @@ class DenseIndexes:
         finally:
             with self._guard:
                 self._builds.pop(key, None)
+
+    @staticmethod
+    def _graph_of(exact: ExactScan, base: HnswIndex | None) -> HnswIndex:
+        """The graph of the exact scan's rows: built, or `base` brought to them by delta."""
+        import numpy as np
+
+        if base is None:
+            return HnswIndex(exact.model, exact.ids, exact.vectors, threads=BUILD_THREADS)
+        old = base.keys()
+        rows = np.isin(exact.ids, old, invert=True)
+        base.update(exact.ids[rows], exact.vectors[rows], np.setdiff1d(old, exact.ids), threads=BUILD_THREADS)
+        return base
+
+    def _saved_by_another(self, key: Key) -> tuple[int, HnswIndex] | None:
+        """The graph another process saved while this one waited for its claim, when valid here."""
+        saved = self._saved(key)
+        if saved is None:
+            return None
+        with self._db.snapshot() as snap:
+            if not self._still_valid(snap, saved, source_version(snap, key[0]), key[1]):
+                return None
+        return saved.version, saved.index
+
+    def _install(self, key: Key, version: int, graph: HnswIndex) -> None:
+        """Swap the graph in for the interim exact scan (the next search adds later writes by delta)."""
+        with self._lock_of(key):
+            current = self.indexes.get(key)
+            if current is not None and isinstance(current[1], ExactScan):
+                self.indexes[key] = (version, graph)
 
     def settle(self, timeout_s: float | None = None) -> bool:
         """Wait for the background builds under way (tests, benchmarks); whether none is left."""

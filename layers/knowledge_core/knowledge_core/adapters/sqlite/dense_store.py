@@ -8,16 +8,20 @@ Each file is written to a temporary one, fsynced, then `os.replace`d (the graph,
 crash leaves the previous pair or a pair whose checksum disagrees, never a half graph that loads. A missing,
 unreadable, corrupt (checksum), or mismatched (another source, model, width, parameters or usearch version)
 graph is not returned (`load` is None, logged): the caller rebuilds it, a searcher never sees an error.
+A `.lock` file beside each graph is the build claim the processes of one file share (`build_claim`).
 0600 files in a 0700 directory (G-LOCAL): a graph holds the vectors of every tenant's passages."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,27 @@ class GraphStore:
         """The graph file and its sidecar of (source, model)."""
         stem = hashlib.sha256(f"{source_key}\0{model}".encode()).hexdigest()[:32]
         return self.directory / f"{stem}.usearch", self.directory / f"{stem}.json"
+
+    @contextmanager
+    def build_claim(self, source_key: str, model: str) -> Iterator[bool]:
+        """Held while one process builds and saves the graph of (source, model) (`flock` on a lock file
+        beside it; the system drops it when the process dies), so the processes of one file (`kb serve`
+        and its instances) build it once. Waits for another process' claim; yields whether it waited:
+        then that process most likely saved the graph, which the caller loads instead of building."""
+        private_path(self.directory, directory=True)
+        lock_path = self.paths(source_key, model)[0].with_suffix(".lock")
+        private_path(lock_path)
+        with open(lock_path, "rb") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                waited = False
+            except BlockingIOError:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                waited = True
+            try:
+                yield waited
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _expected(self, source_key: str, model: str) -> dict[str, Any]:
         return {
