@@ -356,3 +356,17 @@ def test_i23_warm_loads_every_source_dense_index_in_the_background(tmp_path: Pat
     assert isinstance(restarted._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
     assert builds == [30]
     assert _dense(restarted, _text(2)) == _exact(restarted, _text(2))
+
+
+def test_i23_unwritable_graph_directory_still_builds_in_memory(tmp_path: Path, builds: list[int]) -> None:
+    """A graph directory that cannot be created (a file in its place): the graph is built and used in
+    memory, unsaved; searches never see an error."""
+    path = tmp_path / "search.sqlite3"
+    backend = _backend(path)
+    _fill(backend)
+    GraphStore(path).directory.write_text("not a directory")
+    assert _dense(backend, _text(6)) == _exact(backend, _text(6))
+    assert backend._dense_indexes.settle(60)
+    assert builds == [30]
+    assert isinstance(backend._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
+    assert _dense(backend, _text(6)) == _exact(backend, _text(6))

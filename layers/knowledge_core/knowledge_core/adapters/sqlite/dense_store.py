@@ -66,10 +66,15 @@ class GraphStore:
         beside it; the system drops it when the process dies), so the processes of one file (`kb serve`
         and its instances) build it once. Waits for another process' claim; yields whether it waited:
         then that process most likely saved the graph, which the caller loads instead of building."""
-        private_path(self.directory, directory=True)
         lock_path = self.paths(source_key, model)[0].with_suffix(".lock")
-        private_path(lock_path)
-        with open(lock_path, "rb") as lock:
+        try:
+            private_path(self.directory, directory=True)
+            private_path(lock_path)
+            lock = open(lock_path, "rb")  # noqa: SIM115 - closed below, after the claim
+        except OSError:  # a read-only state directory: build unclaimed (it cannot be saved either)
+            yield False
+            return
+        with lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 waited = False
