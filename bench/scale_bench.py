@@ -312,10 +312,13 @@ def bench_sqlite_in_process(state: Path, corpus: Corpus, rounds: int, ranking: s
     queries = corpus.queries(max(rounds, 200))
     take = _cycle(queries)
     t0 = time.perf_counter()
-    if hybrid:  # the dense index is built on first use: its build time is part of the report
+    first_s: float | None = None
+    if hybrid:  # the first search loads the saved graph or answers exactly while it is built: both reported
         backend.search(
             [query], QueryAnalysis(queries[0].text, vectors=(Vector(MODEL, queries[0].vector),)), viewer
         )
+        first_s = time.perf_counter() - t0
+        backend._dense_indexes.settle()
     load_s = time.perf_counter() - t0
 
     def search() -> None:
@@ -333,7 +336,14 @@ def bench_sqlite_in_process(state: Path, corpus: Corpus, rounds: int, ranking: s
     subject, baseline = interleaved(search, lambda: raw(raw_take().text), rounds)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     recall = dense_recall(backend, queries[:50]) if hybrid else None
-    row = _row("in-process", subject, baseline, dense_load_s=load_s if hybrid else None, max_rss_mb=rss)
+    row = _row(
+        "in-process",
+        subject,
+        baseline,
+        dense_load_s=load_s if hybrid else None,
+        dense_first_search_s=first_s,
+        max_rss_mb=rss,
+    )
     return row | {"dense_recall_at_10": recall}
 
 
@@ -342,13 +352,13 @@ def dense_recall(backend: Any, queries: list[Any]) -> float:
     the same vectors, at the depth the dense stage asks for (8 passages per document, 50 documents)."""
     from knowledge_core.adapters.embedding import VectorMatrix
     from knowledge_core.adapters.sqlite import candidates
-    from knowledge_core.adapters.sqlite.search import _dense_vectors
+    from knowledge_core.adapters.sqlite.dense_cache import dense_vectors
     from knowledge_core.ports import Vector
 
-    index = backend._matrices[(SOURCE, MODEL)][1]
+    index = backend._dense_indexes.indexes[(SOURCE, MODEL)][1]
     conn = backend._conn()
     low, high = candidates.source_range(conn, SOURCE)
-    ids, vectors = _dense_vectors(conn, low, high, MODEL, None)
+    ids, vectors = dense_vectors(conn, low, high, MODEL, None)
     exact = VectorMatrix(MODEL, ids.tolist(), [bytes(row) for row in vectors])
     hits = 0
     for q in queries:

@@ -201,12 +201,13 @@ def test_i23_dense_stage_past_the_exact_bound_follows_writes_by_delta(
         return [hit.doc_id for hit, _ in result.dense]
 
     first = dense_ids("unrelated")
-    graph = backend._matrices[("s@1", "syn")][1]
+    assert backend._dense_indexes.settle(60)  # the first search is exact, the graph built in the background
+    graph = backend._dense_indexes.indexes[("s@1", "syn")][1]
     assert isinstance(graph, dense_index.HnswIndex) and len(graph) == 30
     backend.put_documents([_doc("s@1", "new", "a new passage")])
     backend.delete_document("s@1", first[0])
     assert dense_ids("t\n\na new passage")[0] == "new"
-    assert backend._matrices[("s@1", "syn")][1] is graph and len(graph) == 30
+    assert backend._dense_indexes.indexes[("s@1", "syn")][1] is graph and len(graph) == 30
     assert first[0] not in dense_ids("unrelated")
 
 

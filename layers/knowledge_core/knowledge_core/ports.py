@@ -258,6 +258,10 @@ class SearchBackend(ABC):
     @abstractmethod
     def set_document_status(self, source_key: str, doc_id: str, status: str) -> bool: ...
 
+    def warm(self) -> None:  # noqa: B027 - most backends have nothing to load
+        """Start loading, in the background, what a first search would otherwise load (the embedded
+        backend's dense indexes); nothing by default."""
+
     @abstractmethod
     def healthy(self, timeout_s: float = 1.0) -> bool: ...
 

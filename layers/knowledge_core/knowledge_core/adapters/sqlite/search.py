@@ -2,16 +2,16 @@
 
 With an embedder, each passage also stores a vector of each model the embedder assigns it
 (`passage_vectors`: the model for its script, or every covering model with cross-script embedding) and a
-search fuses two candidate lists per source (domain.hybrid): BM25's and an exact dense scan (int8 dot
-products, numpy) over the source's passage vectors of the query vector's model. The scan's matrix is kept
-per process and source and reloaded when the source's version (bumped in the same transaction as every
-write of its passages) changes, so several processes on one file stay consistent."""
+search fuses two candidate lists per source (domain.hybrid): BM25's and the dense stage's nearest passages
+of the query vector's model. The dense index (an exact matrix up to 20k vectors, an HNSW graph above:
+dense_index.py) is kept per process, source and model and follows the source's version (bumped in the same
+transaction as every write of its passages), so several processes on one file stay consistent; graphs are
+saved beside the file and never built in a request (dense_cache.py, dense_store.py)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -42,6 +42,8 @@ from ..embedding import document_vectors, matching_cosines, passage_text
 from . import candidates, dense_index
 from .candidates import Restriction
 from .db import SqliteDatabase, statements
+from .dense_cache import DenseIndexes
+from .dense_store import GraphStore
 from .filters import (
     METADATA_SCHEMA,
     DenseScan,
@@ -81,10 +83,6 @@ _DENSE_SQL = (
     "SELECT r.id, r.doc_id, d.acl FROM passage_rows r "
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
     "WHERE d.status = 'ready' AND r.id IN ({marks})"
-)
-_DENSE_IDS_SQL = (
-    "SELECT passage_id FROM passage_vectors WHERE passage_id BETWEEN ? AND ? AND model = ? "
-    "AND vector IS NOT NULL ORDER BY passage_id"
 )
 _VECTORS_SQL = (
     "SELECT passage_id, model, vector FROM passage_vectors "
@@ -177,34 +175,14 @@ def _hits(conn: sqlite3.Connection, key: str, picks: list[_Pick]) -> list[tuple[
     return out
 
 
-def _dense_vectors(
-    conn: sqlite3.Connection, low: int, high: int, model: str, only: Any | None
-) -> tuple[Any, Any]:
-    """Passage ids and int8 vector rows of `model` with ids in [low, high] (just those in `only`)."""
-    import numpy as np
-
-    rows = conn.execute(
-        "SELECT passage_id, vector FROM passage_vectors WHERE passage_id BETWEEN ? AND ? AND model = ? "
-        "AND vector IS NOT NULL ORDER BY passage_id",
-        (low, high, model),
-    ).fetchall()
-    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    width = len(rows[0][1]) if rows else 0
-    vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), width)
-    if only is not None:
-        keep = np.isin(ids, only)
-        ids, vectors = ids[keep], vectors[keep]
-    return ids, vectors
-
-
 class SqliteFtsBackend(SearchBackend):
     live_hits = True  # one statement reads passages and their documents (status, ACL, revision)
 
     def __init__(self, path: str | Path, embedder: Embedder | None = None) -> None:
         self._db = SqliteDatabase(path)  # its own schema: the tables below, analyzer version in user_version
         self._embedder = embedder
-        self._matrices: dict[tuple[str, str], tuple[int, dense_index.DenseIndex]] = {}
-        self._matrix_lock = threading.Lock()
+        persistent = not (str(path) == ":memory:" or str(path).startswith("file:"))
+        self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if persistent else None)
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
             candidates.create_schema(conn)
@@ -340,47 +318,6 @@ class SqliteFtsBackend(SearchBackend):
                 found.setdefault(passage_id, {})[model] = Vector(model, vector)
         return found
 
-    def _matrix(self, conn: sqlite3.Connection, source_key: str, model: str) -> dense_index.DenseIndex:
-        """The dense index of the source's passage vectors of `model`, cached until the source's version
-        moves (then reloaded, or brought up to date by delta when it is an HNSW graph)."""
-        row = conn.execute("SELECT version FROM source_versions WHERE source_key=?", (source_key,)).fetchone()
-        version = row[0] if row else 0
-        cached = self._matrices.get((source_key, model))
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        with self._matrix_lock:  # one loader at a time: a million-vector load is not done twice
-            cached = self._matrices.get((source_key, model))
-            if cached is not None and cached[0] == version:
-                return cached[1]
-            version, index = self._load_dense(source_key, model, cached[1] if cached else None)
-            self._matrices[(source_key, model)] = (version, index)
-        return index
-
-    def _load_dense(
-        self, source_key: str, model: str, previous: dense_index.DenseIndex | None
-    ) -> tuple[int, dense_index.DenseIndex]:
-        """The source's version and its dense index, read in one snapshot (rows and the version agree)."""
-        import numpy as np
-
-        with self._db.snapshot() as snap:
-            row = snap.execute(
-                "SELECT version FROM source_versions WHERE source_key=?", (source_key,)
-            ).fetchone()
-            version = row[0] if row else 0
-            low, high = candidates.source_range(snap, source_key) or (1, 0)
-            ids = np.fromiter(
-                (r[0] for r in snap.execute(_DENSE_IDS_SQL, (low, high, model))), dtype=np.int64
-            )
-            if isinstance(previous, dense_index.HnswIndex) and len(ids) > dense_index.EXACT_MAX:
-                old = previous.keys()
-                added = np.setdiff1d(ids, old, assume_unique=True)
-                first = int(added[0]) if len(added) else high + 1
-                _, vectors = _dense_vectors(snap, first, high, model, added)
-                previous.update(added, vectors, np.setdiff1d(old, ids, assume_unique=True))
-                return version, previous
-            ids, vectors = _dense_vectors(snap, low, high, model, None)
-        return version, dense_index.build(model, ids, vectors)
-
     def _dense(
         self,
         conn: sqlite3.Connection,
@@ -394,7 +331,7 @@ class SqliteFtsBackend(SearchBackend):
         selective filter ranks only the admitted passages; a broad one reads the rows of deeper nearest
         passages where their document is admitted (the others are skipped like unready ones)."""
         want = q.dense_k
-        matrix = self._matrix(conn, q.key, vector.model)
+        matrix = self._dense_indexes.index(conn, q.key, vector.model)
         k = want * _CANDIDATES_PER_DOC
         # Exact: the deeper look reads every vector (as before); HNSW: 16x deeper, a bound at 1M vectors.
         exact = len(matrix) <= dense_index.EXACT_MAX
@@ -656,6 +593,9 @@ class SqliteFtsBackend(SearchBackend):
             (source_key, len(prefix), prefix),
         )
         return [doc_id for (doc_id,) in rows]
+
+    def warm(self) -> None:
+        self._dense_indexes.warm()
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
         try:

@@ -1,0 +1,372 @@
+"""Issue 23 follow-up: the embedded dense graph is saved beside the search file and reused by the next
+process (brought up to date by delta), a damaged or mismatched saved graph is rebuilt, and no request waits
+for a graph build — it is answered exactly while one background thread builds."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from knowledge_core.adapters.embedding import VectorMatrix
+from knowledge_core.adapters.sqlite import candidates, dense_cache, dense_index
+from knowledge_core.adapters.sqlite.dense_store import GraphStore
+from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
+from knowledge_core.ports import QueryAnalysis, SourceQuery, Vector
+
+from tests.unit.test_sqlite_scale import VIEWER, HashEmbedder, _doc
+
+SOURCE, MODEL = "s@1", "syn"
+KEY = (SOURCE, MODEL)
+
+
+@pytest.fixture(autouse=True)
+def _small_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dense_index, "EXACT_MAX", 10)
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the graphs built from scratch (spied on HnswIndex's constructor)."""
+    built: list[int] = []
+    original = dense_index.HnswIndex.__init__
+
+    def spy(self: dense_index.HnswIndex, model: str, ids: Any, vectors: Any, **kwargs: Any) -> None:
+        built.append(len(ids))
+        original(self, model, ids, vectors, **kwargs)
+
+    monkeypatch.setattr(dense_index.HnswIndex, "__init__", spy)
+    return built
+
+
+def _backend(path: Path) -> SqliteFtsBackend:
+    return SqliteFtsBackend(path, embedder=HashEmbedder())
+
+
+def _query(text: str) -> Vector:
+    vector = HashEmbedder().embed_query(text)
+    assert vector is not None
+    return vector
+
+
+def _dense(backend: SqliteFtsBackend, text: str, dense_k: int = 5) -> list[tuple[str, float]]:
+    [result] = backend.search(
+        [SourceQuery(SOURCE, 5, 0.0, dense_k=dense_k)], QueryAnalysis(text, vectors=(_query(text),)), VIEWER
+    )
+    assert result.error is None
+    return [(hit.doc_id, round(score, 9)) for hit, score in result.dense]
+
+
+def _exact(backend: SqliteFtsBackend, text: str, dense_k: int = 5) -> list[tuple[str, float]]:
+    """The dense stage's answer from an exact matrix of the stored vectors (the truth to compare with)."""
+    conn = backend._conn()
+    rows = conn.execute("SELECT passage_id, vector FROM passage_vectors WHERE model = ?", (MODEL,)).fetchall()
+    truth = VectorMatrix(MODEL, [r[0] for r in rows], [r[1] for r in rows])
+    docs = dict(conn.execute("SELECT id, doc_id FROM passage_rows").fetchall())
+    out: list[tuple[str, float]] = []
+    for passage_id, cosine in truth.nearest(_query(text), len(rows)):
+        if docs[passage_id] not in {d for d, _ in out}:
+            out.append((docs[passage_id], round(cosine, 9)))
+    return out[:dense_k]
+
+
+def _text(i: int) -> str:
+    return f"t\n\nwords of document {i}"
+
+
+def _fill(backend: SqliteFtsBackend, count: int = 30) -> None:
+    backend.put_documents([_doc(SOURCE, f"d{i:02d}", f"words of document {i}") for i in range(count)])
+
+
+def _saved_graph(path: Path) -> SqliteFtsBackend:
+    """A file whose graph was built, installed and saved by a first process."""
+    first = _backend(path)
+    _fill(first)
+    _dense(first, _text(3))
+    assert first._dense_indexes.settle(60)
+    graph_path, sidecar_path = GraphStore(path).paths(SOURCE, MODEL)
+    assert graph_path.exists() and sidecar_path.exists()
+    return first
+
+
+def test_i23_restart_reuses_the_saved_graph_and_applies_writes_made_while_down(
+    tmp_path: Path, builds: list[int]
+) -> None:
+    path = tmp_path / "search.sqlite3"
+    first = _saved_graph(path)
+    assert builds == [30]
+    sidecar = json.loads(GraphStore(path).paths(SOURCE, MODEL)[1].read_text())
+    assert (sidecar["source_key"], sidecar["model"], sidecar["count"], sidecar["width"]) == (
+        SOURCE,
+        MODEL,
+        30,
+        16,
+    )
+    # While no process searched: a new passage, a deleted document (the first process' graph is not told).
+    first.put_documents([_doc(SOURCE, "new", "a new passage")])
+    assert first.delete_document(SOURCE, "d07")
+
+    restarted = _backend(path)
+    assert _dense(restarted, "t\n\na new passage")[0][0] == "new"
+    graph = restarted._dense_indexes.indexes[KEY][1]
+    assert isinstance(graph, dense_index.HnswIndex) and len(graph) == 30  # 30 + new - d07's passage
+    assert builds == [30]  # loaded, not rebuilt
+    assert "d07" not in [d for d, _ in _dense(restarted, _text(7), dense_k=30)]
+    for i in (1, 12, 25):
+        assert _dense(restarted, _text(i)) == _exact(restarted, _text(i))
+    restarted._dense_indexes.flush()  # the delta is saved (debounced; flush saves now)
+    sidecar = json.loads(GraphStore(path).paths(SOURCE, MODEL)[1].read_text())
+    assert sidecar["count"] == 30 and sidecar["version"] == restarted._dense_indexes.indexes[KEY][0]
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _sidecar(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def edit(graph_path: Path) -> None:
+        sidecar_path = graph_path.with_suffix(".json")
+        sidecar = json.loads(sidecar_path.read_text())
+        change(sidecar)
+        sidecar_path.write_text(json.dumps(sidecar))
+
+    return edit
+
+
+DAMAGE: dict[str, Callable[[Path], None]] = {
+    "flipped byte": _flip,
+    "truncated": _truncate,
+    "graph file gone": lambda p: p.unlink(),
+    "sidecar not JSON": lambda p: p.with_suffix(".json").write_text("{not json"),
+    "other model": _sidecar(lambda s: s.update(model="other")),
+    "other parameters": _sidecar(lambda s: s.update(connectivity=16)),
+    "other usearch": _sidecar(lambda s: s.update(usearch="0.0.1")),
+    "newer than the file": _sidecar(lambda s: s.update(version=s["version"] + 1000)),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_i23_damaged_or_mismatched_saved_graph_is_rebuilt_never_an_error(
+    tmp_path: Path, builds: list[int], damage: str
+) -> None:
+    path = tmp_path / "search.sqlite3"
+    _saved_graph(path)
+    DAMAGE[damage](GraphStore(path).paths(SOURCE, MODEL)[0])
+    restarted = _backend(path)
+    assert _dense(restarted, _text(4)) == _exact(restarted, _text(4))  # answered (exactly) at once
+    assert restarted._dense_indexes.settle(60)
+    assert builds == [30, 30]  # rebuilt in the background
+    assert isinstance(restarted._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
+    assert _dense(restarted, _text(4)) == _exact(restarted, _text(4))
+    assert GraphStore(path).load(SOURCE, MODEL) is not None  # saved whole again
+
+
+def test_i23_saved_graph_of_a_recreated_file_is_not_used(tmp_path: Path, builds: list[int]) -> None:
+    """Passage ids restart in a new file of the same name: the saved graph's vectors at sampled ids are not
+    the stored ones, so it is rebuilt rather than answering with another corpus' neighbours."""
+    path = tmp_path / "search.sqlite3"
+    _saved_graph(path)
+    for leftover in tmp_path.glob("search.sqlite3*"):
+        if leftover.is_file():
+            leftover.unlink()
+    recreated = _backend(path)
+    recreated.put_documents([_doc(SOURCE, f"e{i:02d}", f"other text {i} entirely") for i in range(30)])
+    # bump the version past the saved one, as a busy new file would
+    for _i in range(40):
+        recreated.set_document_status(SOURCE, "e00", "ready")
+        recreated.put_documents([_doc(SOURCE, "e00", "other text 0 entirely")])
+    assert _dense(recreated, "t\n\nother text 5 entirely") == _exact(recreated, "t\n\nother text 5 entirely")
+    assert recreated._dense_indexes.settle(60)
+    assert builds == [30, 30]
+
+
+@pytest.fixture
+def blocked_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, list[int]]]:
+    """Background builds wait for the event (set at teardown at the latest); the sizes they were given."""
+    release = threading.Event()
+    started: list[int] = []
+    original = dense_index.HnswIndex.__init__
+
+    def blocked(self: dense_index.HnswIndex, model: str, ids: Any, vectors: Any, **kwargs: Any) -> None:
+        started.append(len(ids))
+        assert release.wait(60)
+        original(self, model, ids, vectors, **kwargs)
+
+    monkeypatch.setattr(dense_index.HnswIndex, "__init__", blocked)
+    yield release, started
+    release.set()
+
+
+def test_i23_first_search_without_saved_graph_is_exact_and_does_not_wait_for_the_build(
+    tmp_path: Path, blocked_build: tuple[threading.Event, list[int]]
+) -> None:
+    release, started = blocked_build
+    backend = _backend(tmp_path / "search.sqlite3")
+    _fill(backend)
+    assert _dense(backend, _text(9)) == _exact(backend, _text(9))  # the build is blocked: not waited for
+    assert isinstance(backend._dense_indexes.indexes[KEY][1], dense_index.ExactScan)
+
+    failures: list[str] = []
+
+    def searcher(i: int) -> None:
+        for j in range(5):
+            text = _text((i * 5 + j) % 30)
+            if _dense(backend, text) != _exact(backend, text):
+                failures.append(text)
+
+    threads = [threading.Thread(target=searcher, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures
+    # A write while the graph is built: the exact answer follows it at once.
+    backend.put_documents([_doc(SOURCE, "during", "written during the build")])
+    assert backend.delete_document(SOURCE, "d03")
+    assert _dense(backend, "t\n\nwritten during the build")[0][0] == "during"
+    assert "d03" not in [d for d, _ in _dense(backend, _text(3), dense_k=30)]
+    assert started == [30]  # one build for every searcher, from the first search's snapshot
+
+    release.set()
+    assert backend._dense_indexes.settle(60)
+    assert _dense(backend, "t\n\nwritten during the build")[0][0] == "during"  # added by delta
+    graph = backend._dense_indexes.indexes[KEY][1]
+    assert isinstance(graph, dense_index.HnswIndex) and len(graph) == 30
+    assert "d03" not in [d for d, _ in _dense(backend, _text(3), dense_k=30)]
+    for i in (0, 14, 29):
+        assert _dense(backend, _text(i)) == _exact(backend, _text(i))
+    assert started == [30]
+    assert GraphStore(tmp_path / "search.sqlite3").load(SOURCE, MODEL) is not None
+
+
+def test_i23_large_delta_is_folded_in_by_the_background_not_the_request(
+    tmp_path: Path, builds: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More new vectors than a request adds (INLINE_ADD_MAX): the request is answered exactly, the same
+    graph catches up in the background thread (no rebuild)."""
+    path = tmp_path / "search.sqlite3"
+    backend = _saved_graph(path)
+    graph = backend._dense_indexes.indexes[KEY][1]
+    assert isinstance(graph, dense_index.HnswIndex)
+    updates: list[tuple[str, int]] = []
+    original = dense_index.HnswIndex.update
+
+    def spy(self: dense_index.HnswIndex, added: Any, vectors: Any, removed: Any, **kwargs: Any) -> None:
+        updates.append((threading.current_thread().name, len(added)))
+        original(self, added, vectors, removed, **kwargs)
+
+    monkeypatch.setattr(dense_index.HnswIndex, "update", spy)
+    monkeypatch.setattr(dense_cache, "INLINE_ADD_MAX", 2)
+    backend.put_documents([_doc(SOURCE, "one", "a single new passage")])
+    assert _dense(backend, "t\n\na single new passage")[0][0] == "one"  # a small delta: in the request
+    assert updates == [("MainThread", 1)]
+    backend.put_documents([_doc(SOURCE, f"n{i}", f"a newer passage {i}") for i in range(5)])
+    assert _dense(backend, "t\n\na newer passage 2")[0][0] == "n2"  # answered at once, exactly
+    assert backend._dense_indexes.settle(60)
+    assert updates[1:] == [(f"dense-build {SOURCE}", 5)]
+    assert backend._dense_indexes.indexes[KEY][1] is graph and len(graph) == 36
+    assert _dense(backend, "t\n\na newer passage 4")[0][0] == "n4"
+    assert builds == [30]
+
+
+def test_i23_restart_with_a_large_delta_catches_the_saved_graph_up_in_the_background(
+    tmp_path: Path, builds: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many writes while no process searched: the restarted process answers exactly at once and folds them
+    into the loaded graph in the background (no rebuild); the result is saved."""
+    path = tmp_path / "search.sqlite3"
+    first = _saved_graph(path)
+    first.put_documents([_doc(SOURCE, f"n{i}", f"a newer passage {i}") for i in range(5)])
+    assert first.delete_document(SOURCE, "d11")
+    monkeypatch.setattr(dense_cache, "INLINE_ADD_MAX", 2)
+    restarted = _backend(path)
+    assert _dense(restarted, "t\n\na newer passage 3") == _exact(restarted, "t\n\na newer passage 3")
+    assert restarted._dense_indexes.settle(60)
+    graph = restarted._dense_indexes.indexes[KEY][1]
+    assert isinstance(graph, dense_index.HnswIndex) and len(graph) == 34
+    assert builds == [30]
+    assert _dense(restarted, _text(11)) == _exact(restarted, _text(11))
+    saved = GraphStore(path).load(SOURCE, MODEL)
+    assert saved is not None and len(saved.index) == 34
+
+
+def test_i23_processes_of_one_file_build_the_graph_once(tmp_path: Path, builds: list[int]) -> None:
+    """While another process holds the build claim, this one answers exactly and its background thread
+    waits, then loads the graph the other saved instead of building its own."""
+    path = tmp_path / "search.sqlite3"
+    other = _backend(path)
+    _fill(other)
+    store = GraphStore(path)
+    with store.build_claim(SOURCE, MODEL) as waited:  # the other process builds
+        assert not waited
+        mine = _backend(path)
+        assert _dense(mine, _text(5)) == _exact(mine, _text(5))
+        assert isinstance(mine._dense_indexes.indexes[KEY][1], dense_index.ExactScan)
+        conn = other._conn()
+        low, high = candidates.source_range(conn, SOURCE) or (1, 0)
+        ids, vectors = dense_cache.dense_vectors(conn, low, high, MODEL, None)
+        store.save(
+            SOURCE,
+            MODEL,
+            dense_cache.source_version(conn, SOURCE),
+            dense_index.HnswIndex(MODEL, ids, vectors),
+        )
+    assert mine._dense_indexes.settle(60)
+    assert builds == [30]  # the other process' build only
+    assert isinstance(mine._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
+    assert _dense(mine, _text(8)) == _exact(mine, _text(8))
+
+
+def test_i23_exact_scan_matches_the_exact_matrix() -> None:
+    """The interim exact scan (usearch's exact int8 inner product) ranks and scores as the float32 matrix,
+    and its updated copy drops and adds rows."""
+    rng = np.random.default_rng(5)
+    vectors = rng.integers(-127, 128, (500, 32), dtype=np.int8)
+    ids = np.arange(1 << 32, (1 << 32) + 500, dtype=np.int64)
+    scan = dense_index.ExactScan("m", ids, vectors)
+    matrix = VectorMatrix("m", ids.tolist(), [bytes(r) for r in vectors])
+    for _ in range(20):
+        query = Vector("m", bytes(rng.integers(-127, 128, 32, dtype=np.int8)))
+        got, want = scan.nearest(query, 40), matrix.nearest(query, 40)
+        assert [c for _, c in got] == pytest.approx([c for _, c in want], abs=1e-12)
+        assert {i for i, _ in got[:39]} <= {i for i, _ in want}
+    assert scan.nearest(Vector("other", bytes(32)), 5) == []
+    query = Vector("m", bytes(vectors[7]))
+    later = scan.updated(np.array([ids[-1] + 1]), vectors[7:8], ids[7:8])
+    assert len(later) == 500 and len(scan) == 500
+    assert later.nearest(query, 1)[0][0] == ids[-1] + 1 and scan.nearest(query, 1)[0][0] == ids[7]
+
+
+def test_i23_warm_loads_every_source_dense_index_in_the_background(tmp_path: Path, builds: list[int]) -> None:
+    """`kb serve` warms at start: the saved graph of each source and model is loaded before any search."""
+    path = tmp_path / "search.sqlite3"
+    _saved_graph(path)
+    restarted = _backend(path)
+    restarted._dense_indexes.warm().join(60)
+    assert isinstance(restarted._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
+    assert builds == [30]
+    assert _dense(restarted, _text(2)) == _exact(restarted, _text(2))
+
+
+def test_i23_unwritable_graph_directory_still_builds_in_memory(tmp_path: Path, builds: list[int]) -> None:
+    """A graph directory that cannot be created (a file in its place): the graph is built and used in
+    memory, unsaved; searches never see an error."""
+    path = tmp_path / "search.sqlite3"
+    backend = _backend(path)
+    _fill(backend)
+    GraphStore(path).directory.write_text("not a directory")
+    assert _dense(backend, _text(6)) == _exact(backend, _text(6))
+    assert backend._dense_indexes.settle(60)
+    assert builds == [30]
+    assert isinstance(backend._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
+    assert _dense(backend, _text(6)) == _exact(backend, _text(6))
