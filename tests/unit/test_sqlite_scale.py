@@ -92,6 +92,35 @@ def test_i23_candidate_plan_takes_the_top_k_inside_fts5_before_any_join(tmp_path
     assert not any(s.startswith("SCAN r") or s.startswith("SCAN d") for s in steps), steps
 
 
+def test_i23_candidates_equal_fts5_rank_order(tmp_path: Path) -> None:
+    """The candidate statement scores with `bm25()` under SQLite's own ORDER BY ... LIMIT (cheaper per
+    matching row than FTS5's `ORDER BY rank` cursor): the same passages, scores and order as FTS5's
+    rank-ordered top-k with the same weights, ties by passage id, at every depth (the scale corpus)."""
+    corpus = Corpus(2_000, seed=5)
+    backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
+    backend.put_documents(
+        [_doc("s@1", d.doc_id, d.body, title=d.title) for d in corpus.documents()]
+        + [_doc("other@1", "x", corpus.document(0).body)]  # another source's rows stay out of the range
+    )
+    conn = backend._conn()
+    id_range = candidates.source_range(conn, "s@1")
+    assert id_range is not None
+    reference = (
+        "SELECT passages.rowid, -passages.rank FROM passages WHERE passages MATCH ? "
+        f"AND passages.rank MATCH 'bm25({candidates.BM25_WEIGHTS})' AND passages.rowid BETWEEN ? AND ? "
+        "ORDER BY passages.rank LIMIT ?"
+    )
+    compared = 0
+    for q in corpus.queries(40):
+        match = " OR ".join(f'"{w}"' for w in q.text.split())
+        for limit in (5, 40, None):
+            rows = candidates.candidate_rows(conn, match, id_range, limit)
+            expected = conn.execute(reference, (match, *id_range, -1 if limit is None else limit)).fetchall()
+            assert [(r[3], pytest.approx(r[1])) for r in rows] == [(i, pytest.approx(s)) for i, s in expected]
+            compared += len(rows)
+    assert compared > 1_000
+
+
 def test_i23_restriction_applies_before_the_top_k(tmp_path: Path) -> None:
     """The document pre-filter hook: a restriction keeps only its documents, however many others rank
     higher."""

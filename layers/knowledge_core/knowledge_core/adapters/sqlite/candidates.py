@@ -30,14 +30,17 @@ CREATE TABLE IF NOT EXISTS source_ranges (
 )
 """
 
+# The score is `bm25(...)` in SQLite's own ORDER BY ... LIMIT (a bounded sorter), not FTS5's `rank` column
+# with `ORDER BY rank`: the same scores and order (ties by passage id), 0.6-0.9x the time per query on the
+# scale corpus (bench/results/scale_plans.md: FTS5's sorted-rank cursor costs more per matching row).
 _CANDIDATES_SQL = (
     "WITH top AS MATERIALIZED ("
-    "SELECT passages.rowid AS id, passages.rank AS rank FROM passages "
-    f"WHERE passages MATCH ? AND passages.rank MATCH 'bm25({BM25_WEIGHTS})' "
-    "AND passages.rowid BETWEEN ? AND ?{restriction} ORDER BY passages.rank LIMIT ?) "
+    f"SELECT passages.rowid AS id, bm25(passages, {BM25_WEIGHTS}) AS rank FROM passages "
+    "WHERE passages MATCH ? AND passages.rowid BETWEEN ? AND ?{restriction} "
+    "ORDER BY rank, passages.rowid LIMIT ?) "
     "SELECT r.doc_id, -top.rank AS score, d.acl, r.id FROM top JOIN passage_rows r ON r.id = top.id "
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
-    "WHERE d.status = 'ready' ORDER BY top.rank"
+    "WHERE d.status = 'ready' ORDER BY top.rank, top.id"
 )
 
 
