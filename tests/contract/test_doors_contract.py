@@ -124,7 +124,7 @@ def test_k_pipe_tool_call_on_opensearch_is_two_requests(translated_hybrid_world:
     """K-PIPE: a tool call makes one OpenSearch request whatever the number of hits — the `_msearch` (BM25
     and k-NN of every source), never one per hit. It used to be two, the second an `_mget` of every hit's
     document (the live check); that read is unnecessary now: each passage row carries its document's
-    status, ACL and stored version and is rewritten in the same `refresh=wait_for` bulk as the document
+    status, ACL and stored version and is rewritten in the same refreshed bulk as the document
     (`live_hits`, issue 23), so a hit is citable as returned
     (test_k_pipe_opensearch_hits_live_without_mget proves the disable/delete/ACL cases)."""
     world = translated_hybrid_world

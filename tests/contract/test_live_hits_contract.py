@@ -1,7 +1,7 @@
 """Hits are citable as returned on every backend (K-PIPE, SPEC §3.9; issue 23 point 4): a search right after
 a write that disables, deletes or re-shares a document away from the reader never shows it — the OpenSearch
 backend no longer reads the documents back (`live_hits`: its passage rows carry the document's status,
-ACL and stored version and are rewritten in the same `refresh=wait_for` bulk), so this is checked without
+ACL and stored version and are rewritten in the same refreshed bulk), so this is checked without
 any `_mget` of the search, and the hit's version is the stored document's (its ref reads)."""
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ def test_g_local_three_nodes_green_with_one_replica(cluster, world) -> None:
 def test_k_pipe_replicas_never_show_a_document_the_last_write_disabled(cluster, world) -> None:
     """K-PIPE with replicas: searches are spread over primary and replica copies, and the hits are not read
     back (`live_hits`): right after a disable, a delete or an ACL change is acknowledged, no copy shows the
-    document (`refresh=wait_for` waits for the replica's refresh too)."""
+    document (a write's refresh, `refresh=true` or `_refresh`, covers the replicas too)."""
     container, _ = world
     retrieval = Retrieval(container.backend)
     viewer = Viewer(subject="demo-user", tenant="default", groups=())

@@ -26,11 +26,12 @@ meanwhile are re-split once more — searches keep answering from the old index 
 Everything else goes through aliases.
 
 Hits are citable as returned (`live_hits`, like the embedded backend): every write of a document — put,
-status change, delete — changes its passage rows and its parent in one bulk with `refresh=wait_for` (on the
-primary and every replica), so once a write is acknowledged no search sees a passage row older than its
-document, and the row's status/ACL filters and its `version` are the document's. A row without `version`
-(written by an older release during an upgrade) makes the retrieval step check its hits against the
-documents (`_mget`) as before.
+status change, delete — changes its passage rows and its parent in one bulk request, and the write returns
+only after a refresh of what it wrote (on the primary and every replica: `refresh=true` on a write of one
+request, `_refresh` of the written indices after a larger one), so once a write is acknowledged no search
+sees a passage row older than its document, and the row's status/ACL filters and its `version` are the
+document's. A row without `version` (written by an older release during an upgrade) makes the retrieval
+step check its hits against the documents (`_mget`) as before.
 
 Search (domain.hybrid): per source a BM25 search (with the passage vectors in `_source`) and, when the
 query has a vector, a filtered k-NN search on that model's field (same source, status and ACL filters),
@@ -945,34 +946,40 @@ class OpenSearchBackend(SearchBackend):
         return lines
 
     def _bulk(self, groups: list[list[dict[str, Any]]], tolerate: tuple[int, ...] = ()) -> None:
-        """Send action groups in requests of at most BULK_MAX_BYTES (a larger group goes alone), each
-        with `refresh=wait_for`, so everything is searchable when this returns. Item errors of a status in
-        `tolerate` (and 404: already gone) are not failures."""
+        """Send action groups in requests of at most BULK_MAX_BYTES (a larger group goes alone), so that
+        everything is searchable when this returns: one request refreshes the shards it wrote
+        (`refresh=true`: primary and replicas); several are sent without a refresh and the indices they
+        wrote are refreshed once after the last. A forced refresh, not `wait_for`: that waits for the next
+        scheduled refresh (up to `refresh_interval`, 1 s) on every write and held bulk loads at ~1/3 of the
+        node's rate (bench/opensearch_scale.py). Item errors of a status in `tolerate` (and 404: already
+        gone) are not failures."""
         serializer = self.client.transport.serializer
+        bodies: list[str] = []
+        written: set[str] = set()
         batch: list[str] = []
         size = 0
-
-        def flush() -> None:
-            nonlocal size
-            if batch:
-                self._bulk_request("\n".join(batch) + "\n", tolerate)
-                batch.clear()
-                size = 0
-
         for group in groups:
             lines = [serializer.dumps(line) for line in group]
             group_size = sum(len(line.encode("utf-8")) + 1 for line in lines)
             if batch and size + group_size > BULK_MAX_BYTES:
-                flush()
+                bodies.append("\n".join(batch) + "\n")
+                batch, size = [], 0
             batch.extend(lines)
             size += group_size
-        flush()
+            written.update(_written_indices(group))
+        if batch:
+            bodies.append("\n".join(batch) + "\n")
+        for body in bodies:
+            self._bulk_request(body, tolerate, refresh=len(bodies) == 1)
+        if len(bodies) > 1:
+            for index in sorted(written):
+                self.client.indices.refresh(index=index, request_timeout=max(self._timeout_s, 60.0))
 
-    def _bulk_request(self, body: str, tolerate: tuple[int, ...] = ()) -> None:
+    def _bulk_request(self, body: str, tolerate: tuple[int, ...] = (), refresh: bool = True) -> None:
         resp = self.client.bulk(
             body=body,
             index=self.passages_alias,
-            refresh="wait_for",
+            refresh="true" if refresh else "false",
             request_timeout=max(self._timeout_s, 60.0),
         )
         if resp.get("errors"):
@@ -1100,6 +1107,17 @@ def transport_errors() -> tuple[type[Exception], ...]:
     from urllib3.exceptions import HTTPError
 
     return (OpenSearchException, HTTPError, OSError)
+
+
+def _written_indices(group: list[dict[str, Any]]) -> set[str]:
+    """The `_index` of each action of a bulk action group (a delete has no source line after it)."""
+    indices: set[str] = set()
+    i = 0
+    while i < len(group):
+        ((op, meta),) = group[i].items()
+        indices.add(meta["_index"])
+        i += 1 if op == "delete" else 2
+    return indices
 
 
 def _older_splitter(index: str, prefix: str) -> bool:

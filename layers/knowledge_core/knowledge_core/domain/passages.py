@@ -26,7 +26,6 @@ block share up to PASSAGE_OVERLAP tokens of whole sentences (chosen on the tunin
 from __future__ import annotations
 
 import bisect
-import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -37,7 +36,9 @@ PASSAGE_OVERLAP = 0
 MIN_TEXT_TOKENS = 64  # room kept for text however long a heading path is
 HEADING_SEPARATOR = " › "
 
-_TOKEN = re.compile(r"[A-Za-z]+|[0-9]+|\S")
+# One match per estimated token: a run of ASCII letters cut in threes, of digits in twos, any other
+# non-space character alone (one C-level findall instead of a Python loop over the runs).
+_TOKEN_PIECE = re.compile(r"[A-Za-z]{1,3}|[0-9]{1,2}|[^\sA-Za-z0-9]")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _RULE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
@@ -51,16 +52,7 @@ _COLONS = (":", "：")
 
 def estimate_tokens(text: str) -> int:
     """An upper estimate of the WordPiece tokens of `text` (the rule is in the module docstring)."""
-    n = 0
-    for m in _TOKEN.finditer(text):
-        s = m.group()
-        if s[0].isascii() and s[0].isalpha():
-            n += math.ceil(len(s) / 3)
-        elif s[0].isascii() and s[0].isdigit():
-            n += math.ceil(len(s) / 2)
-        else:
-            n += 1
-    return n
+    return len(_TOKEN_PIECE.findall(text))
 
 
 @dataclass(frozen=True)
