@@ -120,7 +120,7 @@ def test_k_pipe_every_door_same_documents_same_order(translated_hybrid_world: Wo
     assert all(titles == doors["search"] for titles in doors.values()), doors
 
 
-def test_k_pipe_tool_call_on_opensearch_is_two_requests(translated_hybrid_world: World) -> None:
+def test_k_pipe_tool_call_on_opensearch_is_one_request(translated_hybrid_world: World) -> None:
     """K-PIPE: a tool call makes one OpenSearch request whatever the number of hits — the `_msearch` (BM25
     and k-NN of every source), never one per hit. It used to be two, the second an `_mget` of every hit's
     document (the live check); that read is unnecessary now: each passage row carries its document's
