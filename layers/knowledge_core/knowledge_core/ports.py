@@ -260,7 +260,8 @@ class SearchBackend(ABC):
 
     def warm(self) -> None:  # noqa: B027 - most backends have nothing to load
         """Start loading, in the background, what a first search would otherwise load (the embedded
-        backend's dense indexes); nothing by default."""
+        backend's dense indexes) and tidying what searches read (its full-text index compacted when
+        fragmented); nothing by default."""
 
     @abstractmethod
     def healthy(self, timeout_s: float = 1.0) -> bool: ...

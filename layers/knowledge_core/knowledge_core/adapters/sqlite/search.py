@@ -53,6 +53,7 @@ from .filters import (
     filter_restriction,
     write_metadata,
 )
+from .fts_compaction import Compactor
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -183,6 +184,7 @@ class SqliteFtsBackend(SearchBackend):
         self._embedder = embedder
         persistent = not (str(path) == ":memory:" or str(path).startswith("file:"))
         self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if persistent else None)
+        self._compactor = Compactor(self._db) if persistent else None  # few FTS5 segments (fts_compaction)
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
             candidates.create_schema(conn)
@@ -431,6 +433,12 @@ class SqliteFtsBackend(SearchBackend):
                 write_metadata(conn, doc.source_key, doc.doc_id, doc.metadata)
                 pages = pages_of(doc_passages, page_starts_of(doc.structured_source))
                 self._index(conn, doc.source_key, doc.doc_id, doc.title, doc_passages, doc_vectors, pages)
+        self._written()
+
+    def _written(self) -> None:
+        """Passages were written (a new FTS5 segment): compact once writes are quiet, if fragmented."""
+        if self._compactor is not None:
+            self._compactor.written()
 
     def _index(
         self,
@@ -555,6 +563,7 @@ class SqliteFtsBackend(SearchBackend):
     def delete_document(self, source_key: str, doc_id: str) -> bool:
         with self._db.transaction() as conn:
             deleted = self._delete(conn, source_key, doc_id)
+        self._written()
         return deleted > 0
 
     def set_document_status(self, source_key: str, doc_id: str, status: str) -> bool:
@@ -596,6 +605,8 @@ class SqliteFtsBackend(SearchBackend):
 
     def warm(self) -> None:
         self._dense_indexes.warm()
+        if self._compactor is not None:
+            self._compactor.check()
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
         try:
