@@ -53,10 +53,13 @@ SAVE_DELAY_S = 10.0
 SAVE_MAX_DELAY_S = 60.0
 _CHECKED_VECTORS = 128  # saved vectors compared with the stored ones: the highest ids and as many random
 
-_IDS_SQL = (
-    "SELECT passage_id FROM passage_vectors WHERE passage_id BETWEEN ? AND ? AND model = ? "
-    "AND vector IS NOT NULL ORDER BY passage_id"
+# The stored vectors of one model in a passage id range, in id order: (low, high, model).
+_VECTORS_IN_RANGE = (
+    "FROM passage_vectors WHERE passage_id BETWEEN ? AND ? AND model = ? AND vector IS NOT NULL "
+    "ORDER BY passage_id"
 )
+_IDS_SQL = "SELECT passage_id " + _VECTORS_IN_RANGE
+_ROWS_SQL = "SELECT passage_id, vector " + _VECTORS_IN_RANGE
 
 
 def source_version(conn: sqlite3.Connection, source_key: str) -> int:
@@ -70,11 +73,7 @@ def dense_vectors(
     """Passage ids and int8 vector rows of `model` with ids in [low, high] (just those in `only`)."""
     import numpy as np
 
-    rows = conn.execute(
-        "SELECT passage_id, vector FROM passage_vectors WHERE passage_id BETWEEN ? AND ? AND model = ? "
-        "AND vector IS NOT NULL ORDER BY passage_id",
-        (low, high, model),
-    ).fetchall()
+    rows = conn.execute(_ROWS_SQL, (low, high, model)).fetchall()
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     width = len(rows[0][1]) if rows else 0
     vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), width)
