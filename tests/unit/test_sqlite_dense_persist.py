@@ -352,10 +352,25 @@ def test_i23_warm_loads_every_source_dense_index_in_the_background(tmp_path: Pat
     path = tmp_path / "search.sqlite3"
     _saved_graph(path)
     restarted = _backend(path)
-    restarted._dense_indexes.warm().join(60)
+    restarted._dense_indexes.warm([MODEL]).join(60)
     assert isinstance(restarted._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
     assert builds == [30]
     assert _dense(restarted, _text(2)) == _exact(restarted, _text(2))
+
+
+def test_i23_warm_loads_only_the_models_this_process_searches_with(tmp_path: Path, builds: list[int]) -> None:
+    """`kb serve` warms whatever its backend: a process without an embedder (BM25 only) or with other
+    models never searches the file's vectors, so warming loads and builds none of them."""
+    path = tmp_path / "search.sqlite3"
+    _saved_graph(path)
+    bm25_only = SqliteFtsBackend(path)
+    bm25_only.warm()
+    assert not [t for t in threading.enumerate() if t.name == "dense-warm"]
+    other_model = _backend(path)
+    other_model._dense_indexes.warm(["other"]).join(60)
+    for backend in (bm25_only, other_model):
+        assert backend._dense_indexes.indexes == {}
+    assert builds == [30]
 
 
 def test_i23_unwritable_graph_directory_still_builds_in_memory(tmp_path: Path, builds: list[int]) -> None:

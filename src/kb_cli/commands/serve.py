@@ -184,8 +184,7 @@ def _listen(args: argparse.Namespace, container: Container, state: Path, ranking
     from ..gateway import LocalGateway, WorkerHandlers, make_server
     from ..ingest_worker import IngestWorker
 
-    if args.search_backend == "sqlite" and ranking.model_dir:
-        container.backend.warm()  # in the background: dense graphs loaded or built, saved for the instances
+    container.backend.warm()  # in the background (the embedded backend's dense graphs); a no-op elsewhere
     worker = IngestWorker(container, verbose=args.verbose)
     worker.start()  # resumes any job a killed kb serve left behind, once its lease runs out
     handlers = WorkerHandlers(max_instances=args.instances, verbose=args.verbose)

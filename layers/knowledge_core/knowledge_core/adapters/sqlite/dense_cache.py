@@ -32,6 +32,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
 
 from . import candidates, dense_index
@@ -308,21 +309,23 @@ class DenseIndexes:
             self._saver.flush()
 
     # --- warming -----------------------------------------------------------------------------------
-    def warm(self) -> threading.Thread:
-        """Load (or start building) the dense index of every source and model of the file, in the
-        background (`kb serve` at start): the first searches find them loaded, or their graph under way."""
+    def warm(self, models: Collection[str]) -> threading.Thread:
+        """Load (or start building) the dense index of every source of the file and each of `models` it
+        has vectors of, in the background (`kb serve` at start): the first searches find them loaded, or
+        their graph under way. (Vectors of another model are never searched here: not loaded.)"""
 
         def run() -> None:
             conn = self._db.connection()
             try:
                 for (source_key,) in conn.execute("SELECT source_key FROM source_ranges").fetchall():
                     low, high = candidates.source_range(conn, source_key) or (1, 0)
-                    models = conn.execute(
+                    stored = conn.execute(
                         "SELECT DISTINCT model FROM passage_vectors WHERE passage_id BETWEEN ? AND ?",
                         (low, high),
                     ).fetchall()
-                    for (model,) in models:
-                        self.index(conn, source_key, model)
+                    for (model,) in stored:
+                        if model in models:
+                            self.index(conn, source_key, model)
             except sqlite3.Error as exc:  # the first search reports a broken file in its own words
                 logger.warning("dense indexes not warmed: %s", exc)
 

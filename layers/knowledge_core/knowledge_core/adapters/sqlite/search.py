@@ -595,7 +595,8 @@ class SqliteFtsBackend(SearchBackend):
         return [doc_id for (doc_id,) in rows]
 
     def warm(self) -> None:
-        self._dense_indexes.warm()
+        if self._embedder is not None:  # without one no search has a query vector: no index to load
+            self._dense_indexes.warm(self._embedder.models)
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
         try:
