@@ -262,6 +262,10 @@ class SearchBackend(ABC):
         """Start loading, in the background, what a first search would otherwise load (the embedded
         backend's dense indexes); nothing by default."""
 
+    def close(self, timeout_s: float = 4.0) -> None:  # noqa: B027 - most backends keep nothing pending
+        """At shutdown: finish, within `timeout_s`, what a stopping process would otherwise lose (the
+        embedded backend's unsaved dense graphs); never raises. Nothing by default."""
+
     @abstractmethod
     def healthy(self, timeout_s: float = 1.0) -> bool: ...
 

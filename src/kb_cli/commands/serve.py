@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -198,12 +200,26 @@ def _listen(args: argparse.Namespace, container: Container, state: Path, ranking
         flush=True,
     )
     print(f"console: http://{host}:{port}/console/ (loopback only)", flush=True)
+    stop_on_sigterm = threading.current_thread() is threading.main_thread()  # (signal's own condition)
+    if stop_on_sigterm:
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Terminated):
         pass
     finally:
+        if stop_on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one stops at once
         server.server_close()
         worker.stop()
-        handlers.close()
+        handlers.close()  # bounded: the instances save their pending dense graphs first
+        container.close()  # and this process its own (bounded, never raises)
     return 0
+
+
+class _Terminated(Exception):
+    """SIGTERM (a supervisor, `docker stop`, a test's terminate()): kb serve stops as on Ctrl-C."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated

@@ -22,8 +22,9 @@ it taken waits for it (answering exactly meanwhile) and loads the graph the othe
 
 Graphs changed by delta are saved by one background thread, at most `SAVE_DELAY_S` after a change goes
 quiet and `SAVE_MAX_DELAY_S` after the first unsaved one (a save of a 1M graph writes ~1 GB, and a search
-needing a delta meanwhile waits for it); a process that stops before it loses nothing but that save: the
-next one applies the same writes by delta from the older graph."""
+needing a delta meanwhile waits for it), and at shutdown (`close`, bounded: `kb serve` and its instances);
+a process that stops before its save ends loses nothing but that save: the next one applies the same writes
+by delta from the older graph."""
 
 from __future__ import annotations
 
@@ -304,9 +305,34 @@ class DenseIndexes:
                 self._save(key, current[0], current[1])
 
     def flush(self) -> None:
-        """Save every graph changed since its last save now (tests, a stopping server)."""
+        """Save every graph changed since its last save now, and wait for a save under way (tests, and
+        `close`)."""
         if self._saver is not None:
             self._saver.flush()
+
+    def close(self, timeout_s: float) -> None:
+        """At shutdown: `flush` within `timeout_s`. A save still running then is left to the process's end
+        (written beside its graph and renamed, so an older graph stays whole), and a failed one is logged:
+        either way the next process brings the older saved graph up to date by delta. Never raises."""
+        if self._saver is None:
+            return
+
+        def run() -> None:
+            try:
+                self.flush()
+            except Exception:  # shutdown goes on: the next start catches up by delta
+                logger.warning("dense graphs not saved at shutdown: the next start catches up by delta")
+                logger.debug("dense graph save at shutdown failed", exc_info=True)
+
+        saving = threading.Thread(target=run, name="dense-save-at-close", daemon=True)
+        saving.start()
+        saving.join(timeout_s)
+        if saving.is_alive():
+            logger.warning(
+                "dense graphs still being saved after %.0f s at shutdown: left unfinished (the next start "
+                "catches up by delta)",
+                timeout_s,
+            )
 
     # --- warming -----------------------------------------------------------------------------------
     def warm(self, models: Collection[str]) -> threading.Thread:
@@ -341,6 +367,7 @@ class _Saver:
         self._indexes = indexes
         self._wake = threading.Condition()
         self._pending: dict[Key, tuple[float, float]] = {}  # key -> (first unsaved change, last change)
+        self._saving = 0  # saves the thread has taken from `_pending` and not finished
         self._thread: threading.Thread | None = None
 
     def schedule(self, key: Key) -> None:
@@ -351,7 +378,7 @@ class _Saver:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="dense-save", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            self._wake.notify_all()  # (a flush may be waiting on the same condition)
 
     def _due(self, now: float) -> tuple[list[Key], float]:
         """The keys due now and the seconds until the next one is."""
@@ -373,12 +400,22 @@ class _Saver:
                     due, wait = self._due(time.monotonic())
                 for key in due:
                     del self._pending[key]
-            for key in due:
-                self._indexes.save_current(key)
+                self._saving += 1
+            try:
+                for key in due:
+                    self._indexes.save_current(key)
+            finally:
+                with self._wake:
+                    self._saving -= 1
+                    self._wake.notify_all()
 
     def flush(self) -> None:
+        """Save the pending graphs now, then wait for the saves the thread has under way."""
         with self._wake:
             keys = list(self._pending)
             self._pending.clear()
         for key in keys:
             self._indexes.save_current(key)
+        with self._wake:
+            while self._saving:
+                self._wake.wait()

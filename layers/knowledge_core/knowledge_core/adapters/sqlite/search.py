@@ -598,6 +598,9 @@ class SqliteFtsBackend(SearchBackend):
         if self._embedder is not None:  # without one no search has a query vector: no index to load
             self._dense_indexes.warm(self._embedder.models)
 
+    def close(self, timeout_s: float = 4.0) -> None:
+        self._dense_indexes.close(timeout_s)
+
     def healthy(self, timeout_s: float = 1.0) -> bool:
         try:
             self._conn().execute("SELECT 1 FROM documents LIMIT 1").fetchall()
