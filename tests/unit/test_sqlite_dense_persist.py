@@ -494,3 +494,21 @@ def test_i23_kb_serve_stop_lets_an_idle_instance_exit_on_its_own() -> None:
     instance.stop(gateway.STOP_GRACE_S)
     assert instance.process.exitcode == 0  # not -9 (killed)
     assert time.monotonic() - started < gateway.STOP_GRACE_S
+
+
+def test_i23_graphs_are_saved_only_beside_a_file_path(tmp_path: Path) -> None:
+    """The search file says whether it is a file path (`SqliteDatabase.on_disk`): `:memory:` and a `file:`
+    URI keep their graphs in memory, with nothing written beside them."""
+    from knowledge_core.adapters.sqlite.db import SqliteDatabase
+
+    uri = f"file:{tmp_path / 'uri.sqlite3'}?mode=rwc"
+    assert SqliteDatabase(tmp_path / "search.sqlite3").on_disk
+    assert not SqliteDatabase(":memory:").on_disk and not SqliteDatabase(uri).on_disk
+    assert _backend(tmp_path / "search.sqlite3")._dense_indexes._store is not None
+    for name in (":memory:", uri):
+        backend = _backend(name)  # type: ignore[arg-type]
+        assert backend._dense_indexes._store is None
+        _fill(backend)
+        assert _dense(backend, _text(1)) == _exact(backend, _text(1))
+        assert backend._dense_indexes.settle(60)
+    assert not list(tmp_path.glob("*.dense"))

@@ -181,8 +181,7 @@ class SqliteFtsBackend(SearchBackend):
     def __init__(self, path: str | Path, embedder: Embedder | None = None) -> None:
         self._db = SqliteDatabase(path)  # its own schema: the tables below, analyzer version in user_version
         self._embedder = embedder
-        persistent = not (str(path) == ":memory:" or str(path).startswith("file:"))
-        self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if persistent else None)
+        self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if self._db.on_disk else None)
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
             candidates.create_schema(conn)
