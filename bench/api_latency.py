@@ -84,7 +84,8 @@ def main() -> int:
         hint = svc.search(principal, "demo", SearchRequest(query="database failover runbook")).wire()[
             "hints"
         ][0]
-        doc_id = json.loads(__import__("base64").urlsafe_b64decode(hint["ref"].split(".")[0] + "=="))["d"]
+        # The hint's document, by the revision the hint carries (a ref's doc id is encrypted: A-REF, I1).
+        [doc_id] = [d.doc_id for d in backend.list_documents(source.key) if d.revision == hint["revision"]]
 
         def read() -> None:
             svc.read(principal, "demo", ReadRequest(ref=hint["ref"])).wire()

@@ -18,6 +18,7 @@ import ipaddress
 import json
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 import threading
@@ -41,6 +42,9 @@ REGION = "us-east-1"
 INVOKE_PREFIX = "/2015-03-31/functions/"
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 READ_TIMEOUT_S = 30.0
+# At kb serve's end an instance may take this long to finish its event and close its container (its
+# search backend's own bound is shorter); then it is killed.
+STOP_GRACE_S = 5.0
 REQUEST_DEADLINE_S = 60.0  # request line, headers and body, all reads together (L4)
 MAX_EVENT_DEPTH = 64  # nesting of an Invoke API payload: deeper is refused before it meets recursion (L2)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -149,17 +153,34 @@ class _Instance:
             raise FunctionError(payload[0], payload[1])
         return payload[0]
 
-    def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            self.conn.close()
+    def stop(self, grace_s: float = 0.0) -> None:
+        """Close its pipe and kill it if it has not exited within `grace_s` (an idle instance ends at once
+        when the pipe closes, after closing its container)."""
+        self.hang_up()
+        self.process.join(timeout=grace_s)
         if self.process.is_alive():
             self.process.kill()
         self.process.join(timeout=5)
 
+    def hang_up(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
 
 def _worker_main(conn: Connection, name: str, verbose: bool) -> None:
-    """A worker's life: load the handler, then answer events until the pipe closes (kb serve ended)."""
+    """A worker's life: load the handler, then answer events until the pipe closes (kb serve ends), then
+    close the process's container (unsaved dense graphs saved)."""
+    from knowledge_core import bootstrap
+
     _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: kb serve stops us
+    try:
+        _answer(conn, name, verbose)
+    finally:
+        bootstrap.close()
+
+
+def _answer(conn: Connection, name: str, verbose: bool) -> None:
     if not verbose:  # handler logs and metrics (stdout) stay behind --verbose; tracebacks still show
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
@@ -269,11 +290,15 @@ class WorkerHandlers(_Functions):
         finally:
             self._release(fn.logical_id, instance, healthy)
 
-    def close(self) -> None:
+    def close(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop every instance: all pipes closed at once, then each given what is left of `grace_s`."""
         with self._lock:
             instances, self._all = self._all, []
         for instance in instances:
-            instance.stop()
+            instance.hang_up()
+        deadline = time.monotonic() + grace_s
+        for instance in instances:
+            instance.stop(max(0.0, deadline - time.monotonic()))
 
 
 def is_loopback(address: str) -> bool:

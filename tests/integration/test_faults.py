@@ -340,15 +340,18 @@ def test_state_store_down_is_503_without_internals(broken_dynamodb, endpoints, f
         bootstrap.reset(None)
 
 
-def test_document_ingest_with_opensearch_down_is_knowledge_unavailable():
-    from knowledge_core.domain.errors import KnowledgeUnavailable
+def test_document_ingest_with_opensearch_down_is_a_transient_source_failure():
+    """The port's write failure (an ingestion job waits and retries it, no attempt counted; the admin API
+    answers it 503 knowledge_unavailable: tests/unit/test_ingestion_security.py)."""
+    from knowledge_core.domain.errors import SourceFailure
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     backend = OpenSearchBackend(f"http://127.0.0.1:{port}", index_prefix="kbf-closed", timeout_s=1.0)
-    with pytest.raises(KnowledgeUnavailable):
+    with pytest.raises(SourceFailure) as caught:
         backend.put_documents([Document(source_key="a@1", doc_id="d", title="t", body="b")])
+    assert caught.value.transient
 
 
 def test_shared_services_untouched(endpoints):

@@ -9,7 +9,9 @@ import json
 import os
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from knowledge_core.bootstrap import Container
@@ -163,6 +165,166 @@ def test_m1_a_search_backend_outage_costs_no_attempts(
     assert c.ingestion.work("w") == accepted.job_id
     status = c.ingestion.status(SOURCE, accepted.job_id)
     assert status.state == "completed" and status.counts.done == 3 and not status.errors
+
+
+class _Indices:
+    """The index APIs of a node with nothing made yet (ensure_indices puts templates, creates indices)."""
+
+    def put_index_template(self, **_: Any) -> None: ...
+
+    def get_alias(self, **_: Any) -> dict:
+        from opensearchpy.exceptions import NotFoundError
+
+        raise NotFoundError(404, "aliases_not_found_exception", {})
+
+    def create(self, **_: Any) -> None: ...
+
+
+class _Serializer:
+    def dumps(self, data: Any) -> str:
+        return json.dumps(data)
+
+
+class _WritingNode:
+    """An OpenSearch client without a server: no document stored yet, and each `_bulk` item answered by
+    `fault(row)` (a failing status, or None: written); `fault` may raise a transport error instead."""
+
+    def __init__(self) -> None:
+        self.indices = _Indices()
+        self.transport = type("Transport", (), {"serializer": _Serializer()})()
+        self.fault: Callable[[dict], int | None] = lambda row: None
+
+    def get(self, **_: Any) -> dict:
+        from opensearchpy.exceptions import NotFoundError
+
+        raise NotFoundError(404, "not_found", {})
+
+    def mget(self, **_: Any) -> dict:
+        return {"docs": []}
+
+    def bulk(self, body: str, **_: Any) -> dict:
+        lines = [json.loads(line) for line in body.splitlines()]
+        items = []
+        for action, row in zip(lines[::2], lines[1::2], strict=True):
+            ((op, _meta),) = action.items()
+            status = self.fault(row)
+            if status is None:
+                items.append({op: {"status": 201}})
+            else:
+                items.append({op: {"status": status, "error": {"type": f"status {status}"}}})
+        return {"errors": any("error" in item[op] for item in items for op in item), "items": items}
+
+
+@pytest.fixture
+def on_opensearch(tmp_path: Path, clock: FakeClock) -> tuple[Container, _WritingNode]:
+    """An embedded-state container whose search backend is the OpenSearch adapter on a fake node."""
+    from knowledge_core.adapters.opensearch import OpenSearchBackend
+
+    node = _WritingNode()
+    settings = embedded_container(tmp_path, clock).settings
+    container = Container(settings, clock=clock, backend=OpenSearchBackend("http://127.0.0.1:1", client=node))
+    container.admin.publish_source(SourceDefinition.model_validate({"id": "manuals", "version": "1.0.0"}))
+    return container, node
+
+
+def _refused(exc: Exception) -> Callable[[dict], int | None]:
+    def fault(row: dict) -> int | None:
+        raise exc
+
+    return fault
+
+
+def _write_faults() -> dict[str, tuple[Callable[[dict], int | None], str]]:
+    """How a write can fail -> (the node's answer, the SourceFailure kind the adapter reports)."""
+    from opensearchpy.exceptions import ConnectionError, ConnectionTimeout, TransportError
+
+    return {
+        "every item throttled (429)": (lambda row: 429, "throttled"),
+        # passages throttled, their documents failed by the node itself
+        "items throttled or the node failing (503)": (
+            lambda row: 429 if "passage_no" in row else 503,
+            "unavailable",
+        ),
+        "connection refused": (_refused(ConnectionError("N/A", "refused", OSError())), "unavailable"),
+        "timed out": (_refused(ConnectionTimeout("TIMEOUT", "timed out", OSError())), "timeout"),
+        "request throttled (429)": (_refused(TransportError(429, "too_many_requests", {})), "throttled"),
+        "an item refused (400)": (lambda row: 400 if row["doc_id"] == "d1" else None, "rejected"),
+        "request refused (413)": (_refused(TransportError(413, "request_entity_too_large", {})), "rejected"),
+    }
+
+
+@pytest.mark.parametrize("fault", sorted(_write_faults()))
+def test_m1_i_ingest_opensearch_write_faults_are_typed_source_failures(
+    on_opensearch: tuple[Container, _WritingNode], fault: str
+) -> None:
+    """The OpenSearch adapter reports a write it could not make as the port says (a SourceFailure of its
+    kind, transient unless the node refused the documents), and the admin API answers it 503
+    knowledge_unavailable, saying when to retry."""
+    from knowledge_core.domain.errors import KnowledgeUnavailable, SourceFailure
+
+    c, node = on_opensearch
+    node.fault, kind = _write_faults()[fault]
+    docs = [
+        Document(source_key=SOURCE, doc_id=f"d{i}", title="t", body=f"b {i}", acl=DocumentAcl(tenant="acme"))
+        for i in range(3)
+    ]
+    with pytest.raises(SourceFailure) as caught:
+        c.backend.put_documents(docs)
+    assert caught.value.kind == kind and caught.value.transient == (kind != "rejected")
+    with pytest.raises(KnowledgeUnavailable) as answered:
+        c.admin.put_documents(docs)
+    assert answered.value.status == 503
+    assert ("retry" in answered.value.message) == (kind == "throttled")
+
+
+@pytest.mark.parametrize("fault", ["every item throttled (429)", "connection refused", "timed out"])
+def test_m1_i_ingest_opensearch_throttled_or_down_write_is_retried_by_the_job_without_an_attempt(
+    on_opensearch: tuple[Container, _WritingNode], clock: FakeClock, fault: str
+) -> None:
+    """A write OpenSearch throttles (or cannot take) is retried by the job after BACKEND_RETRY_SECONDS,
+    costing the documents no attempt, however often; once the node takes it, every document is done."""
+    from knowledge_core.services import ingestion
+
+    c, node = on_opensearch
+    docs = [{"doc_id": f"d{i}", "title": f"T{i}", "body": f"body {i}"} for i in range(3)]
+    accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
+    node.fault = _write_faults()[fault][0]
+    for _ in range(4):
+        assert c.ingestion.work("w") == accepted.job_id  # returns: the job waits, nothing raised
+        assert c.ingestion.work("w2") is None  # backing off
+        clock.advance(ingestion.BACKEND_RETRY_SECONDS + 1)
+    assert [d.attempts for d in c.state.jobs.job_documents(accepted.job_id)] == [0, 0, 0]
+    node.fault = lambda row: None
+    assert c.ingestion.work("w") == accepted.job_id
+    status = c.ingestion.status(SOURCE, accepted.job_id)
+    assert status.state == "completed" and status.counts.done == 3 and not status.errors
+
+
+def test_m1_i_ingest_opensearch_rejected_write_is_not_retried_as_an_outage(
+    on_opensearch: tuple[Container, _WritingNode], clock: FakeClock
+) -> None:
+    """A document OpenSearch refuses (a 4xx item) is no outage: each try counts an attempt, its batch is
+    then written a document at a time, and it alone ends `attempts_exhausted`; the job completes."""
+    from knowledge_core.domain.errors import SourceFailure
+
+    c, node = on_opensearch
+    docs = [{"doc_id": f"d{i}", "title": f"T{i}", "body": f"body {i}"} for i in range(5)]
+    docs[2]["doc_id"] = "refused"
+    accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
+    node.fault = lambda row: 400 if row["doc_id"] == "refused" else None
+    for restart in range(10):
+        try:
+            c.ingestion.work(f"w{restart}")
+            break
+        except SourceFailure as exc:
+            assert exc.kind == "rejected"
+            clock.advance(c.settings.ingest_lease_seconds + 1)  # the worker retries once the lease runs out
+    else:
+        pytest.fail("the job never finished: a refused document is retried forever")
+    status = c.ingestion.status(SOURCE, accepted.job_id)
+    assert status.state == "completed" and status.counts.done == 4
+    assert errors_of(c, accepted.job_id) == {"refused": "attempts_exhausted"}
+    assert restart == 3  # refused three times (MAX_DOCUMENT_ATTEMPTS), then failed without a fourth write
 
 
 # --- M2: bounded before and while reading, in a worker process with resource limits --------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from knowledge_core.adapters.embedding import VectorMatrix
 from knowledge_core.adapters.sqlite import candidates, dense_cache, dense_index
 from knowledge_core.adapters.sqlite.dense_store import GraphStore
 from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
-from knowledge_core.ports import QueryAnalysis, SourceQuery, Vector
+from knowledge_core.bootstrap import Container
+from knowledge_core.ports import Clock, QueryAnalysis, SourceQuery, Vector
 
 from tests.unit.test_sqlite_scale import VIEWER, HashEmbedder, _doc
 
@@ -352,10 +354,25 @@ def test_i23_warm_loads_every_source_dense_index_in_the_background(tmp_path: Pat
     path = tmp_path / "search.sqlite3"
     _saved_graph(path)
     restarted = _backend(path)
-    restarted._dense_indexes.warm().join(60)
+    restarted._dense_indexes.warm([MODEL]).join(60)
     assert isinstance(restarted._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
     assert builds == [30]
     assert _dense(restarted, _text(2)) == _exact(restarted, _text(2))
+
+
+def test_i23_warm_loads_only_the_models_this_process_searches_with(tmp_path: Path, builds: list[int]) -> None:
+    """`kb serve` warms whatever its backend: a process without an embedder (BM25 only) or with other
+    models never searches the file's vectors, so warming loads and builds none of them."""
+    path = tmp_path / "search.sqlite3"
+    _saved_graph(path)
+    bm25_only = SqliteFtsBackend(path)
+    bm25_only.warm()
+    assert not [t for t in threading.enumerate() if t.name == "dense-warm"]
+    other_model = _backend(path)
+    other_model._dense_indexes.warm(["other"]).join(60)
+    for backend in (bm25_only, other_model):
+        assert backend._dense_indexes.indexes == {}
+    assert builds == [30]
 
 
 def test_i23_unwritable_graph_directory_still_builds_in_memory(tmp_path: Path, builds: list[int]) -> None:
@@ -370,3 +387,128 @@ def test_i23_unwritable_graph_directory_still_builds_in_memory(tmp_path: Path, b
     assert builds == [30]
     assert isinstance(backend._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
     assert _dense(backend, _text(6)) == _exact(backend, _text(6))
+
+
+def _sidecar_version(path: Path) -> int:
+    return int(json.loads(GraphStore(path).paths(SOURCE, MODEL)[1].read_text())["version"])
+
+
+def test_i23_close_saves_a_pending_delta_at_once(tmp_path: Path, builds: list[int]) -> None:
+    """`kb serve` closes its backend when it stops: a graph changed by delta is on disk then, not
+    `SAVE_DELAY_S`..`SAVE_MAX_DELAY_S` later (or never, the process gone)."""
+    path = tmp_path / "search.sqlite3"
+    first = _saved_graph(path)
+    saved_at = _sidecar_version(path)
+    first.put_documents([_doc(SOURCE, "late", "written just before the stop")])
+    assert _dense(first, "t\n\nwritten just before the stop")[0][0] == "late"  # added by delta: pending
+    version = first._dense_indexes.indexes[KEY][0]
+    assert version > saved_at and _sidecar_version(path) == saved_at
+
+    started = time.monotonic()
+    first.close()
+    assert time.monotonic() - started < dense_cache.SAVE_DELAY_S
+    assert _sidecar_version(path) == version
+    saved = GraphStore(path).load(SOURCE, MODEL)
+    assert saved is not None and len(saved.index) == 31
+    assert builds == [30]
+
+
+def test_i23_close_is_bounded_and_never_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A save slower than the close's bound is left to the process's end, one failing unexpectedly is
+    logged: shutdown goes on either way, with a one-line warning and no exception text."""
+    path = tmp_path / "search.sqlite3"
+    backend = _saved_graph(path)
+    release = threading.Event()
+
+    def slow(*_: Any) -> None:
+        assert release.wait(60)
+
+    def broken(*_: Any) -> None:
+        raise KeyError("internal detail")
+
+    cases = ((slow, 0.3, "still being saved"), (broken, 5.0, "not saved at shutdown"))
+    for i, (save, bound, expected) in enumerate(cases):
+        monkeypatch.setattr(GraphStore, "save", save)
+        backend.put_documents([_doc(SOURCE, f"late{i}", f"pending passage {i}")])
+        assert _dense(backend, f"t\n\npending passage {i}")[0][0] == f"late{i}"  # a pending delta
+        caplog.clear()
+        started = time.monotonic()
+        backend.close(bound)
+        assert time.monotonic() - started < bound + 1.0
+        [record] = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert expected in record.getMessage() and "internal detail" not in record.getMessage()
+        release.set()
+
+
+def test_i23_close_of_a_backend_without_saved_graphs_is_a_no_op(tmp_path: Path) -> None:
+    """An in-memory file (nothing saved) and a file never searched close at once."""
+    for backend in (SqliteFtsBackend(":memory:", embedder=HashEmbedder()), _backend(tmp_path / "s.sqlite3")):
+        started = time.monotonic()
+        backend.close()
+        assert time.monotonic() - started < 0.5
+
+
+def test_i23_kb_serve_instance_closes_its_container_when_kb_serve_hangs_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock
+) -> None:
+    """A `kb serve` instance (a worker process: searches, so deltas, happen there) saves its pending graph
+    when kb serve closes its pipe, before it exits (run here in-process)."""
+    import multiprocessing
+
+    from knowledge_core import bootstrap
+
+    from kb_cli import gateway
+    from tests.conftest import embedded_container
+
+    path = tmp_path / "search.sqlite3"
+    backend = _saved_graph(path)
+    backend.put_documents([_doc(SOURCE, "late", "written just before the stop")])
+    _dense(backend, "t\n\nwritten just before the stop")
+    version = backend._dense_indexes.indexes[KEY][0]
+    assert _sidecar_version(path) < version
+    never_built = embedded_container(tmp_path, clock)
+    never_built.close()  # builds nothing to close it
+    assert "backend" not in never_built.__dict__
+
+    monkeypatch.setattr(gateway, "_die_with_parent", lambda: None)  # (its watch thread, its SIGINT)
+    monkeypatch.setattr(gateway.signal, "signal", lambda *_: None)
+    mine, theirs = multiprocessing.Pipe()
+    theirs.close()  # kb serve hangs up
+    bootstrap.reset(Container(never_built.settings, clock=clock, backend=backend))
+    try:
+        gateway._worker_main(mine, "SearchFunction", verbose=True)
+    finally:
+        bootstrap.reset(None)
+    assert _sidecar_version(path) == version
+
+
+def test_i23_kb_serve_stop_lets_an_idle_instance_exit_on_its_own() -> None:
+    """kb serve's stop closes an instance's pipe and waits (bounded) for it to exit, closing its container,
+    instead of killing it at once."""
+    from kb_cli import gateway
+
+    instance = gateway._Instance("SearchFunction", verbose=False)
+    started = time.monotonic()
+    instance.stop(gateway.STOP_GRACE_S)
+    assert instance.process.exitcode == 0  # not -9 (killed)
+    assert time.monotonic() - started < gateway.STOP_GRACE_S
+
+
+def test_i23_graphs_are_saved_only_beside_a_file_path(tmp_path: Path) -> None:
+    """The search file says whether it is a file path (`SqliteDatabase.on_disk`): `:memory:` and a `file:`
+    URI keep their graphs in memory, with nothing written beside them."""
+    from knowledge_core.adapters.sqlite.db import SqliteDatabase
+
+    uri = f"file:{tmp_path / 'uri.sqlite3'}?mode=rwc"
+    assert SqliteDatabase(tmp_path / "search.sqlite3").on_disk
+    assert not SqliteDatabase(":memory:").on_disk and not SqliteDatabase(uri).on_disk
+    assert _backend(tmp_path / "search.sqlite3")._dense_indexes._store is not None
+    for name in (":memory:", uri):
+        backend = _backend(name)  # type: ignore[arg-type]
+        assert backend._dense_indexes._store is None
+        _fill(backend)
+        assert _dense(backend, _text(1)) == _exact(backend, _text(1))
+        assert backend._dense_indexes.settle(60)
+    assert not list(tmp_path.glob("*.dense"))

@@ -72,6 +72,12 @@ class Container:
         self.embedding_error: str | None = None  # why a configured model directory is not used
         self.translation_error: str | None = None  # why a configured lexicon directory is not used
 
+    def close(self) -> None:
+        """At the process's end: the search backend, when one was given or built, finishes its pending
+        work (bounded; never raises). Nothing is built for it."""
+        if self._backend is not None or "backend" in self.__dict__:  # (a cached_property once read)
+            self.backend.close()
+
     # --- adapters ---------------------------------------------------------------------------------
     @cached_property
     def table(self) -> DynamoTable | None:
@@ -396,6 +402,12 @@ def container() -> Container:
             if _container is None:
                 _container = Container(Settings.from_env())
     return _container
+
+
+def close() -> None:
+    """At the process's end (a `kb serve` instance): close the process container, when one was made."""
+    if _container is not None:
+        _container.close()
 
 
 def reset(new: Container | None = None) -> None:

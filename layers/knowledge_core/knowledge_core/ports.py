@@ -250,18 +250,27 @@ class SearchBackend(ABC):
 
     @abstractmethod
     def put_documents(self, documents: list[Document]) -> None:
-        """Create or replace; searchable when this returns."""
+        """Create or replace; searchable when this returns. Raises SourceFailure when the backend cannot
+        take the write: transient (down, throttled: an ingestion job waits and retries the batch, no
+        attempt counted) or `rejected` (retrying would not change it)."""
 
     @abstractmethod
-    def delete_document(self, source_key: str, doc_id: str) -> bool: ...
+    def delete_document(self, source_key: str, doc_id: str) -> bool:
+        """Whether it was there. Raises SourceFailure as `put_documents` does."""
 
     @abstractmethod
-    def set_document_status(self, source_key: str, doc_id: str, status: str) -> bool: ...
+    def set_document_status(self, source_key: str, doc_id: str, status: str) -> bool:
+        """Whether it was there. Raises SourceFailure as `put_documents` does."""
 
     def warm(self) -> None:  # noqa: B027 - most backends have nothing to load
         """Start loading, in the background, what a first search would otherwise load (the embedded
         backend's dense indexes) and tidying what searches read (its full-text index compacted when
         fragmented); nothing by default."""
+
+    def close(self, timeout_s: float = 4.0) -> None:  # noqa: B027 - most backends keep nothing pending
+        """At shutdown: finish, within `timeout_s`, what a stopping process would otherwise lose (the
+        embedded backend's unsaved dense graphs; its background compaction stops after its slice); never
+        raises. Nothing by default."""
 
     @abstractmethod
     def healthy(self, timeout_s: float = 1.0) -> bool: ...

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -184,8 +186,7 @@ def _listen(args: argparse.Namespace, container: Container, state: Path, ranking
     from ..gateway import LocalGateway, WorkerHandlers, make_server
     from ..ingest_worker import IngestWorker
 
-    if args.search_backend == "sqlite" and ranking.model_dir:
-        container.backend.warm()  # in the background: dense graphs loaded or built, saved for the instances
+    container.backend.warm()  # in the background (the embedded backend's dense graphs); a no-op elsewhere
     worker = IngestWorker(container, verbose=args.verbose)
     worker.start()  # resumes any job a killed kb serve left behind, once its lease runs out
     handlers = WorkerHandlers(max_instances=args.instances, verbose=args.verbose)
@@ -199,12 +200,26 @@ def _listen(args: argparse.Namespace, container: Container, state: Path, ranking
         flush=True,
     )
     print(f"console: http://{host}:{port}/console/ (loopback only)", flush=True)
+    stop_on_sigterm = threading.current_thread() is threading.main_thread()  # (signal's own condition)
+    if stop_on_sigterm:
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Terminated):
         pass
     finally:
+        if stop_on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one stops at once
         server.server_close()
         worker.stop()
-        handlers.close()
+        handlers.close()  # bounded: the instances save their pending dense graphs first
+        container.close()  # and this process its own (bounded, never raises)
     return 0
+
+
+class _Terminated(Exception):
+    """SIGTERM (a supervisor, `docker stop`, a test's terminate()): kb serve stops as on Ctrl-C."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated

@@ -60,7 +60,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..domain.errors import KnowledgeUnavailable, SourceFailure
+from ..domain.errors import SourceFailure
 from ..domain.fusion import Hit
 from ..domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
 from ..domain.passages import Passage, document_passages, hit_source, page_starts_of, pages_of
@@ -990,9 +990,7 @@ class OpenSearchBackend(SearchBackend):
                 if "error" in item[op] and item[op].get("status") not in (404, *tolerate)
             ]  # 404: already gone
             if statuses:
-                if all(s == 429 for s in statuses):
-                    raise KnowledgeUnavailable("search backend is throttling writes; retry")
-                raise KnowledgeUnavailable("search backend rejected the write")
+                raise _write_failure(statuses)
 
     def _write_stored(
         self, source_key: str, doc_id: str, actions: Callable[[str, int], list[dict[str, Any]]]
@@ -1093,11 +1091,26 @@ class OpenSearchBackend(SearchBackend):
 
 @contextlib.contextmanager
 def _write_faults() -> Iterator[None]:
-    """A write the cluster could not take is 503 knowledge_unavailable; programming errors propagate."""
+    """A write the cluster could not take is a SourceFailure of its kind (an ingestion job waits and
+    retries a transient one): a request answered with a status is classed as a bulk item is, one that
+    got no answer is down or timed out. Programming errors propagate."""
     try:
         yield
     except transport_errors() as exc:
-        raise KnowledgeUnavailable() from exc
+        status = getattr(exc, "status_code", None)  # "N/A" when the node never answered
+        raise (_write_failure([status]) if isinstance(status, int) else _failure(exc)) from exc
+
+
+def _write_failure(statuses: list[int]) -> SourceFailure:
+    """The failure of a bulk write from its failed items' statuses: only throttled (429) is `throttled`,
+    only throttled or the node's own errors (5xx) `unavailable` (both transient: retried later), and any
+    other refusal (a 4xx: the documents, not the node) `rejected`, which retrying would not change."""
+    refused = sorted({s for s in statuses if s != 429 and s < 500})
+    if refused:
+        return SourceFailure("rejected", f"opensearch rejected the write (status {refused[0]})")
+    if all(s == 429 for s in statuses):
+        return SourceFailure("throttled", "opensearch throttled the write")
+    return SourceFailure("unavailable", f"opensearch could not take the write (status {max(statuses)})")
 
 
 @functools.cache

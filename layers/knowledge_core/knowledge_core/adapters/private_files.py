@@ -20,7 +20,7 @@ def private_path(path: str | Path, *, directory: bool = False) -> Path:
     an existing one to that. A SQLite database's sidecars that exist are narrowed with it. `:memory:` and
     `file:` URIs are not paths and are returned as they are."""
     target = Path(path)
-    if str(path) == ":memory:" or str(path).startswith("file:"):
+    if not names_a_file(path):
         return target
     if directory:
         target.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
@@ -37,6 +37,12 @@ def private_path(path: str | Path, *, directory: bool = False) -> Path:
         if sidecar.exists():
             _narrow(sidecar, FILE_MODE)
     return target
+
+
+def names_a_file(path: str | Path) -> bool:
+    """Whether a SQLite database name is a file path: `:memory:` is not, nor is a `file:` URI (whatever
+    it opens, it is no path to create, narrow or put files beside)."""
+    return not (str(path) == ":memory:" or str(path).startswith("file:"))
 
 
 def _narrow(path: Path, mode: int) -> None:

@@ -96,7 +96,9 @@ class StateUnavailable(KnowledgeError):
 
 
 class SourceFailure(Exception):
-    """A knowledge source could not answer. `kind` is transient (timeout/unavailable/throttled) or not."""
+    """A knowledge source could not answer, or take a write. `kind` is transient
+    (timeout/unavailable/throttled: the same call may succeed later) or not (`rejected`: a write the
+    backend refuses as it is)."""
 
     TRANSIENT = frozenset({"timeout", "unavailable", "throttled"})
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from ..domain.admin_wire import (
@@ -58,7 +60,8 @@ class AdminService:
 
     def prepare_search(self) -> None:
         """Deploy time: the search backend's indices and templates."""
-        self._backend.prepare()
+        with _write_faults():
+            self._backend.prepare()
 
     def publish_agent(self, definition: AgentDefinition) -> bool:
         return self._registry.put_agent(definition)
@@ -85,33 +88,39 @@ class AdminService:
     def put_documents(self, documents: list[Document]) -> None:
         for key in {d.source_key for d in documents}:
             self._source_state(key)
-        self._backend.put_documents(documents)
+        with _write_faults():
+            self._backend.put_documents(documents)
 
     def migrate_tenant(self, source_key: str, tenant: str, apply: bool) -> list[str]:
         """The documents of a source stored without a tenant (visible to no one); with `apply`, each is
         re-stored under `tenant` (same title and body, so the same revision: outstanding refs stay valid)."""
         self._source_state(source_key)
-        doc_ids = self._backend.untenanted_documents(source_key)
-        if apply:
-            for i in range(0, len(doc_ids), 50):
-                docs = [self._backend.get_document(source_key, d) for d in doc_ids[i : i + 50]]
-                self._backend.put_documents(
-                    [
-                        d.model_copy(update={"acl": d.acl.model_copy(update={"tenant": tenant})})
-                        for d in docs
-                        if d is not None and d.acl.tenant is None
-                    ]
-                )
+        with _write_faults():
+            doc_ids = self._backend.untenanted_documents(source_key)
+            if apply:
+                for i in range(0, len(doc_ids), 50):
+                    docs = [self._backend.get_document(source_key, d) for d in doc_ids[i : i + 50]]
+                    self._backend.put_documents(
+                        [
+                            d.model_copy(update={"acl": d.acl.model_copy(update={"tenant": tenant})})
+                            for d in docs
+                            if d is not None and d.acl.tenant is None
+                        ]
+                    )
         return doc_ids
 
     def delete_document(self, source_key: str, doc_id: str) -> None:
-        if not self._backend.delete_document(source_key, doc_id):
+        with _write_faults():
+            deleted = self._backend.delete_document(source_key, doc_id)
+        if not deleted:
             raise NotFound("document not found", field="doc_id")
 
     def set_document_status(self, source_key: str, doc_id: str, status: str) -> None:
         if status not in ("ready", "disabled"):
             raise InvalidRequest("status: must be ready or disabled", field="status")
-        if not self._backend.set_document_status(source_key, doc_id, status):
+        with _write_faults():
+            changed = self._backend.set_document_status(source_key, doc_id, status)
+        if not changed:
             raise NotFound("document not found", field="doc_id")
 
     # --- listings (operators and the console) ----------------------------------------------------------
@@ -220,3 +229,19 @@ def _ledger_view(entry: LedgerEntry) -> LedgerEntryView:
         chars=entry.chars,
         chars_remaining=entry.chars_remaining,
     )
+
+
+_WRITE_FAILURE_MESSAGES = {
+    "throttled": "search backend is throttling writes; retry",
+    "rejected": "search backend rejected the write",
+}
+
+
+@contextmanager
+def _write_faults() -> Iterator[None]:
+    """The search backend failing a write (or its schema) is 503 knowledge_unavailable, saying when it is
+    throttling (retry later) or refused the write (retrying will not help)."""
+    try:
+        yield
+    except SourceFailure as exc:
+        raise KnowledgeUnavailable(_WRITE_FAILURE_MESSAGES.get(exc.kind)) from None

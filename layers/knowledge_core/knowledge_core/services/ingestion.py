@@ -289,9 +289,11 @@ class IngestionService:
     # --- the worker -----------------------------------------------------------------------------------
     def work(self, worker: str, *, job_id: str | None = None, deadline: float | None = None) -> str | None:
         """Claim one job (`job_id`, or the oldest with a free lease) and work it until it completes, the
-        lease is lost, the search backend fails (the job waits BACKEND_RETRY_SECONDS) or `deadline`
-        (clock time) passes (released too). The job id worked on, or None when nothing was claimed.
-        With a queue, a job left unfinished is queued again (after a pause when the backend failed)."""
+        lease is lost, the search backend fails transiently (the job waits BACKEND_RETRY_SECONDS) or
+        `deadline` (clock time) passes (released too). The job id worked on, or None when nothing was
+        claimed. With a queue, a job left unfinished is queued again (after a pause when the backend
+        failed). A write the backend rejects (SourceFailure `rejected`) is raised: the attempt counts,
+        so its batch is retried a document at a time and the one it refuses ends `attempts_exhausted`."""
         job = self._jobs.claim_job(worker, self._clock.now(), self._lease_s, job_id)
         if job is None:
             return None
@@ -299,7 +301,9 @@ class IngestionService:
         with self._heartbeat(job.job_id, worker):
             try:
                 finished = self._work(job, worker, deadline)
-            except SourceFailure:
+            except SourceFailure as exc:
+                if not exc.transient:
+                    raise
                 finished, delay = False, BACKEND_RETRY_SECONDS
         if delay:
             # The search backend is down: hold the (idle) lease a while, so no worker retries at once.
@@ -336,9 +340,9 @@ class IngestionService:
                 outcomes, writes = self._prepare(job, queued, deadline)
                 if writes:
                     self._backend.put_documents(writes)
-            except SourceFailure:
-                # The search backend is down: not these documents' fault, so the attempt does not count.
-                self._jobs.begin_documents(job.job_id, worker, seqs, delta=-1)
+            except SourceFailure as exc:
+                if exc.transient:  # the backend down or throttled: not these documents' fault, no attempt
+                    self._jobs.begin_documents(job.job_id, worker, seqs, delta=-1)
                 raise
             if not self._jobs.record_outcomes(job.job_id, worker, outcomes, self._clock.now(), self._lease_s):
                 return True

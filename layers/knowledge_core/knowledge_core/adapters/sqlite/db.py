@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..private_files import private_path
+from ..private_files import names_a_file, private_path
 
 BUSY_TIMEOUT_S = 10.0
 # sqlite3.OperationalError covers a locked database past the busy timeout, a full disk, I/O errors and a
@@ -53,6 +53,12 @@ class SqliteDatabase:
         self._migrations = list(migrations)
         if application_id is not None:  # without one, the owner keeps its own schema (the search index)
             self._migrate()
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether `path` is a file path, beside which files may be kept (the saved dense graphs): not
+        `:memory:`, nor a `file:` URI."""
+        return names_a_file(self.path)
 
     @property
     def schema_version(self) -> int:

@@ -22,8 +22,9 @@ it taken waits for it (answering exactly meanwhile) and loads the graph the othe
 
 Graphs changed by delta are saved by one background thread, at most `SAVE_DELAY_S` after a change goes
 quiet and `SAVE_MAX_DELAY_S` after the first unsaved one (a save of a 1M graph writes ~1 GB, and a search
-needing a delta meanwhile waits for it); a process that stops before it loses nothing but that save: the
-next one applies the same writes by delta from the older graph."""
+needing a delta meanwhile waits for it), and at shutdown (`close`, bounded: `kb serve` and its instances);
+a process that stops before its save ends loses nothing but that save: the next one applies the same writes
+by delta from the older graph."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
 
 from . import candidates, dense_index
@@ -53,10 +55,13 @@ SAVE_DELAY_S = 10.0
 SAVE_MAX_DELAY_S = 60.0
 _CHECKED_VECTORS = 128  # saved vectors compared with the stored ones: the highest ids and as many random
 
-_IDS_SQL = (
-    "SELECT passage_id FROM passage_vectors WHERE passage_id BETWEEN ? AND ? AND model = ? "
-    "AND vector IS NOT NULL ORDER BY passage_id"
+# The stored vectors of one model in a passage id range, in id order: (low, high, model).
+_VECTORS_IN_RANGE = (
+    "FROM passage_vectors WHERE passage_id BETWEEN ? AND ? AND model = ? AND vector IS NOT NULL "
+    "ORDER BY passage_id"
 )
+_IDS_SQL = "SELECT passage_id " + _VECTORS_IN_RANGE
+_ROWS_SQL = "SELECT passage_id, vector " + _VECTORS_IN_RANGE
 
 
 def source_version(conn: sqlite3.Connection, source_key: str) -> int:
@@ -70,11 +75,7 @@ def dense_vectors(
     """Passage ids and int8 vector rows of `model` with ids in [low, high] (just those in `only`)."""
     import numpy as np
 
-    rows = conn.execute(
-        "SELECT passage_id, vector FROM passage_vectors WHERE passage_id BETWEEN ? AND ? AND model = ? "
-        "AND vector IS NOT NULL ORDER BY passage_id",
-        (low, high, model),
-    ).fetchall()
+    rows = conn.execute(_ROWS_SQL, (low, high, model)).fetchall()
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     width = len(rows[0][1]) if rows else 0
     vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.int8).reshape(len(rows), width)
@@ -304,26 +305,53 @@ class DenseIndexes:
                 self._save(key, current[0], current[1])
 
     def flush(self) -> None:
-        """Save every graph changed since its last save now (tests, a stopping server)."""
+        """Save every graph changed since its last save now, and wait for a save under way (tests, and
+        `close`)."""
         if self._saver is not None:
             self._saver.flush()
 
+    def close(self, timeout_s: float) -> None:
+        """At shutdown: `flush` within `timeout_s`. A save still running then is left to the process's end
+        (written beside its graph and renamed, so an older graph stays whole), and a failed one is logged:
+        either way the next process brings the older saved graph up to date by delta. Never raises."""
+        if self._saver is None:
+            return
+
+        def run() -> None:
+            try:
+                self.flush()
+            except Exception:  # shutdown goes on: the next start catches up by delta
+                logger.warning("dense graphs not saved at shutdown: the next start catches up by delta")
+                logger.debug("dense graph save at shutdown failed", exc_info=True)
+
+        saving = threading.Thread(target=run, name="dense-save-at-close", daemon=True)
+        saving.start()
+        saving.join(timeout_s)
+        if saving.is_alive():
+            logger.warning(
+                "dense graphs still being saved after %.0f s at shutdown: left unfinished (the next start "
+                "catches up by delta)",
+                timeout_s,
+            )
+
     # --- warming -----------------------------------------------------------------------------------
-    def warm(self) -> threading.Thread:
-        """Load (or start building) the dense index of every source and model of the file, in the
-        background (`kb serve` at start): the first searches find them loaded, or their graph under way."""
+    def warm(self, models: Collection[str]) -> threading.Thread:
+        """Load (or start building) the dense index of every source of the file and each of `models` it
+        has vectors of, in the background (`kb serve` at start): the first searches find them loaded, or
+        their graph under way. (Vectors of another model are never searched here: not loaded.)"""
 
         def run() -> None:
             conn = self._db.connection()
             try:
                 for (source_key,) in conn.execute("SELECT source_key FROM source_ranges").fetchall():
                     low, high = candidates.source_range(conn, source_key) or (1, 0)
-                    models = conn.execute(
+                    stored = conn.execute(
                         "SELECT DISTINCT model FROM passage_vectors WHERE passage_id BETWEEN ? AND ?",
                         (low, high),
                     ).fetchall()
-                    for (model,) in models:
-                        self.index(conn, source_key, model)
+                    for (model,) in stored:
+                        if model in models:
+                            self.index(conn, source_key, model)
             except sqlite3.Error as exc:  # the first search reports a broken file in its own words
                 logger.warning("dense indexes not warmed: %s", exc)
 
@@ -339,6 +367,7 @@ class _Saver:
         self._indexes = indexes
         self._wake = threading.Condition()
         self._pending: dict[Key, tuple[float, float]] = {}  # key -> (first unsaved change, last change)
+        self._saving = 0  # saves the thread has taken from `_pending` and not finished
         self._thread: threading.Thread | None = None
 
     def schedule(self, key: Key) -> None:
@@ -349,7 +378,7 @@ class _Saver:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="dense-save", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            self._wake.notify_all()  # (a flush may be waiting on the same condition)
 
     def _due(self, now: float) -> tuple[list[Key], float]:
         """The keys due now and the seconds until the next one is."""
@@ -371,12 +400,22 @@ class _Saver:
                     due, wait = self._due(time.monotonic())
                 for key in due:
                     del self._pending[key]
-            for key in due:
-                self._indexes.save_current(key)
+                self._saving += 1
+            try:
+                for key in due:
+                    self._indexes.save_current(key)
+            finally:
+                with self._wake:
+                    self._saving -= 1
+                    self._wake.notify_all()
 
     def flush(self) -> None:
+        """Save the pending graphs now, then wait for the saves the thread has under way."""
         with self._wake:
             keys = list(self._pending)
             self._pending.clear()
         for key in keys:
             self._indexes.save_current(key)
+        with self._wake:
+            while self._saving:
+                self._wake.wait()

@@ -182,9 +182,8 @@ class SqliteFtsBackend(SearchBackend):
     def __init__(self, path: str | Path, embedder: Embedder | None = None) -> None:
         self._db = SqliteDatabase(path)  # its own schema: the tables below, analyzer version in user_version
         self._embedder = embedder
-        persistent = not (str(path) == ":memory:" or str(path).startswith("file:"))
-        self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if persistent else None)
-        self._compactor = Compactor(self._db) if persistent else None  # few FTS5 segments (fts_compaction)
+        self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if self._db.on_disk else None)
+        self._compactor = Compactor(self._db) if self._db.on_disk else None  # few FTS5 segments
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
             candidates.create_schema(conn)
@@ -604,9 +603,15 @@ class SqliteFtsBackend(SearchBackend):
         return [doc_id for (doc_id,) in rows]
 
     def warm(self) -> None:
-        self._dense_indexes.warm()
+        if self._embedder is not None:  # without one no search has a query vector: no index to load
+            self._dense_indexes.warm(self._embedder.models)
         if self._compactor is not None:
             self._compactor.check()
+
+    def close(self, timeout_s: float = 4.0) -> None:
+        if self._compactor is not None:  # a compaction under way stops after its slice
+            self._compactor.close(min(timeout_s, 2.0))
+        self._dense_indexes.close(timeout_s)
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
         try:
