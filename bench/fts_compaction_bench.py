@@ -116,9 +116,13 @@ def main() -> int:
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    rows = [measure(int(s), args.rounds, work) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = [measure(size, args.rounds, work) for size in sizes]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "fts_compaction.json").write_text(json.dumps(rows, indent=2) + "\n")
+    out = RESULTS / "fts_compaction.json"
+    kept = [r for r in (json.loads(out.read_text()) if out.exists() else []) if r["passages"] not in sizes]
+    merged = sorted(kept + rows, key=lambda r: r["passages"])  # rows of other sizes kept from earlier runs
+    out.write_text(json.dumps(merged, indent=2) + "\n")
     return 0
 
 

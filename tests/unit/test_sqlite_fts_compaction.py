@@ -135,6 +135,8 @@ def test_i23_warm_compacts_a_fragmented_file(tmp_path: Path) -> None:
     backend.warm()
     assert backend._compactor.idle(30)
     assert len(segment_pages(backend._conn()) or []) == 1
+    backend.close()  # a stopping process: the compactor's thread ends
+    assert backend._compactor._thread is not None and not backend._compactor._thread.is_alive()
 
 
 def test_i23_writers_proceed_during_a_compaction_and_stop_ends_it(
