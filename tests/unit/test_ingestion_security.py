@@ -61,6 +61,22 @@ def errors_of(c: Container, job_id: str) -> dict[str, str]:
 # --- M1: any extraction failure is typed; the job goes on ---------------------------------------------
 
 
+def _work_until_finished(
+    c: Container, clock: FakeClock, dies: type[BaseException], raised: list[BaseException] | None = None
+) -> int:
+    """Workers until the job finishes, each one that ends by `dies` (kept in `raised`) followed by its
+    lease running out: how many ended so."""
+    for restart in range(10):
+        try:
+            c.ingestion.work(f"w{restart}")
+            return restart
+        except dies as exc:
+            if raised is not None:
+                raised.append(exc)
+            clock.advance(c.settings.ingest_lease_seconds + 1)
+    pytest.fail("the job never finished: a failing document is retried forever")
+
+
 def test_m1_recursion_error_is_typed_and_job_goes_on(c: Container) -> None:
     """~1 MB of nested <div> raised RecursionError out of the job (it stayed `running`, the good
     documents of its batch were never written); an unknown PDF cipher raised NotImplementedError."""
@@ -128,14 +144,7 @@ def test_m1_poison_document_ends_failed_after_bounded_attempts(
         return real(name, data)
 
     monkeypatch.setattr(c.ingestion, "_extract", dies_on_poison)
-    for restart in range(10):
-        try:
-            c.ingestion.work(f"w{restart}")
-            break
-        except SystemExit:
-            clock.advance(c.settings.ingest_lease_seconds + 1)  # the next kb serve takes the job over
-    else:
-        pytest.fail("the job never finished: a poison document is retried forever")
+    restart = _work_until_finished(c, clock, SystemExit)  # each death: the next kb serve takes the job over
     status = c.ingestion.status(SOURCE, accepted.job_id)
     assert status.state == "completed" and status.counts.done == 4
     assert errors_of(c, accepted.job_id) == {"poison": "attempts_exhausted"}
@@ -312,15 +321,9 @@ def test_m1_i_ingest_opensearch_rejected_write_is_not_retried_as_an_outage(
     docs[2]["doc_id"] = "refused"
     accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
     node.fault = lambda row: 400 if row["doc_id"] == "refused" else None
-    for restart in range(10):
-        try:
-            c.ingestion.work(f"w{restart}")
-            break
-        except SourceFailure as exc:
-            assert exc.kind == "rejected"
-            clock.advance(c.settings.ingest_lease_seconds + 1)  # the worker retries once the lease runs out
-    else:
-        pytest.fail("the job never finished: a refused document is retried forever")
+    raised: list[BaseException] = []
+    restart = _work_until_finished(c, clock, SourceFailure, raised)  # retried once the lease runs out
+    assert {exc.kind for exc in raised if isinstance(exc, SourceFailure)} == {"rejected"}
     status = c.ingestion.status(SOURCE, accepted.job_id)
     assert status.state == "completed" and status.counts.done == 4
     assert errors_of(c, accepted.job_id) == {"refused": "attempts_exhausted"}
