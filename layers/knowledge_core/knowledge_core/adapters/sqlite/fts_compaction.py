@@ -96,8 +96,9 @@ def compact(db: SqliteDatabase, stop: threading.Event | None = None) -> int:
 
 
 class Compactor:
-    """One background thread per backend that compacts the index when it is fragmented: `QUIET_S` after
-    the last `written()`, or at once on `check()`; `close()` stops it within a slice."""
+    """A background thread, while a check is pending or running, that compacts the index when it is
+    fragmented: `QUIET_S` after the last `written()`, or at once on `check()`; `close()` stops it within
+    a slice."""
 
     def __init__(self, db: SqliteDatabase, quiet_s: float | None = None) -> None:
         self._db = db
@@ -130,9 +131,10 @@ class Compactor:
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._stop.is_set() and (self._due is None or self._due > time.monotonic()):
-                    self._wake.wait(None if self._due is None else self._due - time.monotonic())
-                if self._stop.is_set():
+                while not self._stop.is_set() and self._due is not None and self._due > time.monotonic():
+                    self._wake.wait(self._due - time.monotonic())
+                if self._stop.is_set() or self._due is None:  # nothing pending: the next write starts one
+                    self._thread = None
                     return
                 self._due, self._running = None, True
             try:
