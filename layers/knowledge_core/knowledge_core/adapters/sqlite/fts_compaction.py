@@ -2,16 +2,18 @@
 
 FTS5 is log-structured: every write transaction adds a segment and its automerge keeps up to three of each
 size, so an index written in many batches (an ingestion job writes one transaction per batch of documents)
-is read as a dozen segments, each looked up and merged for every query term. On the 100k-passage scale
-corpus 14 segments cost 13-15 % of the raw top-k query against one (bench/results/scale_plans.md).
+is read as 8-21 segments, each looked up and merged for every query term: on the scale corpus the raw
+top-k takes 0.74x the time compacted at 10k passages, 0.96-0.97x at 100k and 1M, where scoring the matching
+postings dominates (bench/fts_compaction_bench.py, bench/results/fts_compaction.json).
 
 So, in the background, a `Compactor` merges the index towards one segment (FTS5's incremental `optimize`:
 `'merge', -N`) when it is fragmented — when the segments besides the largest hold at least
 `FRAGMENTED_SHARE` of its pages, so a few small writes after a compaction never rewrite a large index —
-`QUIET_S` after this process's last write (never during an ingestion job's batches) and when `kb serve`
-warms. Each slice merges about `SLICE_PAGES` pages in its own short write transaction: a writer waits at
-most one slice, a reader never (WAL), and a process stopped mid-way leaves a consistent index whose next
-compaction goes on from there. Compaction changes no passage id, term or score: only how they are stored."""
+`QUIET_S` after this process's last write (so after an ingestion job, not between its batches) and when
+`kb serve` warms. Each slice merges about `SLICE_PAGES` pages in its own short write transaction: a writer
+waits at most one slice, a reader never (WAL), and a process stopped mid-way leaves a consistent index whose
+next compaction goes on from there. Compaction changes no passage id, term or score: only how they are
+stored."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from .db import SqliteDatabase
 
 logger = logging.getLogger(__name__)
 
-QUIET_S = 5.0
+QUIET_S = 30.0  # longer than the pause between an ingestion job's batches, even while it embeds
 SLICE_PAGES = 256
 FRAGMENTED_SHARE = 0.05
 _STRUCTURE_V2 = b"\xff\x00\x00\x01"
