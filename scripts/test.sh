@@ -37,6 +37,15 @@ $BIN/mypy layers/knowledge_core/knowledge_core src/kb_cli src/knowledge_client
 # Strict for the core layer and the handlers (issue 21); the allowlist is the `type: ignore[...]` comments,
 # each saying which library forces it (Powertools' untyped exception_handler decorator).
 $BIN/mypy --strict --explicit-package-bases layers/knowledge_core/knowledge_core functions
+# The session writes its exit status here at its very end: a test that ends the process early (even with
+# status 0) fails the run instead of passing it unnoticed.
+KB_PYTEST_FINISHED=$(mktemp)
+export KB_PYTEST_FINISHED
 $BIN/python -m pytest -q -p no:cacheprovider "$@"
+if [ ! -s "$KB_PYTEST_FINISHED" ]; then
+  echo "pytest ended before its session finished (a test ended the process)" >&2
+  exit 1
+fi
+rm -f "$KB_PYTEST_FINISHED"
 # schemathesis against kb serve on loopback (openapi.json; 0 failures expected)
 bash scripts/schemathesis.sh
