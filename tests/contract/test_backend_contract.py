@@ -241,6 +241,29 @@ def test_a_search_top_k_per_source_counts_parent_documents(world):
     assert sorted(h.doc_id for h in wide[0].hits) == ["d0", "d1", "d2", "d3", "long"]
 
 
+def test_a_search_top_k_documents_when_few_documents_hold_the_best_passages(world):
+    """A-SEARCH roll-up (issue 23): `top_k` documents even when a few documents hold more of the best
+    passages than the first fetch of passages asks for (OpenSearch: the collapsed second search)."""
+    (key,) = world.publish({"deep": {"topK": 8}})
+    sections = lambda n: "\n\n".join(  # noqa: E731
+        f"## Part {i}\n\nThe axolotl axolotl regrows its limbs, part {i}." for i in range(n)
+    )
+    filler = " The pond also holds frogs, newts, snails, reeds, lilies and many small fish of every kind."
+    world.ingest(
+        *(doc(key, f"book{b}", f"Axolotl book {b}", sections(12)) for b in range(3)),
+        *(
+            doc(key, f"note{i}", f"Pond note {i}", f"One axolotl was seen {i} times.{filler * 3}")
+            for i in range(6)
+        ),
+    )
+    hits = world.c.backend.search(
+        [SourceQuery(key, 8, 0.0)], QueryAnalysis("axolotl"), Viewer(tenant="acme", subject="a")
+    )[0].hits
+    assert len(hits) == 8 and len({h.doc_id for h in hits}) == 8
+    assert {h.doc_id for h in hits[:3]} == {"book0", "book1", "book2"}
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
 def test_a_search_multi_source_merge_by_raw_score(world):
     a, b = world.publish({"alpha": {"topK": 2}, "beta": {"topK": 2}})
     world.ingest(
