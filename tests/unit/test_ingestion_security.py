@@ -309,6 +309,41 @@ def test_m1_i_ingest_opensearch_throttled_or_down_write_is_retried_by_the_job_wi
     assert status.state == "completed" and status.counts.done == 3 and not status.errors
 
 
+def test_m1_i_ingest_sqlite_locked_search_file_is_retried_by_the_job_without_an_attempt(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The embedded search file locked by another process past its busy timeout is an outage too: the
+    job waits and retries without costing the documents an attempt, and the admin API answers 503."""
+    import sqlite3
+
+    from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
+    from knowledge_core.domain.errors import KnowledgeUnavailable
+    from knowledge_core.services import ingestion
+
+    settings = embedded_container(tmp_path, clock).settings
+    backend = SqliteFtsBackend(settings.sqlite_path, busy_timeout_s=0.05)
+    c = Container(settings, clock=clock, backend=backend)
+    c.admin.publish_source(SourceDefinition.model_validate({"id": "manuals", "version": "1.0.0"}))
+    docs = [{"doc_id": f"d{i}", "title": f"T{i}", "body": f"body {i}"} for i in range(3)]
+    accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
+    holder = sqlite3.connect(settings.sqlite_path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        for _ in range(3):
+            assert c.ingestion.work("w") == accepted.job_id  # returns: the job waits, nothing raised
+            clock.advance(ingestion.BACKEND_RETRY_SECONDS + 1)
+        with pytest.raises(KnowledgeUnavailable) as answered:
+            c.admin.put_documents([Document(source_key=SOURCE, doc_id="x", title="t", body="b")])
+        assert answered.value.status == 503
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert [d.attempts for d in c.state.jobs.job_documents(accepted.job_id)] == [0, 0, 0]
+    assert c.ingestion.work("w") == accepted.job_id
+    status = c.ingestion.status(SOURCE, accepted.job_id)
+    assert status.state == "completed" and status.counts.done == 3 and not status.errors
+
+
 def test_m1_i_ingest_opensearch_rejected_write_is_not_retried_as_an_outage(
     on_opensearch: tuple[Container, _WritingNode], clock: FakeClock
 ) -> None:

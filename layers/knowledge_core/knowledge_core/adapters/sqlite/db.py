@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from ...domain.errors import SourceFailure
 from ..private_files import names_a_file, private_path
 
 BUSY_TIMEOUT_S = 10.0
@@ -20,7 +21,37 @@ BUSY_TIMEOUT_S = 10.0
 # file that is not a database; DatabaseError is its base for corrupt files.
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (sqlite3.OperationalError, sqlite3.DatabaseError)
 
+# Primary result codes of a storage fault that is not the statement's: the file busy or locked past the
+# busy timeout, an I/O error, a full disk, a file that cannot be opened, a WAL locking protocol error. A
+# write that meets one is a transient `SourceFailure` (an ingestion job waits and retries it without
+# counting an attempt); anything else (no such table, a constraint, SQL) is a bug and propagates as is.
+_STORAGE_FAULT_CODES = frozenset(
+    {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL}
+    | {sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL}
+)
+
 Migration = Callable[[sqlite3.Connection], None]
+
+
+def storage_failure(exc: sqlite3.Error) -> SourceFailure | None:
+    """The typed failure of a storage fault (`_STORAGE_FAULT_CODES`, extended codes by their primary
+    one), None for any other database error. Names only SQLite's result code, never the statement."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None or code & 0xFF not in _STORAGE_FAULT_CODES:
+        return None
+    return SourceFailure("unavailable", f"sqlite could not take the write ({exc.sqlite_errorname})")
+
+
+@contextmanager
+def write_faults() -> Iterator[None]:
+    """A write the file could not take (`storage_failure`) is raised as its SourceFailure."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        failure = storage_failure(exc)
+        if failure is None:
+            raise
+        raise failure from exc
 
 
 def statements(conn: sqlite3.Connection, script: str) -> None:
@@ -84,10 +115,13 @@ class SqliteDatabase:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # Also when COMMIT itself failed (busy, full, I/O): SQLite may keep the transaction open, and
+            # the connection's next BEGIN would fail on it.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:

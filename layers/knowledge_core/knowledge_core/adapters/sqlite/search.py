@@ -41,7 +41,7 @@ from ...ports import (
 from ..embedding import document_vectors, matching_cosines, passage_text
 from . import candidates, dense_index
 from .candidates import Restriction
-from .db import SqliteDatabase, statements
+from .db import BUSY_TIMEOUT_S, SqliteDatabase, statements, write_faults
 from .dense_cache import DenseIndexes
 from .dense_store import GraphStore
 from .filters import (
@@ -179,8 +179,11 @@ def _hits(conn: sqlite3.Connection, key: str, picks: list[_Pick]) -> list[tuple[
 class SqliteFtsBackend(SearchBackend):
     live_hits = True  # one statement reads passages and their documents (status, ACL, revision)
 
-    def __init__(self, path: str | Path, embedder: Embedder | None = None) -> None:
-        self._db = SqliteDatabase(path)  # its own schema: the tables below, analyzer version in user_version
+    def __init__(
+        self, path: str | Path, embedder: Embedder | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S
+    ) -> None:
+        # Its own schema: the tables below, analyzer version in user_version.
+        self._db = SqliteDatabase(path, busy_timeout_s=busy_timeout_s)
         self._embedder = embedder
         self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if self._db.on_disk else None)
         self._compactor = Compactor(self._db) if self._db.on_disk else None  # few FTS5 segments
@@ -410,7 +413,7 @@ class SqliteFtsBackend(SearchBackend):
         if self._embedder:
             pairs = [(d.title, [p.indexed for p in ps]) for d, ps in zip(documents, passages, strict=True)]
             vectors = document_vectors(self._embedder, pairs)
-        with self._db.transaction() as conn:
+        with write_faults(), self._db.transaction() as conn:
             for doc, doc_passages, doc_vectors in zip(documents, passages, vectors, strict=True):
                 self._delete(conn, doc.source_key, doc.doc_id)
                 conn.execute(
@@ -560,13 +563,13 @@ class SqliteFtsBackend(SearchBackend):
         ).rowcount
 
     def delete_document(self, source_key: str, doc_id: str) -> bool:
-        with self._db.transaction() as conn:
+        with write_faults(), self._db.transaction() as conn:
             deleted = self._delete(conn, source_key, doc_id)
         self._written()
         return deleted > 0
 
     def set_document_status(self, source_key: str, doc_id: str, status: str) -> bool:
-        with self._db.transaction() as conn:
+        with write_faults(), self._db.transaction() as conn:
             cur = conn.execute(
                 "UPDATE documents SET status=?, updated_at=? WHERE source_key=? AND doc_id=?",
                 (status, time.time(), source_key, doc_id),
