@@ -11,7 +11,10 @@ parameters; only this module's own fragments are SQL text."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,7 @@ from ...domain.filters import (
 from ...ports import Vector
 from ..embedding import VectorMatrix
 from .candidates import Restriction
+from .dense_cache import source_version
 
 if TYPE_CHECKING:
     import numpy as np
@@ -191,6 +195,37 @@ BROAD_SHARE = 0.1
 candidates against it instead of building its admitted set (bench/filter_bench.py measured both)."""
 
 
+class AdmittedShares:
+    """`admitted_share` per (source, the source's version, filter) for the searches of one database file: a
+    source's version moves with every write of its documents and their metadata (`source_versions`), so an
+    entry never outlives what it counted, and a search repeating a filter (an agent's `sourceFilters`) pays
+    one primary-key read instead of counting the admitted set and the source. Bounded: least recently used
+    out."""
+
+    MAX_ENTRIES = 256
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[str, int, str], float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def share(self, conn: sqlite3.Connection, source_key: str, node: Filter) -> float:
+        # The filter's wire form, not the tree: `True == 1` in Python, never in a filter.
+        key = (source_key, source_version(conn, source_key), json.dumps(node.wire()))
+        with self._lock:
+            if (cached := self._entries.get(key)) is not None:
+                self._entries.move_to_end(key)
+                return cached
+        share = admitted_share(conn, source_key, node)
+        with self._lock:
+            self._entries[key] = share
+            while len(self._entries) > self.MAX_ENTRIES:
+                self._entries.popitem(last=False)
+        return share
+
+
 @dataclass(frozen=True)
 class FilterPlan:
     """How one search applies its filter: `share` of the source's documents it admits decides."""
@@ -203,8 +238,10 @@ class FilterPlan:
         return self.share >= BROAD_SHARE
 
     @classmethod
-    def of(cls, conn: sqlite3.Connection, source_key: str, node: Filter | None) -> FilterPlan | None:
-        return None if node is None else cls(node, admitted_share(conn, source_key, node))
+    def of(
+        cls, conn: sqlite3.Connection, source_key: str, node: Filter | None, shares: AdmittedShares
+    ) -> FilterPlan | None:
+        return None if node is None else cls(node, shares.share(conn, source_key, node))
 
     def deeper(self, limit: int) -> int:
         """How many unfiltered candidates hold `limit` admitted ones, at this share, with a margin."""

@@ -46,6 +46,7 @@ from .dense_cache import DenseIndexes
 from .dense_store import GraphStore
 from .filters import (
     METADATA_SCHEMA,
+    AdmittedShares,
     DenseScan,
     FilterPlan,
     admitted_among,
@@ -187,6 +188,7 @@ class SqliteFtsBackend(SearchBackend):
         self._embedder = embedder
         self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if self._db.on_disk else None)
         self._compactor = Compactor(self._db) if self._db.on_disk else None  # few FTS5 segments
+        self._shares = AdmittedShares()  # how much of a source a filter admits, by source version
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
             candidates.create_schema(conn)
@@ -230,7 +232,7 @@ class SqliteFtsBackend(SearchBackend):
         conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
         passage_ids: list[int] = []
         try:
-            plan = FilterPlan.of(conn, q.key, q.filter)  # §8: selective or broad, once per source search
+            plan = FilterPlan.of(conn, q.key, q.filter, self._shares)  # §8: selective or broad, per source
             if match is not None:
                 result.hits, passage_ids = self._lexical(conn, q, match, viewer, plan)
             if vectors and passage_ids:
