@@ -186,9 +186,7 @@ def main() -> None:
             finally:
                 if name == "opensearch":
                     backend.drop_indices()  # type: ignore[attr-defined]
-                # Before the temp dir goes: a dense graph still being saved beside the file would abort
-                # the process at exit (its native writer's thread).
-                backend.close()
+                backend.close()  # before the temp dir goes: pending dense graphs are saved beside the file
     print("\n| backend | filter | unfiltered p50 ms | filtered p50 ms | filtered p99 ms | ratio p50 |")
     print("|---|---|---|---|---|---|")
     for r in rows:
