@@ -512,3 +512,55 @@ def test_i23_graphs_are_saved_only_beside_a_file_path(tmp_path: Path) -> None:
         assert _dense(backend, _text(1)) == _exact(backend, _text(1))
         assert backend._dense_indexes.settle(60)
     assert not list(tmp_path.glob("*.dense"))
+
+
+def test_i23_close_stops_a_build_between_chunks_and_none_starts_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blocked_build: tuple[threading.Event, list[int]]
+) -> None:
+    """A build under way at shutdown stops at its next chunk of `ADD_CHUNK` vectors (a thread still inside
+    usearch's add when the interpreter exits aborts the process), nothing of it is installed or saved, and
+    the searches stay exact; the next process builds."""
+    release, started = blocked_build
+    monkeypatch.setattr(dense_index, "ADD_CHUNK", 4)
+    path = tmp_path / "search.sqlite3"
+    backend = _backend(path)
+    _fill(backend)
+    assert _dense(backend, _text(9)) == _exact(backend, _text(9))
+    (build,) = backend._dense_indexes._builds.values()
+    backend._dense_indexes._stopping.set()  # shutdown begins while the build waits to add its vectors
+    release.set()
+    backend.close()
+    assert not build.is_alive() and started == [30]
+    assert isinstance(backend._dense_indexes.indexes[KEY][1], dense_index.ExactScan)
+    assert GraphStore(path).load(SOURCE, MODEL) is None
+    backend.put_documents([_doc(SOURCE, "late", "written after the stop")])
+    assert _dense(backend, "t\n\nwritten after the stop")[0][0] == "late"  # exact, and no build again
+    assert not backend._dense_indexes._builds and started == [30]
+    restarted = _backend(path)
+    assert _dense(restarted, _text(9)) == _exact(restarted, _text(9))
+    assert restarted._dense_indexes.settle(60)
+    assert isinstance(restarted._dense_indexes.indexes[KEY][1], dense_index.HnswIndex)
+    restarted.close()
+
+
+def test_i23_hnsw_update_adds_in_chunks_and_stops_between_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import usearch.index
+
+    monkeypatch.setattr(dense_index, "ADD_CHUNK", 4)
+    calls: list[int] = []
+    original_add = usearch.index.Index.add
+
+    def add(self: Any, keys: Any, vectors: Any, **kwargs: Any) -> Any:
+        calls.append(len(keys))
+        return original_add(self, keys, vectors, **kwargs)
+
+    monkeypatch.setattr(usearch.index.Index, "add", add)
+    rows = [HashEmbedder().embed_query(_text(i)) for i in range(10)]
+    vectors = np.frombuffer(b"".join(v.data for v in rows if v is not None), dtype=np.int8).reshape(10, -1)
+    graph = dense_index.HnswIndex(MODEL, np.arange(1, 11), vectors)
+    assert len(graph) == 10 and calls == [4, 4, 2]
+    assert graph.nearest(rows[3], 1)[0][0] == 4  # passage id 4 holds row 3
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(dense_index.BuildStopped):
+        dense_index.HnswIndex(MODEL, np.arange(1, 11), vectors, stop=stop)

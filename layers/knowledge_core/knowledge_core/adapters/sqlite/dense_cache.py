@@ -24,21 +24,25 @@ Graphs changed by delta are saved by one background thread, at most `SAVE_DELAY_
 quiet and `SAVE_MAX_DELAY_S` after the first unsaved one (a save of a 1M graph writes ~1 GB, and a search
 needing a delta meanwhile waits for it), and at shutdown (`close`, bounded: `kb serve` and its instances);
 a process that stops before its save ends loses nothing but that save: the next one applies the same writes
-by delta from the older graph."""
+by delta from the older graph. A build under way at shutdown (`close`, or the interpreter's exit) stops at
+its next chunk of vectors (`dense_index.ADD_CHUNK`) and is dropped: a thread still inside usearch's add when
+the interpreter exits aborts the process ("terminate called without an active exception", status 134)."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Collection
 from typing import Any
 
 from . import candidates, dense_index
 from .db import SqliteDatabase
-from .dense_index import DenseIndex, ExactScan, HnswIndex
+from .dense_index import BuildStopped, DenseIndex, ExactScan, HnswIndex
 from .dense_store import GraphStore, SavedGraph
 
 logger = logging.getLogger(__name__)
@@ -53,6 +57,7 @@ BUILD_THREADS = max(1, (os.cpu_count() or 2) - 1)
 BUILD_RETRY_S = 300.0  # after a failed build (memory), the exact answer stays this long before a retry
 SAVE_DELAY_S = 10.0
 SAVE_MAX_DELAY_S = 60.0
+STOP_BUILDS_AT_EXIT_S = 5.0  # at interpreter exit, how long the builds under way get to stop (one chunk each)
 _CHECKED_VECTORS = 128  # saved vectors compared with the stored ones: the highest ids and as many random
 
 # The stored vectors of one model in a passage id range, in id order: (low, high, model).
@@ -103,6 +108,8 @@ class DenseIndexes:
         self._builds: dict[Key, threading.Thread] = {}
         self._failed_at: dict[Key, float] = {}
         self._saver = _Saver(self) if store is not None else None
+        self._stopping = threading.Event()  # set by `stop_builds`: builds under way end at their next chunk
+        _LIVE.add(self)
 
     # --- the request path ---------------------------------------------------------------------------
     def index(self, conn: sqlite3.Connection, source_key: str, model: str) -> DenseIndex:
@@ -202,6 +209,7 @@ class DenseIndexes:
         with self._guard:
             if (
                 key in self._builds
+                or self._stopping.is_set()
                 or time.monotonic() - self._failed_at.get(key, -BUILD_RETRY_S) < BUILD_RETRY_S
             ):
                 return
@@ -233,6 +241,8 @@ class DenseIndexes:
                 key[1],
                 extra={"vectors": len(graph), "s": round(time.perf_counter() - started, 1)},
             )
+        except BuildStopped:  # shutting down: the exact answer stays, the next process builds (or loads)
+            logger.info("background build of the dense graph of %s (%s) stopped at shutdown", *key)
         except Exception:  # a failed build leaves the exact answer (correct, slower); logged, retried later
             logger.exception("background build of the dense graph of %s (%s) failed", *key)
             with self._guard:
@@ -241,17 +251,30 @@ class DenseIndexes:
             with self._guard:
                 self._builds.pop(key, None)
 
-    @staticmethod
-    def _graph_of(exact: ExactScan, base: HnswIndex | None) -> HnswIndex:
-        """The graph of the exact scan's rows: built, or `base` brought to them by delta."""
+    def _graph_of(self, exact: ExactScan, base: HnswIndex | None) -> HnswIndex:
+        """The graph of the exact scan's rows: built, or `base` (installed nowhere: the exact scan is)
+        brought to them by delta. BuildStopped when `stop_builds` is called meanwhile."""
         import numpy as np
 
+        stop = self._stopping
         if base is None:
-            return HnswIndex(exact.model, exact.ids, exact.vectors, threads=BUILD_THREADS)
+            return HnswIndex(exact.model, exact.ids, exact.vectors, threads=BUILD_THREADS, stop=stop)
         old = base.keys()
         rows = np.isin(exact.ids, old, invert=True)
-        base.update(exact.ids[rows], exact.vectors[rows], np.setdiff1d(old, exact.ids), threads=BUILD_THREADS)
+        gone = np.setdiff1d(old, exact.ids)
+        base.update(exact.ids[rows], exact.vectors[rows], gone, threads=BUILD_THREADS, stop=stop)
         return base
+
+    def stop_builds(self, timeout_s: float) -> None:
+        """Stop the background builds under way (each at its next chunk) and wait for them, at most
+        `timeout_s`; none starts after. At shutdown: a thread still inside usearch's add when the
+        interpreter exits aborts the process."""
+        self._stopping.set()
+        deadline = time.monotonic() + timeout_s
+        with self._guard:
+            builds = list(self._builds.values())
+        for thread in builds:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _saved_by_another(self, key: Key) -> tuple[int, HnswIndex] | None:
         """The graph another process saved while this one waited for its claim, when valid here."""
@@ -311,9 +334,13 @@ class DenseIndexes:
             self._saver.flush()
 
     def close(self, timeout_s: float) -> None:
-        """At shutdown: `flush` within `timeout_s`. A save still running then is left to the process's end
-        (written beside its graph and renamed, so an older graph stays whole), and a failed one is logged:
-        either way the next process brings the older saved graph up to date by delta. Never raises."""
+        """At shutdown: stop the builds under way (`stop_builds`), then `flush` within what is left of
+        `timeout_s`. A save still running then is left to the process's end (written beside its graph and
+        renamed, so an older graph stays whole), and a failed one is logged: either way the next process
+        brings the older saved graph up to date by delta. Never raises."""
+        started = time.monotonic()
+        self.stop_builds(timeout_s)
+        timeout_s = max(0.0, timeout_s - (time.monotonic() - started))
         if self._saver is None:
             return
 
@@ -358,6 +385,18 @@ class DenseIndexes:
         thread = threading.Thread(target=run, name="dense-warm", daemon=True)
         thread.start()
         return thread
+
+
+_LIVE: weakref.WeakSet[DenseIndexes] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_builds_at_exit() -> None:
+    """Before the interpreter ends its daemon threads (atexit runs first): stop every build under way, so
+    none is inside usearch's add then (which would abort the process after its work was done)."""
+    deadline = time.monotonic() + STOP_BUILDS_AT_EXIT_S
+    for indexes in list(_LIVE):
+        indexes.stop_builds(max(0.0, deadline - time.monotonic()))
 
 
 class _Saver:
