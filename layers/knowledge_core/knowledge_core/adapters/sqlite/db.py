@@ -17,10 +17,6 @@ from ...domain.errors import SourceFailure
 from ..private_files import names_a_file, private_path
 
 BUSY_TIMEOUT_S = 10.0
-# sqlite3.OperationalError covers a locked database past the busy timeout, a full disk, I/O errors and a
-# file that is not a database; DatabaseError is its base for corrupt files.
-TRANSPORT_ERRORS: tuple[type[Exception], ...] = (sqlite3.OperationalError, sqlite3.DatabaseError)
-
 # Primary result codes of a storage fault that is not the statement's: the file busy or locked past the
 # busy timeout, an I/O error, a full disk, a file that cannot be opened, a WAL locking protocol error. A
 # write that meets one is a transient `SourceFailure` (an ingestion job waits and retries it without
