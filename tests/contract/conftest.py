@@ -202,11 +202,14 @@ def ranked(
     min_score: float = 0.0,
     expansion: str | None = None,
     cut: bool = False,
+    cite: bool = True,
 ) -> list[Hit]:
     """One source's ranked, live-checked hits through the retrieval step every door runs (K-PIPE) — the
-    ranking itself, before the doors' relevance cut (issue 24) unless `cut`, as `kb eval` measures it."""
+    ranking itself, before the doors' relevance cut (issue 24) unless `cut`, as `kb eval` measures it;
+    each showing its cited passage (domain.citing) unless `cite` is off."""
     analysed = retrieval.analyse(query, expansion)
-    [outcome] = retrieval.run([SourceAsk(key, top_k, min_score, cut=cut)], analysed, viewer, 15.0).outcomes
+    ask = SourceAsk(key, top_k, min_score, cut=cut, cite=cite)
+    [outcome] = retrieval.run([ask], analysed, viewer, 15.0).outcomes
     assert outcome.error is None, outcome.error
     return outcome.hits
 

@@ -4,6 +4,7 @@ rank exactly as BM25; documents indexed before the model existed get their vecto
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from knowledge_core.adapters.embedding import OnnxEmbedder
@@ -156,3 +157,32 @@ def test_a_search_dense_stage_never_mixes_models(hybrid_world: World) -> None:
     assert [h.doc_id for h in zh_hits] == ["notebook-zh"]
     en_hits = ranked(retrieval, en_key, 5, english, VIEWER)
     assert [h.doc_id for h in en_hits] == ["notebook"]
+
+
+NOTES = (
+    "Battery notes",
+    "# Battery notes\n\n## Artillery\n\nThe battery of the regiment fired a salute; the battery commander "
+    "praised the battery crews of the battery.\n\n## Laptops\n\nA notebook's battery drains quickly: lower "
+    "the screen brightness to make it last longer.\n",
+)
+
+
+def test_i24_a_search_hybrid_cites_the_passage_that_blends_best(hybrid_world: World) -> None:
+    """A hit shows the passage of its document that best blends BM25 and meaning (domain.citing), not
+    merely the one repeating the query's words: in search summaries and in the agent tool's references
+    alike, on every backend; ranking without a shown passage (the evaluation door) keeps BM25's."""
+    (key,) = hybrid_world.publish({"kit": {"topK": 5}})
+    hybrid_world.ingest(doc(key, "notes", *NOTES))
+    query = "battery life of my portable computer"
+    [plain] = ranked(hybrid_world.c.retrieval, key, 5, query, VIEWER, cite=False)
+    assert plain.passage.startswith("The battery of the regiment")  # BM25's best passage
+    [hit] = ranked(hybrid_world.c.retrieval, key, 5, query, VIEWER)
+    assert hit.passage.startswith("A notebook's battery drains quickly")
+    assert (hit.doc_id, hit.score) == (plain.doc_id, plain.score)  # the rank and score stay
+    [hint] = hybrid_world.search(query)["hints"]
+    assert "notebook's battery drains" in hint["summary"] and "regiment" not in hint["summary"]
+    # The candidates are the document's passages of the hit's revision only: a stale hit gets none.
+    backend, analysed = hybrid_world.c.backend, hybrid_world.c.retrieval.analyse(query)
+    found = backend.passage_candidates([plain], analysed, 3, 5.0)[(key, "notes")]
+    assert [h.passage[:5] for h, _ in found] == ["The b", "A not"] and all(c is not None for _, c in found)
+    assert backend.passage_candidates([replace(plain, revision="older")], analysed, 3, 5.0) == {}

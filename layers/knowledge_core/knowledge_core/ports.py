@@ -232,6 +232,17 @@ class SearchBackend(ABC):
         before ranking), their passages' cosines with `query.vectors`, and its dense candidates. A failing
         source reports its error instead of hits."""
 
+    def passage_candidates(
+        self, hits: Sequence[Hit], query: QueryAnalysis, per_doc: int, timeout_s: float
+    ) -> dict[tuple[str, str], list[tuple[Hit, float | None]]]:
+        """For each hit's document (of the hit's revision, ready), its best `per_doc` passages by BM25 over
+        `query.lexical`, best first — each a copy of the hit with that passage, its page label and its BM25
+        score — with the passage's cosine with the first of `query.vectors` of a model it has (None: none),
+        read in one round trip within `timeout_s`; domain.citing picks the one a hit shows. A document with
+        no matching passage is absent. Raises SourceFailure when the backend cannot answer in time. None by
+        default (a hit shows the passage its search found)."""
+        return {}
+
     @abstractmethod
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
         """Raises SourceFailure when the backend cannot answer."""

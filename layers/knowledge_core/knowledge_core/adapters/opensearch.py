@@ -741,6 +741,54 @@ class OpenSearchBackend(SearchBackend):
         ]
         return sorted(found, key=lambda pair: -pair[1])
 
+    def passage_candidates(
+        self, hits: Sequence[Hit], query: QueryAnalysis, per_doc: int, timeout_s: float
+    ) -> dict[tuple[str, str], list[tuple[Hit, float | None]]]:
+        if not hits:
+            return {}
+        matched = text_query(query.lexical)
+        body: list[dict[str, Any]] = []
+        for hit in hits:
+            key = {"term": {"doc_key": doc_key(hit.source_key, hit.doc_id)}}
+            body.append({"index": self.passages_alias})
+            body.append(
+                {
+                    "size": per_doc,
+                    "timeout": f"{max(1, int(timeout_s * 1000))}ms",
+                    "track_total_hits": False,
+                    "query": {"bool": {"must": [matched], "filter": [key, {"term": {"status": "ready"}}]}},
+                    "_source": _HIT_FIELDS + (_VECTOR_FIELDS if query.vectors else []),
+                }
+            )
+        try:
+            responses = self.msearch(body, timeout_s + 1.0).get("responses", [])
+        except transport_errors() as exc:
+            raise _failure(exc) from exc
+        if len(responses) < len(hits):
+            raise SourceFailure("unavailable", "missing msearch response")
+        found: dict[tuple[str, str], list[tuple[Hit, float | None]]] = {}
+        for hit, response in zip(hits, responses, strict=False):
+            failure = _sub_failure(response)
+            if failure is not None:
+                raise failure
+            rows = [r for r in response["hits"]["hits"] if r["_source"].get("revision") == hit.revision]
+            if not rows:
+                continue
+            cosines = _cosines(query.vectors, rows) if query.vectors else [None] * len(rows)
+            found[(hit.source_key, hit.doc_id)] = [
+                (
+                    replace(
+                        hit,
+                        score=float(r["_score"]),
+                        passage=r["_source"]["text"],
+                        structured_source=r["_source"].get("structured_source"),
+                    ),
+                    c,
+                )
+                for r, c in zip(rows, cosines, strict=True)
+            ]
+        return found
+
     # --- documents ----------------------------------------------------------------------------------
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
         """One GET of the stored document (a read by ref: `_doc`, the read function's only grant)."""

@@ -136,7 +136,9 @@ class KnowledgeService:
         scope = self._enter(principal, route, None)
         if not scope.searchable():
             return []
-        status, hits = self._retrieve(scope, query, principal, depth, plan_search(scope, query), cut=cut)
+        status, hits = self._retrieve(
+            scope, query, principal, depth, plan_search(scope, query), cut=cut, cite=False
+        )
         if status != "ok":
             # A measurement must not count a failing source as "no results".
             raise KnowledgeUnavailable()
@@ -178,9 +180,11 @@ class KnowledgeService:
         planned: list[PlannedSource],
         filter_: Filter | None = None,
         cut: bool = True,
+        cite: bool = True,
     ) -> tuple[SearchStatus, list[Hit]]:
         """(status, hits merged by raw score): each planned source asked for its `topK`
-        (or `depth`) documents among those `filter_` admits (§8) through the one retrieval step (K-PIPE)."""
+        (or `depth`) documents among those `filter_` admits (§8) through the one retrieval step (K-PIPE);
+        `cite` off: the hits' passages are not chosen (the evaluation door's ranking shows none)."""
         if not planned:
             return "ok", []
         # An expired runtime lease makes a source unavailable without querying it (R-ROUTE).
@@ -191,7 +195,7 @@ class KnowledgeService:
                 # The route's agent's sourceFilters and the request's filter, and-ed; no runtime stands
                 # behind this door, so no trusted context (§3.1: a context-bound condition matches nothing).
                 [
-                    SourceAsk.of(p, depth, retrieval_filter(scope.routing, p.key, {}, filter_), cut)
+                    SourceAsk.of(p, depth, retrieval_filter(scope.routing, p.key, {}, filter_), cut, cite)
                     for p in to_call
                 ],
                 self.retrieval.analyse(query),

@@ -7,6 +7,8 @@ Search hints (§2.3), a turn's startup delivery (§2.2), the agent tool's `knowl
     -> per-source candidates from the backend (lexical and dense, one round trip)
     -> one ranker per source (hybrid fusion, then `minScore`; BM25 alone when no model covers the query)
     -> one batched live check of every hit (one read per backend, never one per hit)
+    -> the relevance cut, then (with a query vector) the passage each hit shows (domain.citing: one more
+       read of the hits' documents' best passages)
     -> typed per-source outcomes.
 
 The doors differ only in what they do with the outcomes: how they merge several sources (search by raw
@@ -18,6 +20,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from ..domain.citing import CITE_PASSAGES, cite
 from ..domain.errors import SourceFailure
 from ..domain.filters import Filter
 from ..domain.fusion import Hit
@@ -45,13 +48,15 @@ class SourceAsk:
     """One source to retrieve from: at most `top_k` ranked documents scoring at least `min_score`, among
     the documents `filter` admits (§8: the request's filter and the agent's sourceFilters for this source,
     combined by the caller; None: every document), cut where they fall far below the best
-    (`domain.relevance`) unless `cut` is off."""
+    (`domain.relevance`) unless `cut` is off, each showing its cited passage (`domain.citing`) unless
+    `cite` is off (a door that shows no passage: the evaluation door's ranking)."""
 
     key: str
     top_k: int
     min_score: float
     filter: Filter | None = None
     cut: bool = True
+    cite: bool = True
 
     @classmethod
     def of(
@@ -60,10 +65,11 @@ class SourceAsk:
         depth: int | None = None,
         filter_: Filter | None = None,
         cut: bool = True,
+        cite: bool = True,
     ) -> SourceAsk:
         """A planned source's own `topK` and `minScore` (or `depth` documents: the evaluation door)."""
         definition = planned.source.definition
-        return cls(planned.key, depth or definition.top_k, definition.min_score, filter_, cut)
+        return cls(planned.key, depth or definition.top_k, definition.min_score, filter_, cut, cite)
 
 
 @dataclass
@@ -133,7 +139,25 @@ class Retrieval:
         for ask, outcome in zip(sources, checked.outcomes, strict=True):
             if ask.cut:  # after the live check: the best hit the cut measures from is a citable one
                 outcome.hits = relevance_cut(outcome.hits, self.relevance_floor)
+        if query.vectors:  # without a query vector a hit's BM25 passage is the one to cite
+            shown = [o for a, o in zip(sources, checked.outcomes, strict=True) if a.cite and o.hits]
+            self._cite(shown, query, timeout_s)
         return checked
+
+    def _cite(self, outcomes: list[SourceOutcome], query: QueryAnalysis, timeout_s: float) -> None:
+        """Each hit of `outcomes` showing the passage domain.citing picks among its document's best BM25
+        passages (read for every hit at once). When that read fails the hits keep the passages their search
+        found — still the right documents' best BM25 passages — and the retrieval does not fail."""
+        hits = [h for o in outcomes for h in o.hits]
+        if not hits:
+            return
+        try:
+            found = self._backend.passage_candidates(hits, query, CITE_PASSAGES, timeout_s)
+        except SourceFailure as exc:
+            logger.warning("cited passages not chosen (%s): hits show their BM25 passages", exc.kind)
+            return
+        for o in outcomes:
+            o.hits = [cite(h, found.get((h.source_key, h.doc_id), [])) for h in o.hits]
 
     def source_query(
         self,

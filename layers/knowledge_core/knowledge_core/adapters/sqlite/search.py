@@ -14,6 +14,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ _DENSE_SQL = (
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
     "WHERE d.status = 'ready' AND r.id IN ({marks})"
 )
+_SPAN_SQL = "SELECT min(id), max(id) FROM passage_rows WHERE source_key = ? AND doc_id = ?"
 _VECTORS_SQL = (
     "SELECT passage_id, model, vector FROM passage_vectors "
     "WHERE model IN ({models}) AND passage_id IN ({ids})"
@@ -110,7 +112,7 @@ def _hit(
     structured: str | None,
     pages: str | None,
 ) -> Hit:
-    stored = json.loads(structured) if structured else None
+    stored = _json(structured)
     return Hit(
         key,
         doc_id,
@@ -118,9 +120,18 @@ def _hit(
         revision,
         score,
         passage,
-        hit_source(stored, json.loads(pages) if pages else None),
+        _source(stored, pages),
         stored_version(revision, acl, stored),
     )
+
+
+def _json(text: str | None) -> Any:
+    return json.loads(text) if text else None
+
+
+def _source(stored: dict[str, Any] | None, pages: str | None) -> dict[str, Any] | None:
+    """A hit's structured source: its document's, with the page label of the passage's pages (JSON)."""
+    return hit_source(stored, _json(pages))
 
 
 # A chosen passage: doc_id, score, ACL JSON, the parsed ACL, passage id.
@@ -354,6 +365,53 @@ class SqliteFtsBackend(SearchBackend):
             if complete:
                 break
         return [(hit, hit.score) for hit, _ in _hits(conn, q.key, picks)]
+
+    def passage_candidates(
+        self, hits: Sequence[Hit], query: QueryAnalysis, per_doc: int, timeout_s: float
+    ) -> dict[tuple[str, str], list[tuple[Hit, float | None]]]:
+        match = _match_expression(query.lexical)
+        if match is None or not hits:
+            return {}
+        found: dict[tuple[str, str], list[tuple[Hit, float | None]]] = {}
+        conn = self._conn()
+        deadline = time.perf_counter() + timeout_s
+        conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
+        try:
+            for hit in hits:
+                # A document's passages hold consecutive ids (`_index`): its id span is its passages.
+                span = conn.execute(_SPAN_SQL, (hit.source_key, hit.doc_id)).fetchone()
+                if span is None or span[0] is None:
+                    continue
+                rows: list[tuple[Any, ...]] = candidates.candidate_rows(conn, match, span, per_doc)
+                details = candidates.passage_details(conn, [r[3] for r in rows])
+                # (passage id, BM25 score, details) of the hit's revision: a rewrite since is not cited
+                kept = [(r[3], r[1], d) for r in rows if (d := details.get(r[3])) and d[3] == hit.revision]
+                if not kept:
+                    continue
+                ids = [i for i, _, _ in kept]
+                stored = (
+                    self._stored_vectors(conn, ids, [v.model for v in query.vectors]) if query.vectors else {}
+                )
+                cosines = matching_cosines(query.vectors, [stored.get(i, {}) for i in ids])
+                found[(hit.source_key, hit.doc_id)] = [
+                    (
+                        replace(
+                            hit,
+                            score=float(score),
+                            passage=d[0],
+                            structured_source=_source(_json(d[5]), d[1]),
+                        ),
+                        c,
+                    )
+                    for (_, score, d), c in zip(kept, cosines, strict=True)
+                ]
+        except sqlite3.OperationalError as exc:
+            raise SourceFailure("timeout" if "interrupt" in str(exc) else "unavailable") from None
+        except sqlite3.Error:
+            raise SourceFailure("unavailable") from None
+        finally:
+            conn.set_progress_handler(None, 0)
+        return found
 
     # --- documents ------------------------------------------------------------------------------
     def _read(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
