@@ -87,6 +87,7 @@ _DENSE_SQL = (
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
     "WHERE d.status = 'ready' AND r.id IN ({marks})"
 )
+# One document's passage id span, by the (source_key, doc_id) index.
 _SPAN_SQL = "SELECT min(id), max(id) FROM passage_rows WHERE source_key = ? AND doc_id = ?"
 _VECTORS_SQL = (
     "SELECT passage_id, model, vector FROM passage_vectors "
@@ -377,34 +378,43 @@ class SqliteFtsBackend(SearchBackend):
         deadline = time.perf_counter() + timeout_s
         conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
         try:
+            keys = list(dict.fromkeys((h.source_key, h.doc_id) for h in hits))
+            # A document's passages hold consecutive ids (`_index`): its id span is its passages.
+            spans = {
+                k: (r[0], r[1]) for k in keys if (r := conn.execute(_SPAN_SQL, k).fetchone())[0] is not None
+            }
+            rows: dict[tuple[str, str], list[tuple[Any, ...]]] = {
+                k: candidates.candidate_rows(conn, match, spans[k], per_doc) for k in keys if k in spans
+            }
+            details = candidates.passage_details(
+                conn, [r[3] for found_rows in rows.values() for r in found_rows]
+            )
+            stored = (
+                self._stored_vectors(conn, list(details), [v.model for v in query.vectors])
+                if query.vectors and details
+                else {}
+            )
             for hit in hits:
-                # A document's passages hold consecutive ids (`_index`): its id span is its passages.
-                span = conn.execute(_SPAN_SQL, (hit.source_key, hit.doc_id)).fetchone()
-                if span is None or span[0] is None:
-                    continue
-                rows: list[tuple[Any, ...]] = candidates.candidate_rows(conn, match, span, per_doc)
-                details = candidates.passage_details(conn, [r[3] for r in rows])
                 # (passage id, BM25 score, details) of the hit's revision: a rewrite since is not cited
-                kept = [(r[3], r[1], d) for r in rows if (d := details.get(r[3])) and d[3] == hit.revision]
-                if not kept:
-                    continue
-                ids = [i for i, _, _ in kept]
-                stored = (
-                    self._stored_vectors(conn, ids, [v.model for v in query.vectors]) if query.vectors else {}
-                )
-                cosines = matching_cosines(query.vectors, [stored.get(i, {}) for i in ids])
-                found[(hit.source_key, hit.doc_id)] = [
-                    (
-                        replace(
-                            hit,
-                            score=float(score),
-                            passage=d[0],
-                            structured_source=_source(_json(d[5]), d[1]),
-                        ),
-                        c,
-                    )
-                    for (_, score, d), c in zip(kept, cosines, strict=True)
+                kept = [
+                    (r[3], r[1], d)
+                    for r in rows.get((hit.source_key, hit.doc_id), [])
+                    if (d := details.get(r[3])) and d[3] == hit.revision
                 ]
+                cosines = matching_cosines(query.vectors, [stored.get(i, {}) for i, _, _ in kept])
+                if kept:
+                    found[(hit.source_key, hit.doc_id)] = [
+                        (
+                            replace(
+                                hit,
+                                score=float(score),
+                                passage=d[0],
+                                structured_source=_source(_json(d[5]), d[1]),
+                            ),
+                            c,
+                        )
+                        for (_, score, d), c in zip(kept, cosines, strict=True)
+                    ]
         except sqlite3.OperationalError as exc:
             raise SourceFailure("timeout" if "interrupt" in str(exc) else "unavailable") from None
         except sqlite3.Error:
