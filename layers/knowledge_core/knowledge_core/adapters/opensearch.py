@@ -95,6 +95,7 @@ DENSE_RETRY_S = 300.0
 BULK_MAX_BYTES = 8 * 1024 * 1024
 _HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "version", "text", "structured_source"]
 _VECTOR_FIELDS = ["vectors", "vector", "vector_model"]
+CANDIDATES_DEPTH = 4  # passage_candidates reads per_doc x documents x this many passages in one query
 _DOC_FIELDS = [
     "source_key",
     "doc_id",
@@ -746,35 +747,41 @@ class OpenSearchBackend(SearchBackend):
     ) -> dict[tuple[str, str], list[tuple[Hit, float | None]]]:
         if not hits:
             return {}
-        matched = text_query(query.lexical)
-        body: list[dict[str, Any]] = []
-        for hit in hits:
-            key = {"term": {"doc_key": doc_key(hit.source_key, hit.doc_id)}}
-            body.append({"index": self.passages_alias})
-            body.append(
-                {
-                    "size": per_doc,
-                    "timeout": f"{max(1, int(timeout_s * 1000))}ms",
-                    "track_total_hits": False,
-                    "query": {"bool": {"must": [matched], "filter": [key, {"term": {"status": "ready"}}]}},
-                    "_source": _HIT_FIELDS + (_VECTOR_FIELDS if query.vectors else []),
-                }
-            )
+        wanted = {doc_key(h.source_key, h.doc_id): h for h in hits}
+        filters = [{"terms": {"doc_key": list(wanted)}}, {"term": {"status": "ready"}}]
+        # One query over the hits' documents (not one per document: each sub-search costs its own phases),
+        # deep enough for `per_doc` of each unless a few documents hold far more of the best passages —
+        # a document crowded out keeps the passage its search found (domain.citing).
+        search = {
+            "size": min(10_000, per_doc * len(wanted) * CANDIDATES_DEPTH),
+            "timeout": f"{max(1, int(timeout_s * 1000))}ms",
+            "track_total_hits": False,
+            "query": {"bool": {"must": [text_query(query.lexical)], "filter": filters}},
+            "_source": ["doc_key", *_HIT_FIELDS, *(_VECTOR_FIELDS if query.vectors else [])],
+        }
         try:
-            responses = self.msearch(body, timeout_s + 1.0).get("responses", [])
+            responses = self.msearch([{"index": self.passages_alias}, search], timeout_s + 1.0).get(
+                "responses"
+            )
         except transport_errors() as exc:
             raise _failure(exc) from exc
-        if len(responses) < len(hits):
+        if not responses:
             raise SourceFailure("unavailable", "missing msearch response")
+        failure = _sub_failure(responses[0])
+        if failure is not None:
+            raise failure
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for r in responses[0]["hits"]["hits"]:
+            hit = wanted.get(r["_source"].get("doc_key", ""))
+            # the hit's revision only: a rewrite since is not cited
+            if hit is not None and r["_source"].get("revision") == hit.revision:
+                kept = rows.setdefault(r["_source"]["doc_key"], [])
+                if len(kept) < per_doc:
+                    kept.append(r)
         found: dict[tuple[str, str], list[tuple[Hit, float | None]]] = {}
-        for hit, response in zip(hits, responses, strict=False):
-            failure = _sub_failure(response)
-            if failure is not None:
-                raise failure
-            rows = [r for r in response["hits"]["hits"] if r["_source"].get("revision") == hit.revision]
-            if not rows:
-                continue
-            cosines = _cosines(query.vectors, rows) if query.vectors else [None] * len(rows)
+        for key, passages in rows.items():
+            hit = wanted[key]
+            cosines = _cosines(query.vectors, passages) if query.vectors else [None] * len(passages)
             found[(hit.source_key, hit.doc_id)] = [
                 (
                     replace(
@@ -785,7 +792,7 @@ class OpenSearchBackend(SearchBackend):
                     ),
                     c,
                 )
-                for r, c in zip(rows, cosines, strict=True)
+                for r, c in zip(passages, cosines, strict=True)
             ]
         return found
 
