@@ -27,7 +27,6 @@ import http.client
 import json
 import os
 import resource
-import sqlite3
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ sys.path[:0] = [str(ROOT / "layers" / "knowledge_core"), str(ROOT / "src"), str(
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 
 from _util import interleaved, percentile  # noqa: E402
+from knowledge_core.adapters.sqlite.driver import sqlite3  # noqa: E402  (the service's own library)
 from scale_corpus import MODEL, Corpus  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -56,16 +56,22 @@ POOL = DENSE = 50  # the hybrid ranking's depths (domain.hybrid.HybridRanking)
 class Serve:
     """`kb serve` on a free port over `state` (BM25: --embedding-model none), stopped by close()."""
 
-    def __init__(self, state: Path) -> None:
+    def __init__(self, state: Path, env: dict[str, str] | None = None, log: str = "serve.log") -> None:
         import socket
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.log = state / "serve.log"
+        self.log = state / log
         kb = Path(sys.executable).parent / "kb"
         cmd = [str(kb), "serve", "--state", str(state), "--port", str(self.port), "--embedding-model", "none"]
-        self.proc = subprocess.Popen(cmd, stdout=self.log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )
         deadline = time.monotonic() + 600
         while "listening on" not in self.log.read_text():
             if self.proc.poll() is not None or time.monotonic() > deadline:

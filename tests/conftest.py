@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from knowledge_core.adapters.sqlite.driver import sqlite3
 
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "AgentKnowledgeTests")

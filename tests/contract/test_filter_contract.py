@@ -202,8 +202,7 @@ def test_f_filter_contract_metadata_reads_back_and_rewrites(world: World) -> Non
 def test_f_filter_sqlite_file_from_before_metadata_migrates_on_open(tmp_path) -> None:
     """A search file written before metadata (no column, no side table) opens, keeps its documents (no
     metadata: notEquals admits them) and filters new ones."""
-    import sqlite3
-
+    from knowledge_core.adapters.sqlite.driver import sqlite3
     from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
 
     path = tmp_path / "kb.sqlite3"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from knowledge_core.adapters.sqlite.driver import sqlite3
 
 ROOT = Path(__file__).resolve().parents[2]
 # The installed console script when there is one (it is what users run), else the module.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
@@ -20,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from knowledge_core.adapters.sqlite.driver import sqlite3
 
 from tests.e2e.conftest import (
     KB,

@@ -314,8 +314,7 @@ def test_m1_i_ingest_sqlite_locked_search_file_is_retried_by_the_job_without_an_
 ) -> None:
     """The embedded search file locked by another process past its busy timeout is an outage too: the
     job waits and retries without costing the documents an attempt, and the admin API answers 503."""
-    import sqlite3
-
+    from knowledge_core.adapters.sqlite.driver import sqlite3
     from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
     from knowledge_core.domain.errors import KnowledgeUnavailable
     from knowledge_core.services import ingestion

@@ -4,10 +4,10 @@ one answers 409 knowledge_changed."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
+from knowledge_core.adapters.sqlite.driver import sqlite3
 from knowledge_core.domain.errors import KnowledgeChanged
 from knowledge_core.domain.models import Document, DocumentAcl
 from knowledge_core.domain.passages import split_structured

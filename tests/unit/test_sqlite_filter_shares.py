@@ -4,9 +4,9 @@ broad plan) is counted once per source version and filter, and counted again aft
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
+from knowledge_core.adapters.sqlite.driver import sqlite3
 from knowledge_core.adapters.sqlite.filters import AdmittedShares
 from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
 from knowledge_core.domain.filters import parse_filter

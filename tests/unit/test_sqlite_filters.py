@@ -4,9 +4,9 @@ reference semantics (`domain.filters.matches`) admits, on seeded random metadata
 from __future__ import annotations
 
 import random
-import sqlite3
 
 import pytest
+from knowledge_core.adapters.sqlite.driver import sqlite3
 from knowledge_core.adapters.sqlite.filters import METADATA_SCHEMA, matching_documents, write_metadata
 from knowledge_core.domain.filters import COMPARISONS, matches, parse_filter
 

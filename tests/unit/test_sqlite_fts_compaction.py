@@ -4,13 +4,13 @@ the index, writers never blocked for long, and a stop honoured within a slice.""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from knowledge_core.adapters.sqlite import fts_compaction
+from knowledge_core.adapters.sqlite.driver import sqlite3
 from knowledge_core.adapters.sqlite.fts_compaction import Compactor, compact, fragmented, segment_pages
 from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
 from knowledge_core.ports import QueryAnalysis, SourceQuery

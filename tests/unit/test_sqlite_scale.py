@@ -5,7 +5,6 @@ one deeper fetch (never OFFSET pages), and an index of the old layout is rebuilt
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 from knowledge_core.adapters.embedding import VectorMatrix
 from knowledge_core.adapters.sqlite import candidates, dense_index
+from knowledge_core.adapters.sqlite.driver import sqlite3
 from knowledge_core.adapters.sqlite.search import _SCHEMA, ANALYZER_VERSION, SqliteFtsBackend
 from knowledge_core.domain.models import Document, DocumentAcl, Viewer
 from knowledge_core.ports import Embedder, QueryAnalysis, SourceQuery, Vector

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 from knowledge_core.adapters.sqlite import sqlite_stores
+from knowledge_core.adapters.sqlite.driver import sqlite3
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.errors import StateUnavailable
 from knowledge_core.domain.models import AgentDefinition, Principal

@@ -5,12 +5,12 @@ usable; an error of the statement itself (a schema bug) is not hidden behind a r
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from knowledge_core.adapters.sqlite.db import SqliteDatabase, write_faults
+from knowledge_core.adapters.sqlite.driver import sqlite3
 from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
 from knowledge_core.domain.errors import SourceFailure
 from knowledge_core.domain.models import Document, DocumentAcl, Viewer

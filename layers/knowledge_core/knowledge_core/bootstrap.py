@@ -185,7 +185,11 @@ class Container:
         if self.settings.search_backend == "sqlite":
             from .adapters.sqlite.search import SqliteFtsBackend
 
-            return SqliteFtsBackend(self.settings.sqlite_path, embedder=self.embedder)
+            return SqliteFtsBackend(
+                self.settings.sqlite_path,
+                embedder=self.embedder,
+                slices=self.settings.sqlite_search_slices or None,
+            )
         from .adapters.opensearch import OpenSearchBackend
 
         if not self.settings.opensearch_url:

@@ -83,12 +83,14 @@ def _demo_token(container: Container, token_file: Path) -> str:
 def _orphaned_sources(container: Container, state: Path) -> list[str]:
     """Sources that have documents in the index but are not in the registry (an older kb serve kept
     its registry in memory)."""
-    import sqlite3
+    from contextlib import closing
+
+    from knowledge_core.adapters.sqlite.driver import sqlite3  # the service's own library (driver.py)
 
     index = state / "search.sqlite3"
     if container.settings.search_backend != "sqlite" or not index.exists():
         return []
-    with sqlite3.connect(index) as conn:
+    with closing(sqlite3.connect(index)) as conn:
         try:
             keys = [k for (k,) in conn.execute("SELECT DISTINCT source_key FROM documents")]
         except sqlite3.Error:

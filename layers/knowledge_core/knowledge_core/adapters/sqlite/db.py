@@ -7,7 +7,6 @@ SQLite's own locking serialises their write transactions; readers never block wr
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from ...domain.errors import SourceFailure
 from ..private_files import names_a_file, private_path
+from .driver import sqlite3
 
 BUSY_TIMEOUT_S = 10.0
 # Primary result codes of a storage fault that is not the statement's: the file busy or locked past the

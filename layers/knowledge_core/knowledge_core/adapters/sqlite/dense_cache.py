@@ -33,7 +33,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import sqlite3
 import threading
 import time
 import weakref
@@ -44,6 +43,7 @@ from . import candidates, dense_index
 from .db import SqliteDatabase
 from .dense_index import BuildStopped, DenseIndex, ExactScan, HnswIndex
 from .dense_store import GraphStore, SavedGraph
+from .driver import sqlite3
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ parameters; only this module's own fragments are SQL text."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
@@ -32,6 +31,7 @@ from ...ports import Vector
 from ..embedding import VectorMatrix
 from .candidates import Restriction
 from .dense_cache import source_version
+from .driver import sqlite3
 
 if TYPE_CHECKING:
     import numpy as np

@@ -18,11 +18,11 @@ stored."""
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 
 from .db import SqliteDatabase
+from .driver import sqlite3
 
 logger = logging.getLogger(__name__)
 

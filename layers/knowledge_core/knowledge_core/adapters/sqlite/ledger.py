@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ from ...ports import (
     BudgetLedger,
     ChainSnapshot,
 )
+from .driver import sqlite3
 from .store import (
     LEDGER_TTL_SECONDS,
     SqliteStore,

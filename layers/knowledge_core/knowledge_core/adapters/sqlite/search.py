@@ -11,7 +11,7 @@ saved beside the file and never built in a request (dense_cache.py, dense_store.
 from __future__ import annotations
 
 import json
-import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -45,6 +45,7 @@ from .candidates import Restriction
 from .db import BUSY_TIMEOUT_S, SqliteDatabase, statements, write_faults
 from .dense_cache import DenseIndexes
 from .dense_store import GraphStore
+from .driver import sqlite3
 from .filters import (
     METADATA_SCHEMA,
     AdmittedShares,
@@ -89,6 +90,8 @@ _DENSE_SQL = (
 )
 # One document's passage id span, by the (source_key, doc_id) index.
 _SPAN_SQL = "SELECT min(id), max(id) FROM passage_rows WHERE source_key = ? AND doc_id = ?"
+_MEMO_ROWS = 10_000  # candidate rows a thread keeps from its last search for citing (below)
+_Memo = dict[tuple[str, str], tuple[list[tuple[Any, ...]], bool]]  # (source, match) -> rows, every match
 _VECTORS_SQL = (
     "SELECT passage_id, model, vector FROM passage_vectors "
     "WHERE model IN ({models}) AND passage_id IN ({ids})"
@@ -193,14 +196,27 @@ class SqliteFtsBackend(SearchBackend):
     live_hits = True  # one statement reads passages and their documents (status, ACL, revision)
 
     def __init__(
-        self, path: str | Path, embedder: Embedder | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S
+        self,
+        path: str | Path,
+        embedder: Embedder | None = None,
+        *,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+        slices: int | None = None,
     ) -> None:
+        """`slices`: how many id ranges of a large source one search reads at once (None: the CPUs this
+        process may use, at most candidates.MAX_SLICES; 1: one statement)."""
         # Its own schema: the tables below, analyzer version in user_version.
         self._db = SqliteDatabase(path, busy_timeout_s=busy_timeout_s)
+        self._sliced = candidates.SlicedCandidates(
+            self._db, candidates.default_slices() if slices is None else slices
+        )
         self._embedder = embedder
         self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if self._db.on_disk else None)
         self._compactor = Compactor(self._db) if self._db.on_disk else None  # few FTS5 segments
         self._shares = AdmittedShares()  # how much of a source a filter admits, by source version
+        # Per thread, the candidate rows of its last search by (source, match): citing reads the hits'
+        # best passages from them when they provably hold them (passage_candidates).
+        self._last_rows = threading.local()
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
             candidates.create_schema(conn)
@@ -230,7 +246,27 @@ class SqliteFtsBackend(SearchBackend):
     # --- search -----------------------------------------------------------------------------------
     def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
         match = _match_expression(query.lexical)
+        self._last_rows.rows = {}
         return [self._search_one(q, match, viewer, query.vectors) for q in queries]
+
+    def _remember(self, key: str, match: str, rows: list[tuple[Any, ...]], every_match: bool) -> None:
+        """A search's candidate rows (best first) for `passage_candidates` in the same thread: every
+        matching passage of ready documents (`every_match`), or the top rows of a first fetch."""
+        if len(rows) <= _MEMO_ROWS:
+            memo: _Memo = self._last_rows.__dict__.setdefault("rows", {})
+            memo[(key, match)] = (rows, every_match)
+
+    def _remembered(self, key: tuple[str, str], match: str, per_doc: int) -> list[tuple[Any, ...]] | None:
+        """The document's best `per_doc` candidate rows when this thread's last search provably read them:
+        it read every match, or at least `per_doc` of the document's passages are among its top rows (the
+        top rows hold every passage scoring above their last, in the order one statement over the document
+        gives: score, then passage id). None: not known, the index is asked."""
+        memo = self._last_rows.__dict__.get("rows", {}).get((key[0], match))
+        if memo is None:
+            return None
+        rows, every_match = memo
+        mine = [r for r in rows if r[0] == key[1]]
+        return mine[:per_doc] if every_match or len(mine) >= per_doc else None
 
     def _search_one(
         self, q: SourceQuery, match: str | None, viewer: Viewer, vectors: Sequence[Vector]
@@ -246,7 +282,7 @@ class SqliteFtsBackend(SearchBackend):
         try:
             plan = FilterPlan.of(conn, q.key, q.filter, self._shares)  # §8: selective or broad, per source
             if match is not None:
-                result.hits, passage_ids = self._lexical(conn, q, match, viewer, plan)
+                result.hits, passage_ids = self._lexical(conn, q, match, viewer, plan, deadline)
             if vectors and passage_ids:
                 stored = self._stored_vectors(conn, passage_ids, [v.model for v in vectors])
                 result.cosines = matching_cosines(vectors, [stored.get(i, {}) for i in passage_ids])
@@ -271,14 +307,15 @@ class SqliteFtsBackend(SearchBackend):
         inside the FTS5 top-k (so the top-k are the best matching ones, never a post-filtered remainder)."""
         return filter_restriction(q.key, q.filter) if q.filter is not None else None
 
-    @staticmethod
     def _broad_lexical(
+        self,
         conn: sqlite3.Connection,
         q: SourceQuery,
         match: str,
         viewer: Viewer,
-        id_range: tuple[int, int],
+        extent: tuple[tuple[int, int], int],
         plan: FilterPlan,
+        deadline: float | None,
     ) -> tuple[list[Hit], list[int]] | None:
         """A broad filter (§8): BM25's top rows of the whole source (as many as unfiltered, then deeper by the
         admitted share), kept where their document is admitted (one predicate over those few documents) —
@@ -287,7 +324,7 @@ class SqliteFtsBackend(SearchBackend):
         not: the restricted query decides."""
         limit = q.top_k * _CANDIDATES_PER_DOC + 16
         for depth in (limit, plan.deeper(limit)):
-            rows = candidates.candidate_rows(conn, match, id_range, depth)
+            rows = self._sliced.rows(conn, match, extent[0], depth, deadline=deadline, used=extent[1])
             admitted = admitted_among(conn, q.key, {str(r[0]) for r in rows}, plan.node)
             picks, complete = _pick([r for r in rows if r[0] in admitted], viewer, q.top_k, q.min_score)
             if complete or len(rows) < depth:
@@ -302,25 +339,30 @@ class SqliteFtsBackend(SearchBackend):
         match: str,
         viewer: Viewer,
         plan: FilterPlan | None = None,
+        deadline: float | None = None,
     ) -> tuple[list[Hit], list[int]]:
         """BM25's best `q.top_k` documents of the source scoring at least `q.min_score` (best passage each)
         and those passages' ids. FTS5's top rows of the source's id range are read once; when passages the
         viewer may not see, or more passages of documents already kept, exhaust them before top_k, one
         deeper fetch reads every match (no OFFSET pages re-running the query)."""
-        id_range = candidates.source_range(conn, q.key)
-        if id_range is None:
+        extent = candidates.source_extent(conn, q.key)
+        if extent is None:
             return [], []
+        id_range, used = extent
         if plan is not None and plan.broad:
-            found = self._broad_lexical(conn, q, match, viewer, id_range, plan)
+            found = self._broad_lexical(conn, q, match, viewer, extent, plan, deadline)
             if found is not None:
                 return found
         restriction = self._restriction(q)
         limit = q.top_k * _CANDIDATES_PER_DOC + 16
-        rows = candidates.candidate_rows(conn, match, id_range, limit, restriction)
+        rows = self._sliced.rows(conn, match, id_range, limit, restriction, deadline, used)
         picks, complete = _pick(rows, viewer, q.top_k, q.min_score)
+        every_match = False  # (fewer rows than asked may still be a cut: FTS5's top rows less unready ones)
         if not complete and len(rows) == limit:
-            rows = candidates.candidate_rows(conn, match, id_range, None, restriction)
+            rows = self._sliced.rows(conn, match, id_range, None, restriction, deadline, used)
             picks, _ = _pick(rows, viewer, q.top_k, q.min_score)
+            every_match = True  # (with a filter: every match of the documents it admits, as every hit is)
+        self._remember(q.key, match, rows, every_match)
         hits = _hits(conn, q.key, picks)
         return [h for h, _ in hits], [i for _, i in hits]
 
@@ -379,13 +421,17 @@ class SqliteFtsBackend(SearchBackend):
         conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
         try:
             keys = list(dict.fromkeys((h.source_key, h.doc_id) for h in hits))
-            # A document's passages hold consecutive ids (`_index`): its id span is its passages.
-            spans = {
-                k: (r[0], r[1]) for k in keys if (r := conn.execute(_SPAN_SQL, k).fetchone())[0] is not None
-            }
-            rows: dict[tuple[str, str], list[tuple[Any, ...]]] = {
-                k: candidates.candidate_rows(conn, match, spans[k], per_doc) for k in keys if k in spans
-            }
+            rows: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+            for k in keys:
+                known = self._remembered(k, match, per_doc)  # most hits: their search read them already
+                if known is not None:
+                    if known:
+                        rows[k] = known
+                    continue
+                # A document's passages hold consecutive ids (`_index`): its id span is its passages.
+                first, last = conn.execute(_SPAN_SQL, k).fetchone()
+                if first is not None:
+                    rows[k] = candidates.candidate_rows(conn, match, (first, last), per_doc)
             details = candidates.passage_details(
                 conn, [r[3] for found_rows in rows.values() for r in found_rows]
             )
@@ -684,6 +730,7 @@ class SqliteFtsBackend(SearchBackend):
     def close(self, timeout_s: float = 4.0) -> None:
         if self._compactor is not None:  # a compaction under way stops after its slice
             self._compactor.close(min(timeout_s, 2.0))
+        self._sliced.close()
         self._dense_indexes.close(timeout_s)
 
     def healthy(self, timeout_s: float = 1.0) -> bool:

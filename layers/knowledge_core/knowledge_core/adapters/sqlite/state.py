@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sqlite3
 import time
 from collections.abc import Callable
 
@@ -24,6 +23,7 @@ from ...ports import (
     SessionStore,
 )
 from .db import SqliteDatabase
+from .driver import sqlite3
 from .store import (
     RUN_TTL_SECONDS,
     SqliteStore,

@@ -7,7 +7,6 @@ ledger's "whole chain or nothing, never overspent" hold across threads and proce
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from ...domain.models import (
     token_id_of,
 )
 from .db import BUSY_TIMEOUT_S, SqliteDatabase, statements
+from .driver import sqlite3
 
 APPLICATION_ID = 0x4B425354  # "KBST"
 RUN_TTL_SECONDS = 7 * 86400

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from ...ports import (
     TurnRecord,
     TurnStore,
 )
+from .driver import sqlite3
 from .store import (
     SqliteStore,
 )

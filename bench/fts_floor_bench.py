@@ -1,0 +1,154 @@
+"""The embedded search's floor and what lowers it (issue 23): on the scale corpus's indexes
+(bench/scale_bench.py builds them under --cache), per size, interleaved in one process:
+
+- the raw FTS5 top-k (`bm25()` of `MATCH ?` under ORDER BY ... LIMIT, the service's first fetch) on the
+  SQLite Python links (Debian's 3.40 here: the standard library's `sqlite3`) against the same statement
+  on the library the service uses (adapters/sqlite/driver.py: `pysqlite3`, SQLite 3.51), same rows checked;
+- the in-process BM25 search (`SqliteFtsBackend.search`, top_k 3) with one statement (`slices=1`) against
+  the default (the source's id range in slices read at once, one thread each: candidates.SlicedCandidates),
+  same hits checked.
+
+    nice -n 10 python bench/fts_floor_bench.py --sizes 10000,100000,1000000
+
+Read-only: the standard library's connection only reads, while nothing writes (two copies of SQLite in
+one process must not share a file that is written: driver.py). Results: bench/results/fts_floor.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "layers" / "knowledge_core"), str(ROOT / "src"), str(ROOT / "bench")]
+os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+
+import sqlite3 as stdlib_sqlite3  # noqa: E402
+
+from _util import interleaved, percentile  # noqa: E402
+from knowledge_core.adapters.sqlite.driver import sqlite3  # noqa: E402
+from scale_corpus import Corpus  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+SOURCE = "demo-docs@1.0.0"
+TENANT, SUBJECT = "default", "demo-user"
+TOP_K = 3
+
+
+def _p50(samples: list[float]) -> float:
+    return percentile(samples, 50) * 1000
+
+
+def _p95(samples: list[float]) -> float:
+    return percentile(samples, 95) * 1000
+
+
+def _pair(name: str, subject: list[float], baseline: list[float], base_name: str) -> dict[str, Any]:
+    row = {
+        "what": name,
+        "p50_ms": _p50(subject),
+        "p95_ms": _p95(subject),
+        "baseline": base_name,
+        "baseline_p50_ms": _p50(baseline),
+        "baseline_p95_ms": _p95(baseline),
+        "ratio_p50": _p50(subject) / _p50(baseline),
+    }
+    print(
+        f"  {name:<34} p50 {row['p50_ms']:7.2f} ms p95 {row['p95_ms']:7.2f} | {base_name:<26} p50 "
+        f"{row['baseline_p50_ms']:7.2f} ms p95 {row['baseline_p95_ms']:7.2f} | x{row['ratio_p50']:.2f}",
+        file=sys.stderr,
+    )
+    return row
+
+
+def bench_size(size: int, cache: Path, rounds: int) -> list[dict[str, Any]]:
+    from knowledge_core.adapters.sqlite.candidates import (
+        BM25_WEIGHTS,
+        SLICE_MIN_PASSAGES,
+        default_slices,
+    )
+    from knowledge_core.adapters.sqlite.search import SqliteFtsBackend, _match_expression
+    from knowledge_core.domain.models import Viewer
+    from knowledge_core.ports import QueryAnalysis, SourceQuery
+
+    path = cache / f"sqlite-{size}" / "search.sqlite3"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: build it with bench/scale_bench.py --sizes {size}")
+    texts = [q.text for q in Corpus(size).queries(max(rounds, 200))]
+    limit = TOP_K * 8 + 16
+    raw_sql = (
+        f"SELECT rowid, bm25(passages, {BM25_WEIGHTS}) AS s FROM passages "
+        "WHERE passages MATCH ? ORDER BY s, rowid LIMIT ?"
+    )
+    old = stdlib_sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    new = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    matches = [_match_expression(t) for t in texts]
+    for m in matches:
+        if old.execute(raw_sql, (m, limit)).fetchall() != new.execute(raw_sql, (m, limit)).fetchall():
+            raise AssertionError(f"the two libraries answer {m!r} differently")
+    take = _cycler(matches)
+    take_old = _cycler(matches)
+    print(
+        f"sqlite {size:,} passages: SQLite {stdlib_sqlite3.sqlite_version} (stdlib) vs "
+        f"{sqlite3.sqlite_version} (driver); slices {default_slices()} from {SLICE_MIN_PASSAGES:,} passages",
+        file=sys.stderr,
+    )
+    subject, baseline = interleaved(
+        lambda: new.execute(raw_sql, (take(), limit)).fetchall(),
+        lambda: old.execute(raw_sql, (take_old(), limit)).fetchall(),
+        rounds,
+    )
+    rows = [
+        _pair("raw top-k, driver", subject, baseline, f"raw top-k, stdlib {stdlib_sqlite3.sqlite_version}")
+    ]
+
+    one = SqliteFtsBackend(path, slices=1)
+    sliced = SqliteFtsBackend(path)
+    viewer = Viewer(tenant=TENANT, subject=SUBJECT)
+    query = SourceQuery(SOURCE, TOP_K, 0.0, 15.0, 0)
+
+    def search(backend: Any, text: str) -> list[Any]:
+        [result] = backend.search([query], QueryAnalysis(text), viewer)
+        if result.error is not None:
+            raise RuntimeError(f"search failed: {result.error}")
+        return [(h.doc_id, h.score, h.passage) for h in result.hits]
+
+    for t in texts:
+        if search(one, t) != search(sliced, t):
+            raise AssertionError(f"slicing changed the hits of {t!r}")
+    a, b = _cycler(texts), _cycler(texts)
+    subject, baseline = interleaved(lambda: search(sliced, a()), lambda: search(one, b()), rounds)
+    rows.append(_pair(f"search, {default_slices()} slices", subject, baseline, "search, one statement"))
+    for backend in (one, sliced):
+        backend.close()
+    return [{"passages": size, **row} for row in rows]
+
+
+def _cycler(items: list[Any]) -> Any:
+    state = {"i": 0}
+
+    def take() -> Any:
+        state["i"] += 1
+        return items[state["i"] % len(items)]
+
+    return take
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--rounds", type=int, default=400)
+    parser.add_argument("--cache", default="/tmp/kb-scale")
+    args = parser.parse_args()
+    rows = [r for size in args.sizes.split(",") for r in bench_size(int(size), Path(args.cache), args.rounds)]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "fts_floor.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
