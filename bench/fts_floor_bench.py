@@ -6,7 +6,9 @@
   on the library the service uses (adapters/sqlite/driver.py: `pysqlite3`, SQLite 3.51), same rows checked;
 - the in-process BM25 search (`SqliteFtsBackend.search`, top_k 3) with one statement (`slices=1`) against
   the default (the source's id range in slices read at once, one thread each: candidates.SlicedCandidates),
-  same hits checked.
+  same hits checked;
+- citing (`passage_candidates` of a search's first 3 hits, 3 passages each, timed alone after its search):
+  from the search's own candidate rows where they hold them, against asking the index per document.
 
     nice -n 10 python bench/fts_floor_bench.py --sizes 10000,100000,1000000
 
@@ -20,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +126,36 @@ def bench_size(size: int, cache: Path, rounds: int) -> list[dict[str, Any]]:
     a, b = _cycler(texts), _cycler(texts)
     subject, baseline = interleaved(lambda: search(sliced, a()), lambda: search(one, b()), rounds)
     rows.append(_pair(f"search, {default_slices()} slices", subject, baseline, "search, one statement"))
-    for backend in (one, sliced):
+
+    # Citing (with the models, after the relevance cut): the shown hits' best passages, from the search's
+    # own candidate rows where they provably hold them, against asking the index for each document.
+    asked = SqliteFtsBackend(path)
+    wide = SourceQuery(SOURCE, 10, 0.0, 15.0, 0)
+    shown = []
+    for t in texts:
+        [result] = sliced.search([wide], QueryAnalysis(t), viewer)
+        shown.append((QueryAnalysis(t), result.hits[:TOP_K]))
+    c, d = _cycler(shown), _cycler(shown)
+
+    def cite(backend: Any, item: tuple[Any, list[Any]], remembered: bool) -> Any:
+        analysis, hits = item
+        backend.search([wide], analysis, viewer)
+        if not remembered:
+            backend._last_rows.rows = {}
+        t0 = time.perf_counter()
+        backend.passage_candidates(hits, analysis, 3, 5.0)
+        return time.perf_counter() - t0
+
+    memo_s: list[float] = []
+    index_s: list[float] = []
+    for _ in range(20):
+        cite(sliced, c(), True)
+        cite(asked, d(), False)
+    for _ in range(rounds):
+        memo_s.append(cite(sliced, c(), True))
+        index_s.append(cite(asked, d(), False))
+    rows.append(_pair("citing 3 hits, search's rows", memo_s, index_s, "citing, asking the index"))
+    for backend in (one, sliced, asked):
         backend.close()
     return [{"passages": size, **row} for row in rows]
 

@@ -361,7 +361,7 @@ class SqliteFtsBackend(SearchBackend):
         if not complete and len(rows) == limit:
             rows = self._sliced.rows(conn, match, id_range, None, restriction, deadline, used)
             picks, _ = _pick(rows, viewer, q.top_k, q.min_score)
-            every_match = True  # (with a filter: every match of the documents it admits, as every hit is)
+            every_match = restriction is None  # (a filter's: every match of the documents it admits only)
         self._remember(q.key, match, rows, every_match)
         hits = _hits(conn, q.key, picks)
         return [h for h, _ in hits], [i for _, i in hits]
