@@ -15,7 +15,9 @@ checks ACLs over those few rows (when hidden, unready or repeated documents exha
 FTS5 scores every passage matching any query word before it takes the top-k (its posting lists carry no
 impact bound to skip by), so the statement's time grows with the matches. A large source's range is
 therefore read in slices at once (`SlicedCandidates`, one thread and connection each, merged exactly):
-0.68-0.70x the time of one statement at 100k and 1M passages on 2 cores (bench/fts_floor_bench.py)."""
+0.62-0.85x the time of one statement at 100k and 1M passages on 2 cores (bench/fts_floor_bench.py; not
+0.5x: two threads give 1.3-1.4x the throughput of one here, and each statement's `bm25()` counts every
+match of each query word for its IDF, whatever range it is limited to)."""
 
 from __future__ import annotations
 
@@ -94,8 +96,9 @@ _DETAILS_SQL = (
 )
 
 
-# A source this large is searched in slices at once (below: at 100k passages 0.8x the time of one statement
-# on 2 cores; at 10k the hand-off costs more than it saves).
+# A source this large is searched in slices at once: at 100k passages 0.7-0.85x the time of one statement on
+# 2 cores, at 10k a prototype's hand-off cost more than it saved (1.65x); the threshold lies between, not
+# measured at 50k itself.
 SLICE_MIN_PASSAGES = 50_000
 MAX_SLICES = 4
 
