@@ -168,7 +168,33 @@ def index_bytes(backend: OpenSearchBackend) -> int:
     return int(stats["_all"]["primaries"]["store"]["size_in_bytes"])
 
 
-def growth(url: str, sizes: list[int], rounds: int, keep: bool = False) -> list[dict[str, Any]]:
+CONCURRENT_SETTING = "index.search.concurrent_segment_search.mode"
+
+
+def concurrent_segments(backend: OpenSearchBackend, corpus: Corpus, rounds: int) -> dict[str, Any]:
+    """Lucene's concurrent segment search (OpenSearch 2.17+, an index setting) off and on, in alternating
+    blocks on the same index: each block's p50 of the retrieval step, BM25 and hybrid, and the segments."""
+    client, alias = backend.client, backend.passages_alias
+    segments = len(client.cat.segments(index=alias, format="json"))
+    blocks: list[dict[str, Any]] = []
+    try:
+        for mode in ("none", "all", "none", "all"):
+            client.indices.put_settings(index=alias, body={CONCURRENT_SETTING: mode})
+            rows = search_rows(backend, corpus, rounds)
+            blocks.append({"mode": mode} | {r: rows[r]["p50_ms"] for r in rows})
+            print(
+                f"  concurrent segment search {mode:<4}: BM25 p50 {rows['bm25']['p50_ms']:.2f} ms, "
+                f"hybrid p50 {rows['hybrid']['p50_ms']:.2f} ms ({segments} segments)",
+                flush=True,
+            )
+    finally:
+        client.indices.put_settings(index=alias, body={CONCURRENT_SETTING: None})
+    return {"segments": segments, "blocks": blocks}
+
+
+def growth(
+    url: str, sizes: list[int], rounds: int, keep: bool = False, concurrent: bool = False
+) -> list[dict[str, Any]]:
     corpus = Corpus(max(sizes))
     embedder = SyntheticEmbedder()
     backend = OpenSearchBackend(
@@ -187,6 +213,8 @@ def growth(url: str, sizes: list[int], rounds: int, keep: bool = False) -> list[
             row = {"passages": size, "ingest": rate, "search": searches, "index_bytes": index_bytes(backend)}
             rows.append(row)
             print(_growth_line(row), flush=True)
+            if concurrent:
+                row["concurrent_segments"] = concurrent_segments(backend, corpus, max(50, rounds // 2))
     finally:
         if keep:
             print(f"kept: index prefix {backend.index_prefix}")
@@ -291,6 +319,11 @@ def main() -> int:
         "--nodes", type=int, default=None, help="OpenSearch nodes of --state (default: as it is)"
     )
     parser.add_argument("--keep-index", action="store_true", help="leave the grown index (experiments)")
+    parser.add_argument(
+        "--concurrent-segments",
+        action="store_true",
+        help="also time each size with Lucene's concurrent segment search off and on (alternating blocks)",
+    )
     parser.add_argument("--hnsw", action="store_true", help="the HNSW parameter table instead of the growth")
     parser.add_argument("--hnsw-passages", type=int, default=50_000)
     parser.add_argument("--hnsw-queries", type=int, default=100)
@@ -310,7 +343,8 @@ def main() -> int:
         "|---|---|---|---|---|",
     ]
     print("\n".join(header), flush=True)
-    rows = growth(url, [int(s) for s in args.sizes.split(",")], args.rounds, args.keep_index)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = growth(url, sizes, args.rounds, args.keep_index, args.concurrent_segments)
     (RESULTS / "opensearch_scale.json").write_text(json.dumps(rows, indent=2) + "\n")
     growths = []
     for ranking in ("bm25", "hybrid"):
