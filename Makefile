@@ -15,7 +15,7 @@ $(BIN)/python:
 # Installed again only when pyproject.toml changed (the stamp is newer otherwise); setuptools' notice box
 # about editable installs is silenced.
 $(VENV)/.installed-semantic: pyproject.toml | $(BIN)/python
-	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[semantic]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[semantic,embedded]'
 	@touch $@
 
 venv: $(VENV)/.installed-semantic

@@ -1,11 +1,12 @@
 """The SQLite library every embedded store of this process uses (issue 23).
 
-`pysqlite3` (PyPI `pysqlite3-binary`: the standard library's `sqlite3` module built against a current
-SQLite, 3.51 today) when it is installed and newer than the library Python links, else the standard
-library's `sqlite3`. Both speak the same DB-API with the same exceptions' names, so the code is one. What
-the newer library buys, measured on the scale corpus (bench/fts_floor_bench.py, one process, interleaved):
-the FTS5 top-k by `bm25()` — the floor of every embedded search — in 0.74-0.81x the time of Debian's
-3.40 (whose build also omits SQLite's lookaside allocator), with the same rows and scores.
+`pysqlite3` (PyPI `pysqlite3-binary`, the project's `embedded` extra: the standard library's `sqlite3`
+module built against a current SQLite, 3.51 today) when it is installed and newer than the library Python
+links, else the standard library's `sqlite3`. Both speak the same DB-API with the same exceptions' names, so
+the code is one. What the newer library buys, measured on the scale corpus (bench/fts_floor_bench.py, one
+process, interleaved): the FTS5 top-k by `bm25()` — the floor of every embedded search — in 0.74-0.82x the
+time of Debian's 3.40 (whose build also omits SQLite's lookaside allocator), with the same rows and scores.
+Its build keeps temporary tables in memory (SQLITE_TEMP_STORE=3): a re-index's `kept_vectors` too.
 
 Every connection of a process to one of our files must come from this module: two copies of SQLite in one
 process each keep their own POSIX locks, and closing a file in one drops the locks the other holds on it
