@@ -34,6 +34,7 @@ import sqlite3 as stdlib_sqlite3  # noqa: E402
 
 from _util import interleaved, percentile  # noqa: E402
 from knowledge_core.adapters.sqlite.driver import sqlite3  # noqa: E402
+from scale_bench import _cycle  # noqa: E402
 from scale_corpus import Corpus  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -93,8 +94,8 @@ def bench_size(size: int, cache: Path, rounds: int) -> list[dict[str, Any]]:
     for m in matches:
         if old.execute(raw_sql, (m, limit)).fetchall() != new.execute(raw_sql, (m, limit)).fetchall():
             raise AssertionError(f"the two libraries answer {m!r} differently")
-    take = _cycler(matches)
-    take_old = _cycler(matches)
+    take = _cycle(matches)
+    take_old = _cycle(matches)
     print(
         f"sqlite {size:,} passages: SQLite {stdlib_sqlite3.sqlite_version} (stdlib) vs "
         f"{sqlite3.sqlite_version} (driver); slices {default_slices()} from {SLICE_MIN_PASSAGES:,} passages",
@@ -123,7 +124,7 @@ def bench_size(size: int, cache: Path, rounds: int) -> list[dict[str, Any]]:
     for t in texts:
         if search(one, t) != search(sliced, t):
             raise AssertionError(f"slicing changed the hits of {t!r}")
-    a, b = _cycler(texts), _cycler(texts)
+    a, b = _cycle(texts), _cycle(texts)
     subject, baseline = interleaved(lambda: search(sliced, a()), lambda: search(one, b()), rounds)
     rows.append(_pair(f"search, {default_slices()} slices", subject, baseline, "search, one statement"))
 
@@ -135,7 +136,7 @@ def bench_size(size: int, cache: Path, rounds: int) -> list[dict[str, Any]]:
     for t in texts:
         [result] = sliced.search([wide], QueryAnalysis(t), viewer)
         shown.append((QueryAnalysis(t), result.hits[:TOP_K]))
-    c, d = _cycler(shown), _cycler(shown)
+    c, d = _cycle(shown), _cycle(shown)
 
     def cite(backend: Any, item: tuple[Any, list[Any]], remembered: bool) -> Any:
         analysis, hits = item
@@ -158,16 +159,6 @@ def bench_size(size: int, cache: Path, rounds: int) -> list[dict[str, Any]]:
     for backend in (one, sliced, asked):
         backend.close()
     return [{"passages": size, **row} for row in rows]
-
-
-def _cycler(items: list[Any]) -> Any:
-    state = {"i": 0}
-
-    def take() -> Any:
-        state["i"] += 1
-        return items[state["i"] % len(items)]
-
-    return take
 
 
 def main() -> int:

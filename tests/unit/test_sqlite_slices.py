@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from knowledge_core.adapters.sqlite import candidates, driver
 from knowledge_core.adapters.sqlite.candidates import SlicedCandidates
+from knowledge_core.adapters.sqlite.db import SqliteDatabase
 from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
 from knowledge_core.domain.models import Document, DocumentAcl, Viewer
 from knowledge_core.ports import QueryAnalysis, SourceQuery
@@ -46,20 +47,15 @@ def _matches(corpus: Corpus, n: int = 40) -> list[str]:
 
 
 def test_i23_slices_split_the_used_ids_without_overlap_the_last_to_the_range_end() -> None:
-    sliced = SlicedCandidates(driver_db := _memory_db(), 3, min_passages=10)
+    db = SqliteDatabase(":memory:")
+    sliced = SlicedCandidates(db, 3, min_passages=10)
     try:
         assert sliced.spans((100, 999), 9) == [(100, 999)]  # below the threshold: one statement
         spans = sliced.spans((100, 999), 10)
         assert spans == [(100, 103), (104, 107), (108, 999)]
-        assert SlicedCandidates(driver_db, 1, min_passages=1).spans((0, 99), 50) == [(0, 99)]
+        assert SlicedCandidates(db, 1, min_passages=1).spans((0, 99), 50) == [(0, 99)]
     finally:
         sliced.close()
-
-
-def _memory_db():  # type: ignore[no-untyped-def]
-    from knowledge_core.adapters.sqlite.db import SqliteDatabase
-
-    return SqliteDatabase(":memory:")
 
 
 @pytest.mark.parametrize("slices", [2, 3, 4])

@@ -125,7 +125,6 @@ class SlicedCandidates:
         self._db = db
         self.slices = slices
         self.min_passages = min_passages
-        self._closed = False
         self._pool = ThreadPoolExecutor(slices - 1, thread_name_prefix="kb-fts-slice") if slices > 1 else None
 
     def rows(
@@ -140,14 +139,14 @@ class SlicedCandidates:
     ) -> list[tuple[object, ...]]:
         """What `candidate_rows` answers, the work shared among the slices when the source is large (`used`:
         the ids it has used, `source_extent`)."""
-        spans = self.spans(id_range, used) if restriction is None and self._pool is not None else [id_range]
-        if len(spans) == 1 or self._pool is None or self._closed:  # closed: one statement, as before
+        spans = self.spans(id_range, used) if restriction is None else [id_range]
+        if len(spans) == 1 or self._pool is None:
             return candidate_rows(conn, match, id_range, limit, restriction)
         try:
             futures: list[Future[list[tuple[object, ...]]]] = [
                 self._pool.submit(self._slice, match, span, limit, deadline) for span in spans[1:]
             ]
-        except RuntimeError:  # closed meanwhile
+        except RuntimeError:  # closed (the pool takes no new work): one statement, as before
             return candidate_rows(conn, match, id_range, limit, restriction)
         rows = candidate_rows(conn, match, spans[0], limit)
         for future in futures:
@@ -171,7 +170,7 @@ class SlicedCandidates:
     ) -> list[tuple[object, ...]]:
         conn = self._db.connection()  # this thread's own
         if deadline is not None:
-            conn.set_progress_handler(_past(deadline), 10_000)
+            conn.set_progress_handler(past(deadline), 10_000)
         try:
             return candidate_rows(conn, match, span, limit)
         finally:
@@ -181,7 +180,6 @@ class SlicedCandidates:
     def close(self) -> None:
         """No new slice starts (later searches run one statement); one under way ends by its deadline (its
         thread then exits)."""
-        self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -191,7 +189,8 @@ def _best_first(row: tuple[Any, ...]) -> tuple[float, int]:
     return -row[1], row[3]
 
 
-def _past(deadline: float) -> Callable[[], int]:
+def past(deadline: float) -> Callable[[], int]:
+    """A progress handler that interrupts a statement once `time.perf_counter()` passes `deadline`."""
     return lambda: 1 if time.perf_counter() > deadline else 0
 
 
@@ -211,8 +210,8 @@ def create_schema(conn: sqlite3.Connection) -> None:
 
 def source_range(conn: sqlite3.Connection, source_key: str) -> tuple[int, int] | None:
     """The passage ids the source may own (None: it has never had a passage)."""
-    row = conn.execute("SELECT no FROM source_ranges WHERE source_key = ?", (source_key,)).fetchone()
-    return None if row is None else _range(row[0])
+    extent = source_extent(conn, source_key)
+    return None if extent is None else extent[0]
 
 
 def source_extent(conn: sqlite3.Connection, source_key: str) -> tuple[tuple[int, int], int] | None:

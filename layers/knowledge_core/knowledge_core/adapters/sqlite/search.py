@@ -277,7 +277,7 @@ class SqliteFtsBackend(SearchBackend):
             return result
         conn = self._conn()
         deadline = started + q.timeout_s
-        conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
+        conn.set_progress_handler(candidates.past(deadline), 10_000)
         passage_ids: list[int] = []
         try:
             plan = FilterPlan.of(conn, q.key, q.filter, self._shares)  # §8: selective or broad, per source
@@ -418,7 +418,7 @@ class SqliteFtsBackend(SearchBackend):
         found: dict[tuple[str, str], list[tuple[Hit, float | None]]] = {}
         conn = self._conn()
         deadline = time.perf_counter() + timeout_s
-        conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
+        conn.set_progress_handler(candidates.past(deadline), 10_000)
         try:
             keys = list(dict.fromkeys((h.source_key, h.doc_id) for h in hits))
             rows: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
