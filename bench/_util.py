@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -51,3 +52,21 @@ def report(
         "ratio_p50": ratio,
         "mean_ms": statistics.fmean(subject) * 1000,
     }
+
+
+def in_blocks(
+    subjects: dict[Any, Callable[[int], object]], rounds: int, block: int, warm: int = 3
+) -> dict[Any, list[float]]:
+    """Time every subject `rounds` times (seconds per call), taking turns in blocks of `block` calls after
+    `warm` untimed ones, so the machine's drift hits every subject alike while each is timed warm (one call
+    per turn would time each subject cold). A subject is called with the round's number."""
+    samples: dict[Any, list[float]] = {key: [] for key in subjects}
+    for start in range(0, rounds, block):
+        for key, call in subjects.items():
+            for _ in range(warm):  # a subject idle while the others ran: caches and wake-ups first
+                call(start)
+            for i in range(start, min(start + block, rounds)):
+                t0 = time.perf_counter()
+                call(i)
+                samples[key].append(time.perf_counter() - t0)
+    return samples

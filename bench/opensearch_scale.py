@@ -22,12 +22,13 @@ Rows go to stdout as a Markdown table, to `bench/results/opensearch_scale.md` an
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ sys.path[:0] = [str(ROOT / "layers" / "knowledge_core"), str(ROOT / "src"), str(
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 
 import numpy as np  # noqa: E402
-from _util import interleaved, percentile  # noqa: E402
+from _util import in_blocks, interleaved, percentile  # noqa: E402
 from knowledge_core.adapters.embedding import passage_text  # noqa: E402
 from knowledge_core.adapters.opensearch import OpenSearchBackend  # noqa: E402
 from knowledge_core.domain.models import Document, DocumentAcl, Viewer  # noqa: E402
@@ -113,16 +114,23 @@ def ingest(
     }
 
 
+QUERIES = 64
+
+
+def _analysed(corpus: Corpus, ranking: str) -> list[QueryAnalysis]:
+    """The corpus's first QUERIES queries as the retrieval step gets them (hybrid: with their vectors)."""
+    return [
+        QueryAnalysis(q.text, "", (Vector(MODEL, q.vector),) if ranking == "hybrid" else ())
+        for q in corpus.queries(QUERIES)
+    ]
+
+
 def search_rows(backend: OpenSearchBackend, corpus: Corpus, rounds: int) -> dict[str, dict[str, float]]:
     """p50/p95 of `Retrieval.run` and of the raw `_msearch` of the same body, BM25 and hybrid."""
     retrieval = Retrieval(backend)
-    queries = corpus.queries(64)
     out: dict[str, dict[str, float]] = {}
     for ranking in ("bm25", "hybrid"):
-        analysed = [
-            QueryAnalysis(q.text, "", (Vector(MODEL, q.vector),) if ranking == "hybrid" else ())
-            for q in queries
-        ]
+        analysed = _analysed(corpus, ranking)
         asks = [SourceAsk(KEY, 10, 0.0)]
         bodies = [
             backend.search_body(
@@ -221,6 +229,108 @@ def growth(
         else:
             backend.drop_indices()
     return rows
+
+
+def same_run(
+    url: str, sizes: list[int], rounds: int, block: int, reuse: str | None = None, keep: bool = False
+) -> list[dict[str, Any]]:
+    """Every size's index up at once on the same node — each built here, or for the largest size an index
+    an earlier `--keep-index` run grew (`reuse`, its prefix) — and the retrieval step of each size timed in
+    turns of blocks (`_util.in_blocks`): the growth as a same-run ratio, every size timed warm while the
+    machine's drift hits all of them alike (a growth run times its smallest size right after ingesting it,
+    with a cold JVM, and its largest up to an hour later)."""
+    corpus = Corpus(max(sizes))
+    embedder = SyntheticEmbedder()
+    backends: dict[int, OpenSearchBackend] = {}
+    built: list[OpenSearchBackend] = []
+    indexed: dict[int, int] = {}
+    try:
+        for size in sizes:
+            prefix = reuse if reuse and size == max(sizes) else f"kbscale-{uuid.uuid4().hex[:8]}"
+            backend = OpenSearchBackend(url, index_prefix=prefix, embedder=embedder, timeout_s=60.0)
+            if prefix != reuse:
+                backend.ensure_indices()
+                built.append(backend)
+                ingest(backend, embedder, corpus, 0, -(-size // 10))
+                backend.client.indices.refresh(index=backend.passages_alias)
+            indexed[size] = int(backend.client.count(index=backend.passages_alias)["count"])
+            if indexed[size] < 0.9 * size:  # a size's documents hold about size passages (scale_corpus)
+                raise SystemExit(f"index {prefix} holds {indexed[size]:,} passages, not about {size:,}")
+            backends[size] = backend
+        rows: list[dict[str, Any]] = []
+        for ranking in ("bm25", "hybrid"):
+            subjects = {size: _retrieval_step(b, corpus, ranking) for size, b in backends.items()}
+            for call in subjects.values():  # warm-up: every query once each
+                for i in range(QUERIES):
+                    call(i)
+            samples = in_blocks(subjects, rounds, block)
+            smallest = percentile(samples[sizes[0]], 50)
+            for size, taken in samples.items():
+                p50, p95 = percentile(taken, 50), percentile(taken, 95)
+                rows.append(
+                    {
+                        "ranking": ranking,
+                        "passages": size,
+                        "indexed": indexed[size],
+                        "p50_ms": p50 * 1000,
+                        "p95_ms": p95 * 1000,
+                        "p50_over_smallest": p50 / smallest,
+                    }
+                )
+    finally:
+        for backend in built if not keep else ():
+            backend.drop_indices()
+    return rows
+
+
+def _retrieval_step(backend: OpenSearchBackend, corpus: Corpus, ranking: str) -> Callable[[int], object]:
+    """Round i -> the retrieval step every door runs, for the corpus's query i (BM25 or hybrid)."""
+    retrieval = Retrieval(backend)
+    analysed = _analysed(corpus, ranking)
+    asks = [SourceAsk(KEY, 10, 0.0)]
+    return lambda i: retrieval.run(asks, analysed[i % len(analysed)], VIEWER, 15.0)
+
+
+def _without(body: list[dict[str, Any]], part: str) -> list[dict[str, Any]]:
+    """The BM25 `_msearch` body with one part taken out: every filter, all filters but the source's term,
+    or the collapse to documents."""
+    header, search = body[0], copy.deepcopy(body[1])
+    clauses = search["query"]["bool"]
+    if part == "filters":
+        clauses["filter"] = []
+    elif part == "filters but the source":
+        clauses["filter"] = clauses["filter"][:1]
+    elif part == "collapse":
+        search.pop("collapse")
+    return [header, search]
+
+
+FILTER_PARTS = ("nothing", "filters", "filters but the source", "collapse")
+
+
+def filter_costs(url: str, prefix: str, size: int, rounds: int, block: int) -> dict[str, dict[str, float]]:
+    """Where a kept index's BM25 time goes (the corpus of `size` passages it was grown to): the raw
+    `_msearch` of the retrieval step's bodies with one part taken out (FILTER_PARTS), in turns of blocks."""
+    backend = OpenSearchBackend(url, index_prefix=prefix, embedder=SyntheticEmbedder(), timeout_s=60.0)
+    retrieval = Retrieval(backend)
+    bodies = [
+        backend.search_body([retrieval.source_query(KEY, 10, 0.0, 15.0, a)], a.lexical, VIEWER, (), False)
+        for a in _analysed(Corpus(size), "bm25")
+    ]
+
+    def probe(part: str) -> Callable[[int], object]:
+        variant = [_without(b, part) for b in bodies]
+        return lambda i: backend.msearch(variant[i % len(variant)], 16.0)
+
+    subjects = {part: probe(part) for part in FILTER_PARTS}
+    for call in subjects.values():
+        for i in range(QUERIES):
+            call(i)
+    samples = in_blocks(subjects, rounds, block)
+    return {
+        part: {"p50_ms": percentile(t, 50) * 1000, "p95_ms": percentile(t, 95) * 1000}
+        for part, t in samples.items()
+    }
 
 
 def _growth_line(row: dict[str, Any]) -> str:
@@ -324,6 +434,21 @@ def main() -> int:
         action="store_true",
         help="also time each size with Lucene's concurrent segment search off and on (alternating blocks)",
     )
+    parser.add_argument(
+        "--same-run",
+        action="store_true",
+        help="every size's index up at once, timed in turns of blocks (the growth as a same-run ratio)",
+    )
+    parser.add_argument("--block", type=int, default=20, help="--same-run: searches in a row per size")
+    parser.add_argument(
+        "--reuse-prefix", help="--same-run: the largest size is this kept index (an earlier --keep-index run)"
+    )
+    parser.add_argument(
+        "--filter-costs",
+        action="store_true",
+        help="with --reuse-prefix (grown to the largest --sizes): the raw BM25 _msearch with its filters or "
+        "its collapse taken out",
+    )
     parser.add_argument("--hnsw", action="store_true", help="the HNSW parameter table instead of the growth")
     parser.add_argument("--hnsw-passages", type=int, default=50_000)
     parser.add_argument("--hnsw-queries", type=int, default=100)
@@ -337,6 +462,17 @@ def main() -> int:
         rows = hnsw(url, args.hnsw_passages, args.hnsw_queries)
         (RESULTS / "opensearch_scale_hnsw.json").write_text(json.dumps(rows, indent=2) + "\n")
         return 0
+    if args.filter_costs:
+        if not args.reuse_prefix:
+            parser.error("--filter-costs needs --reuse-prefix (a kept index)")
+        size = max(int(s) for s in args.sizes.split(","))
+        costs = filter_costs(url, args.reuse_prefix, size, args.rounds, args.block)
+        for part, row in costs.items():
+            print(f"without {part:<24} p50 {row['p50_ms']:.2f} ms, p95 {row['p95_ms']:.2f} ms")
+        (RESULTS / "opensearch_filter_costs.json").write_text(json.dumps(costs, indent=2) + "\n")
+        return 0
+    if args.same_run:
+        return _same_run_report(url, args)
     header = [
         "| passages | ingest (put_documents) | BM25 p50 / p95 (raw _msearch, ratio)"
         " | hybrid p50 / p95 (raw, ratio) | index |",
@@ -355,6 +491,24 @@ def main() -> int:
     print(summary)
     table = [*header, *map(_growth_line, rows), "", summary]
     (RESULTS / "opensearch_scale.md").write_text("\n".join(table) + "\n")
+    return 0
+
+
+def _same_run_report(url: str, args: argparse.Namespace) -> int:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = same_run(url, sizes, args.rounds, args.block, args.reuse_prefix, args.keep_index)
+    lines = [
+        "| ranking | passages | p50 ms | p95 ms | p95 / p50 | p50 / p50 at the smallest size |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['ranking']} | {r['passages']:,} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
+        f"{r['p95_ms'] / r['p50_ms']:.2f} | {r['p50_over_smallest']:.2f} |"
+        for r in rows
+    ]
+    print("\n".join(lines))
+    (RESULTS / "opensearch_same_run.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (RESULTS / "opensearch_same_run.md").write_text("\n".join(lines) + "\n")
     return 0
 
 

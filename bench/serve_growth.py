@@ -21,7 +21,7 @@ import argparse
 import json
 import os
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "layers" / "knowledge_core"), str(ROOT / "src"), str(ROOT / "bench")]
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 
-from _util import percentile  # noqa: E402
+from _util import in_blocks, percentile  # noqa: E402
 from scale_bench import RESULTS, Serve  # noqa: E402
 from scale_corpus import Corpus  # noqa: E402
 
@@ -38,6 +38,10 @@ CONFIGURATIONS: dict[str, dict[str, str]] = {
     "stdlib SQLite, one statement": {"KB_SQLITE_LIBRARY": "stdlib", "KB_SQLITE_SEARCH_SLICES": "1"},
     "defaults": {},
 }
+
+
+def _searcher(server: Serve, texts: list[str]) -> Callable[[int], None]:
+    return lambda i: server.search(texts[i % len(texts)])
 
 
 def main() -> int:
@@ -65,16 +69,12 @@ def main() -> int:
         for key, server in servers.items():  # warm-up: every query once each
             for text in queries[key[1]]:
                 server.search(text)
-        samples: dict[tuple[str, int], list[float]] = {key: [] for key in servers}
-        for start in range(0, args.rounds, args.block):
-            for key, server in servers.items():
-                texts = queries[key[1]]
-                for _ in range(WARM):  # a server idle while the others ran: caches and wake-ups first
-                    server.search(texts[start % len(texts)])
-                for i in range(start, min(start + args.block, args.rounds)):
-                    t0 = time.perf_counter()
-                    server.search(texts[i % len(texts)])
-                    samples[key].append(time.perf_counter() - t0)
+        samples = in_blocks(
+            {key: _searcher(server, queries[key[1]]) for key, server in servers.items()},
+            args.rounds,
+            args.block,
+            WARM,
+        )
     finally:
         for server in servers.values():
             server.close()
