@@ -9,6 +9,14 @@ shared node is not loaded; `--nodes 3` for the cluster). Per size:
   `_mget` since `live_hits`) beside the raw `_msearch` of the same body, interleaved — BM25 and hybrid
   (BM25 + the k-NN stage with the query's synthetic vector).
 
+`--same-run` times the growth as a same-run ratio: every size's index up at once on the node (built for the
+run; the largest may be one an earlier `--keep-index` run grew, `--reuse-prefix`), the retrieval step of each
+size in turns of `--block` searches. `--filter-costs --reuse-prefix P` times the raw BM25 `_msearch` of a kept
+index with its filters, all but the source's term, or its collapse taken out.
+
+    nice -n 10 .venv/bin/python bench/opensearch_scale.py --sizes 10000,100000,1000000 --keep-index ...
+    .venv/bin/python bench/opensearch_scale.py --same-run --sizes 10000,100000,1000000 --reuse-prefix P ...
+
 `--hnsw` instead builds small k-NN-only indices of `--hnsw-passages` vectors for each (m, ef_construction)
 and reports recall@10 of the k-NN query (per `ef_search`) against the exact int8 inner product, with its p50.
 

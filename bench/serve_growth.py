@@ -6,8 +6,8 @@ by 2x between runs minutes apart) hits every size and configuration alike.
 Per configuration (an environment for `kb serve`) and size (an index bench/scale_bench.py built and cached
 under --cache): one `kb serve --embedding-model none` (BM25) over that index. The default configurations
 compare the service as it was before issue 23's third part (`KB_SQLITE_LIBRARY=stdlib`: Debian's SQLite
-3.40; `KB_SQLITE_SEARCH_SLICES=1`: one FTS5 statement) with its defaults (the newer SQLite of
-adapters/sqlite/driver.py; a large source's id range read in slices at once).
+3.40; `KB_SQLITE_SEARCH_SLICES=1`: one FTS5 statement), the newer SQLite of adapters/sqlite/driver.py with
+one statement, and the defaults (that SQLite; a large source's id range read in slices at once).
 
     nice -n 10 python bench/scale_bench.py --sizes 10000,100000 --rankings bm25 --no-serve  # build once
     nice -n 10 python bench/serve_growth.py --sizes 10000,100000
