@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -169,13 +170,10 @@ class SlicedCandidates:
         self, match: str, span: tuple[int, int], limit: int | None, deadline: float | None
     ) -> list[tuple[object, ...]]:
         conn = self._db.connection()  # this thread's own
-        if deadline is not None:
-            conn.set_progress_handler(past(deadline), 10_000)
-        try:
+        if deadline is None:
             return candidate_rows(conn, match, span, limit)
-        finally:
-            if deadline is not None:
-                conn.set_progress_handler(None, 0)
+        with until(conn, deadline):
+            return candidate_rows(conn, match, span, limit)
 
     def close(self) -> None:
         """No new slice starts (later searches run one statement); one under way ends by its deadline (its
@@ -189,9 +187,15 @@ def _best_first(row: tuple[Any, ...]) -> tuple[float, int]:
     return -row[1], row[3]
 
 
-def past(deadline: float) -> Callable[[], int]:
-    """A progress handler that interrupts a statement once `time.perf_counter()` passes `deadline`."""
-    return lambda: 1 if time.perf_counter() > deadline else 0
+@contextmanager
+def until(conn: sqlite3.Connection, deadline: float) -> Iterator[None]:
+    """`conn`'s statements in the block are interrupted (OperationalError "interrupted") once
+    `time.perf_counter()` passes `deadline`; the connection is unbounded again after it."""
+    conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
+    try:
+        yield
+    finally:
+        conn.set_progress_handler(None, 0)
 
 
 def passage_details(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:

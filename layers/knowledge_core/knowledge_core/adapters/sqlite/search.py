@@ -277,28 +277,28 @@ class SqliteFtsBackend(SearchBackend):
             return result
         conn = self._conn()
         deadline = started + q.timeout_s
-        conn.set_progress_handler(candidates.past(deadline), 10_000)
         passage_ids: list[int] = []
         try:
-            plan = FilterPlan.of(conn, q.key, q.filter, self._shares)  # §8: selective or broad, per source
-            if match is not None:
-                result.hits, passage_ids = self._lexical(conn, q, match, viewer, plan, deadline)
-            if vectors and passage_ids:
-                stored = self._stored_vectors(conn, passage_ids, [v.model for v in vectors])
-                result.cosines = matching_cosines(vectors, [stored.get(i, {}) for i in passage_ids])
-            else:
-                result.cosines = [None] * len(result.hits)
-            if vectors and q.dense_k:
-                # One scan per query vector (its own model's passages); a document keeps its best cosine.
-                result.dense = sorted(
-                    (pair for v in vectors for pair in self._dense(conn, q, v, viewer, plan)),
-                    key=lambda p: -p[1],
-                )
+            with candidates.until(conn, deadline):
+                plan = FilterPlan.of(
+                    conn, q.key, q.filter, self._shares
+                )  # §8: selective or broad, per source
+                if match is not None:
+                    result.hits, passage_ids = self._lexical(conn, q, match, viewer, plan, deadline)
+                if vectors and passage_ids:
+                    stored = self._stored_vectors(conn, passage_ids, [v.model for v in vectors])
+                    result.cosines = matching_cosines(vectors, [stored.get(i, {}) for i in passage_ids])
+                else:
+                    result.cosines = [None] * len(result.hits)
+                if vectors and q.dense_k:
+                    # One scan per query vector (its own model's passages); a document keeps its best cosine.
+                    result.dense = sorted(
+                        (pair for v in vectors for pair in self._dense(conn, q, v, viewer, plan)),
+                        key=lambda p: -p[1],
+                    )
         except sqlite3.OperationalError as exc:
             kind = "timeout" if "interrupt" in str(exc) else "unavailable"
             return SourceResult(key=q.key, error=SourceFailure(kind))
-        finally:
-            conn.set_progress_handler(None, 0)
         result.ms = (time.perf_counter() - started) * 1000
         return result
 
@@ -415,58 +415,55 @@ class SqliteFtsBackend(SearchBackend):
         match = _match_expression(query.lexical)
         if match is None or not hits:
             return {}
-        found: dict[tuple[str, str], list[tuple[Hit, float | None]]] = {}
         conn = self._conn()
-        deadline = time.perf_counter() + timeout_s
-        conn.set_progress_handler(candidates.past(deadline), 10_000)
         try:
-            keys = list(dict.fromkeys((h.source_key, h.doc_id) for h in hits))
-            rows: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
-            for k in keys:
-                known = self._remembered(k, match, per_doc)  # most hits: their search read them already
-                if known is not None:
-                    if known:
-                        rows[k] = known
-                    continue
-                # A document's passages hold consecutive ids (`_index`): its id span is its passages.
-                first, last = conn.execute(_SPAN_SQL, k).fetchone()
-                if first is not None:
-                    rows[k] = candidates.candidate_rows(conn, match, (first, last), per_doc)
-            details = candidates.passage_details(
-                conn, [r[3] for found_rows in rows.values() for r in found_rows]
-            )
-            stored = (
-                self._stored_vectors(conn, list(details), [v.model for v in query.vectors])
-                if query.vectors and details
-                else {}
-            )
-            for hit in hits:
-                # (passage id, BM25 score, details) of the hit's revision: a rewrite since is not cited
-                kept = [
-                    (r[3], r[1], d)
-                    for r in rows.get((hit.source_key, hit.doc_id), [])
-                    if (d := details.get(r[3])) and d[3] == hit.revision
-                ]
-                cosines = matching_cosines(query.vectors, [stored.get(i, {}) for i, _, _ in kept])
-                if kept:
-                    found[(hit.source_key, hit.doc_id)] = [
-                        (
-                            replace(
-                                hit,
-                                score=float(score),
-                                passage=d[0],
-                                structured_source=_source(_json(d[5]), d[1]),
-                            ),
-                            c,
-                        )
-                        for (_, score, d), c in zip(kept, cosines, strict=True)
-                    ]
+            with candidates.until(conn, time.perf_counter() + timeout_s):
+                keys = list(dict.fromkeys((h.source_key, h.doc_id) for h in hits))
+                rows: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+                for k in keys:
+                    known = self._remembered(k, match, per_doc)  # most hits: their search read them already
+                    if known is not None:
+                        if known:
+                            rows[k] = known
+                        continue
+                    # A document's passages hold consecutive ids (`_index`): its id span is its passages.
+                    first, last = conn.execute(_SPAN_SQL, k).fetchone()
+                    if first is not None:
+                        rows[k] = candidates.candidate_rows(conn, match, (first, last), per_doc)
+                details = candidates.passage_details(
+                    conn, [r[3] for found_rows in rows.values() for r in found_rows]
+                )
+                stored = (
+                    self._stored_vectors(conn, list(details), [v.model for v in query.vectors])
+                    if query.vectors and details
+                    else {}
+                )
         except sqlite3.OperationalError as exc:
             raise SourceFailure("timeout" if "interrupt" in str(exc) else "unavailable") from None
         except sqlite3.Error:
             raise SourceFailure("unavailable") from None
-        finally:
-            conn.set_progress_handler(None, 0)
+        found: dict[tuple[str, str], list[tuple[Hit, float | None]]] = {}
+        for hit in hits:
+            # (passage id, BM25 score, details) of the hit's revision: a rewrite since is not cited
+            kept = [
+                (r[3], r[1], d)
+                for r in rows.get((hit.source_key, hit.doc_id), [])
+                if (d := details.get(r[3])) and d[3] == hit.revision
+            ]
+            cosines = matching_cosines(query.vectors, [stored.get(i, {}) for i, _, _ in kept])
+            if kept:
+                found[(hit.source_key, hit.doc_id)] = [
+                    (
+                        replace(
+                            hit,
+                            score=float(score),
+                            passage=d[0],
+                            structured_source=_source(_json(d[5]), d[1]),
+                        ),
+                        c,
+                    )
+                    for (_, score, d), c in zip(kept, cosines, strict=True)
+                ]
         return found
 
     # --- documents ------------------------------------------------------------------------------
