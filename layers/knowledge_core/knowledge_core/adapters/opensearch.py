@@ -275,6 +275,14 @@ def _sub_failure(response: dict[str, Any]) -> SourceFailure | None:
     return None
 
 
+def source_filter(source_key: str) -> dict[str, Any]:
+    """The source's ready passages, as one bool query of its own (and `acl_filter` another): the node's query
+    cache can keep each as a bitset per large segment, this one shared by every viewer and the ACL one by
+    every source, while bare term clauses are never cached (Lucene's policy) and are checked one by one
+    against every candidate passage — a third of BM25's time at 1M passages (README, Scale)."""
+    return {"bool": {"filter": [{"term": {"source_key": source_key}}, {"term": {"status": "ready"}}]}}
+
+
 def acl_filter(viewer: Viewer) -> dict[str, Any]:
     """`DocumentAcl.visible_to` as a query: one of the document's tenants (`acl_tenant` holds its own and
     the ones it is shared with; a document without one matches no viewer), and open or naming the
@@ -614,7 +622,7 @@ class OpenSearchBackend(SearchBackend):
         vector = vectors[0] if vectors else None
         dense = self._dense_on(vector) if dense is None else dense and vector is not None
         for q in queries:
-            filters = [{"term": {"source_key": q.key}}, {"term": {"status": "ready"}}, visible]
+            filters = [source_filter(q.key), visible]
             if q.filter is not None:  # §8: before ranking, in BM25 and k-NN alike
                 filters.append(filter_query(q.filter))
             common = {
