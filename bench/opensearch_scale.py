@@ -12,7 +12,8 @@ shared node is not loaded; `--nodes 3` for the cluster). Per size:
 `--same-run` times the growth as a same-run ratio: every size's index up at once on the node (built for the
 run; the largest may be one an earlier `--keep-index` run grew, `--reuse-prefix`), the retrieval step of each
 size in turns of `--block` searches. `--filter-costs --reuse-prefix P` times the raw BM25 `_msearch` of a kept
-index with its filters, all but the source's term, or its collapse taken out.
+index with its filters, all but the source's, or its collapse taken out, and with its source's filter as the
+bare terms it was before they became one cacheable bool query.
 
     nice -n 10 .venv/bin/python bench/opensearch_scale.py --sizes 10000,100000,1000000 --keep-index ...
     .venv/bin/python bench/opensearch_scale.py --same-run --sizes 10000,100000,1000000 --reuse-prefix P ...
@@ -246,7 +247,8 @@ def same_run(
     an earlier `--keep-index` run grew (`reuse`, its prefix) — and the retrieval step of each size timed in
     turns of blocks (`_util.in_blocks`): the growth as a same-run ratio, every size timed warm while the
     machine's drift hits all of them alike (a growth run times its smallest size right after ingesting it,
-    with a cold JVM, and its largest up to an hour later)."""
+    with a cold JVM, and its largest up to an hour later). Timing starts once the node's merges are done
+    (`settle`)."""
     corpus = Corpus(max(sizes))
     embedder = SyntheticEmbedder()
     backends: dict[int, OpenSearchBackend] = {}
@@ -265,6 +267,7 @@ def same_run(
             if indexed[size] < 0.9 * size:  # a size's documents hold about size passages (scale_corpus)
                 raise SystemExit(f"index {prefix} holds {indexed[size]:,} passages, not about {size:,}")
             backends[size] = backend
+        settle(backends[sizes[0]].client)
         rows: list[dict[str, Any]] = []
         for ranking in ("bm25", "hybrid"):
             subjects = {size: _retrieval_step(b, corpus, ranking) for size, b in backends.items()}
@@ -291,6 +294,18 @@ def same_run(
     return rows
 
 
+def settle(client: Any, timeout_s: float = 900.0) -> None:
+    """Wait until the node runs no merge (an index just built keeps merging for minutes, taking a core from
+    every search timed meanwhile), then refresh, so the merged segments are the ones searched."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stats = client.nodes.stats(metric="indices", index_metric="merge")["nodes"]
+        if not any(n["indices"]["merges"]["current"] for n in stats.values()):
+            break
+        time.sleep(5)
+    client.indices.refresh(index="_all")
+
+
 def _retrieval_step(backend: OpenSearchBackend, corpus: Corpus, ranking: str) -> Callable[[int], object]:
     """Round i -> the retrieval step every door runs, for the corpus's query i (BM25 or hybrid)."""
     retrieval = Retrieval(backend)
@@ -300,20 +315,23 @@ def _retrieval_step(backend: OpenSearchBackend, corpus: Corpus, ranking: str) ->
 
 
 def _without(body: list[dict[str, Any]], part: str) -> list[dict[str, Any]]:
-    """The BM25 `_msearch` body with one part taken out: every filter, all filters but the source's term,
-    or the collapse to documents."""
+    """The BM25 `_msearch` body with one part taken out (every filter, all filters but the source's — its
+    term and `status` — or the collapse to documents) or, "bare source terms", the body as it was before the
+    source's term and `status` became one bool query the node's query cache can keep (`source_filter`)."""
     header, search = body[0], copy.deepcopy(body[1])
     clauses = search["query"]["bool"]
     if part == "filters":
         clauses["filter"] = []
     elif part == "filters but the source":
         clauses["filter"] = clauses["filter"][:1]
+    elif part == "bare source terms":
+        clauses["filter"] = [*clauses["filter"][0]["bool"]["filter"], *clauses["filter"][1:]]
     elif part == "collapse":
         search.pop("collapse")
     return [header, search]
 
 
-FILTER_PARTS = ("nothing", "filters", "filters but the source", "collapse")
+FILTER_PARTS = ("nothing", "bare source terms", "filters", "filters but the source", "collapse")
 
 
 def filter_costs(url: str, prefix: str, size: int, rounds: int, block: int) -> dict[str, dict[str, float]]:
@@ -476,7 +494,7 @@ def main() -> int:
         size = max(int(s) for s in args.sizes.split(","))
         costs = filter_costs(url, args.reuse_prefix, size, args.rounds, args.block)
         for part, row in costs.items():
-            print(f"without {part:<24} p50 {row['p50_ms']:.2f} ms, p95 {row['p95_ms']:.2f} ms")
+            print(f"{part:<24} p50 {row['p50_ms']:.2f} ms, p95 {row['p95_ms']:.2f} ms")
         (RESULTS / "opensearch_filter_costs.json").write_text(json.dumps(costs, indent=2) + "\n")
         return 0
     if args.same_run:
