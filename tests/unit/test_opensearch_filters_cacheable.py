@@ -9,21 +9,9 @@ from typing import Any
 
 from knowledge_core.adapters.opensearch import OpenSearchBackend, acl_filter, source_filter
 from knowledge_core.domain.models import Viewer
-from knowledge_core.ports import Embedder, SourceQuery, Vector
+from knowledge_core.ports import SourceQuery, Vector
 
-
-class _Embedder(Embedder):
-    models = ("m-1.5",)
-
-    def dimensions(self, model: str) -> int:
-        return 4
-
-    def embed_query(self, text: str) -> Vector | None:
-        return Vector("m-1.5", bytes([127, 0, 0, 0]))
-
-    def embed_passages(self, texts: Any, models: Any = None) -> list[list[Vector]]:
-        return [[Vector("m-1.5", bytes([127, 0, 0, 0]))] for _ in texts]
-
+from tests.unit.test_opensearch_knn import _Embedder
 
 ALICE = Viewer(tenant="acme", subject="alice", groups=["ops"])
 BOB = Viewer(tenant="acme", subject="bob")
