@@ -271,10 +271,7 @@ def same_run(
         rows: list[dict[str, Any]] = []
         for ranking in ("bm25", "hybrid"):
             subjects = {size: _retrieval_step(b, corpus, ranking) for size, b in backends.items()}
-            for call in subjects.values():  # warm-up: every query once each
-                for i in range(QUERIES):
-                    call(i)
-            samples = in_blocks(subjects, rounds, block)
+            samples = _warm_in_blocks(subjects, rounds, block)
             smallest = percentile(samples[sizes[0]], 50)
             for size, taken in samples.items():
                 p50, p95 = percentile(taken, 50), percentile(taken, 95)
@@ -304,6 +301,16 @@ def settle(client: Any, timeout_s: float = 900.0) -> None:
             break
         time.sleep(5)
     client.indices.refresh(index="_all")
+
+
+def _warm_in_blocks(
+    subjects: dict[Any, Callable[[int], object]], rounds: int, block: int
+) -> dict[Any, list[float]]:
+    """`_util.in_blocks` after a warm-up of every subject over every query once."""
+    for call in subjects.values():
+        for i in range(QUERIES):
+            call(i)
+    return in_blocks(subjects, rounds, block)
 
 
 def _retrieval_step(backend: OpenSearchBackend, corpus: Corpus, ranking: str) -> Callable[[int], object]:
@@ -349,10 +356,7 @@ def filter_costs(url: str, prefix: str, size: int, rounds: int, block: int) -> d
         return lambda i: backend.msearch(variant[i % len(variant)], 16.0)
 
     subjects = {part: probe(part) for part in FILTER_PARTS}
-    for call in subjects.values():
-        for i in range(QUERIES):
-            call(i)
-    samples = in_blocks(subjects, rounds, block)
+    samples = _warm_in_blocks(subjects, rounds, block)
     return {
         part: {"p50_ms": percentile(t, 50) * 1000, "p95_ms": percentile(t, 95) * 1000}
         for part, t in samples.items()

@@ -170,8 +170,6 @@ class SlicedCandidates:
         self, match: str, span: tuple[int, int], limit: int | None, deadline: float | None
     ) -> list[tuple[object, ...]]:
         conn = self._db.connection()  # this thread's own
-        if deadline is None:
-            return candidate_rows(conn, match, span, limit)
         with until(conn, deadline):
             return candidate_rows(conn, match, span, limit)
 
@@ -188,9 +186,12 @@ def _best_first(row: tuple[Any, ...]) -> tuple[float, int]:
 
 
 @contextmanager
-def until(conn: sqlite3.Connection, deadline: float) -> Iterator[None]:
+def until(conn: sqlite3.Connection, deadline: float | None) -> Iterator[None]:
     """`conn`'s statements in the block are interrupted (OperationalError "interrupted") once
-    `time.perf_counter()` passes `deadline`; the connection is unbounded again after it."""
+    `time.perf_counter()` passes `deadline` (None: never); the connection is unbounded again after it."""
+    if deadline is None:
+        yield
+        return
     conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10_000)
     try:
         yield

@@ -280,9 +280,8 @@ class SqliteFtsBackend(SearchBackend):
         passage_ids: list[int] = []
         try:
             with candidates.until(conn, deadline):
-                plan = FilterPlan.of(
-                    conn, q.key, q.filter, self._shares
-                )  # §8: selective or broad, per source
+                # §8: selective or broad, per source
+                plan = FilterPlan.of(conn, q.key, q.filter, self._shares)
                 if match is not None:
                     result.hits, passage_ids = self._lexical(conn, q, match, viewer, plan, deadline)
                 if vectors and passage_ids:
