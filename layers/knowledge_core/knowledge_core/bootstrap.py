@@ -199,6 +199,7 @@ class Container:
             region=self.settings.region,
             index_prefix=self.settings.opensearch_index_prefix,
             embedder=self.embedder,
+            passage_shards=self.settings.opensearch_passage_shards,
         )
 
     @cached_property

@@ -15,7 +15,10 @@ Indices (names start with `index_prefix`, default `kb`):
   `knn_vector` of bytes, inner product; `index.knn` is set at creation, v3).
 * `<prefix>-documents-v2`, alias `<prefix>-documents`: the parent documents (title, body stored but not
   indexed, revision, status, ACL, structured source, passage count).
-Both come from composable index templates named after the concrete index. `prepare` (deploy/admin time)
+Both come from composable index templates named after the versioned index. The passages index has
+`passage_shards` primary shards (`KB_OPENSEARCH_PASSAGE_SHARDS`, default 1), given when it is created; a
+count other than one is part of its name (`<prefix>-passages-v5-s4`), so changing it moves the alias to a
+new index as an upgrade does. `prepare` (deploy/admin time)
 puts the templates, creates missing indices with their alias and moves an alias off an older version:
 it copies the older index's rows into the new one, swaps the alias in one `_aliases` call and copies once
 more what was written meanwhile (pause ingestion during an upgrade: a delete in that window may leave a
@@ -331,7 +334,10 @@ class OpenSearchBackend(SearchBackend):
         max_retries: int = 1,
         client: Any = None,
         embedder: Embedder | None = None,
+        passage_shards: int = 1,
     ) -> None:
+        if passage_shards < 1:
+            raise ValueError("passage_shards must be at least 1")
         self._url = url.rstrip("/")
         self._embedder = embedder
         self._region = region
@@ -344,7 +350,11 @@ class OpenSearchBackend(SearchBackend):
         self._dense_off_until = 0.0  # the node rejected a k-NN search: BM25 candidates only until then
         self._dense_warned = False
         self.index_prefix = index_prefix
-        self.passages_index = f"{index_prefix}-passages-{PASSAGES_VERSION}"
+        # The passages template is per version; the index name also carries a shard count other than one,
+        # so changing `passage_shards` is an index move like a version upgrade (`ensure_indices`).
+        self.passages_template = f"{index_prefix}-passages-{PASSAGES_VERSION}"
+        self.passage_shards = passage_shards
+        self.passages_index = passages_index_name(index_prefix, passage_shards)
         self.documents_index = f"{index_prefix}-documents-{DOCUMENTS_VERSION}"
         self.passages_alias = f"{index_prefix}-passages"
         self.documents_alias = f"{index_prefix}-documents"
@@ -407,8 +417,8 @@ class OpenSearchBackend(SearchBackend):
             properties = {**PASSAGE_MAPPINGS["properties"], **self.knn_properties()}
             passage_mappings = {**PASSAGE_MAPPINGS, "properties": properties}
         return {
-            self.passages_index: template(
-                self.passages_index, PASSAGES_VERSION, passage_settings, passage_mappings
+            self.passages_template: template(
+                self.passages_template, PASSAGES_VERSION, passage_settings, passage_mappings
             ),
             self.documents_index: template(
                 self.documents_index, DOCUMENTS_VERSION, _INDEX_SETTINGS, DOCUMENT_MAPPINGS
@@ -432,7 +442,7 @@ class OpenSearchBackend(SearchBackend):
             try:
                 client.indices.put_index_template(name=name, body=body, request_timeout=timeout)
             except RequestError as exc:  # no k-NN plugin: `index.knn` is an unknown setting
-                if not (name == self.passages_index and _no_knn(exc)):
+                if not (name == self.passages_template and _no_knn(exc)):
                     raise
                 self._dense_unavailable(exc.error)
                 knn, body = False, self.index_templates(knn=False)[name]
@@ -445,6 +455,8 @@ class OpenSearchBackend(SearchBackend):
                 current = sorted(client.indices.get_alias(name=alias, request_timeout=timeout))
             except NotFoundError:
                 current = []
+            if current and index not in current:
+                self._drop_retired(index, alias, timeout)
             if index not in current:
                 self._create_index(index, alias if not current else None, timeout)
             if current and index not in current:
@@ -472,9 +484,13 @@ class OpenSearchBackend(SearchBackend):
         self.client.indices.put_mapping(index=alias, body=body, request_timeout=timeout)
 
     def _create_index(self, index: str, alias: str | None, timeout: float) -> None:
+        """Create `index` (its template gives settings and mappings; the passages index takes its shard
+        count from this backend), with `alias` when nothing holds it yet."""
         from opensearchpy.exceptions import RequestError
 
         body: dict[str, Any] = {"aliases": {alias: {}}} if alias else {}
+        if index == self.passages_index and self.passage_shards != 1:
+            body["settings"] = {"number_of_shards": self.passage_shards}
         try:
             self.client.indices.create(index=index, body=body, request_timeout=max(timeout, 30.0))
         except RequestError as exc:
@@ -491,9 +507,19 @@ class OpenSearchBackend(SearchBackend):
         self._swap_alias(old, new, alias)
         self._copy_rows(old, new)
 
+    def _drop_retired(self, index: str, alias: str, timeout: float) -> None:
+        """Before the alias moves (back) to `index`: if a move took the alias off it before, its rows are as
+        they were then — passages of documents deleted or changed since would come back — so it is deleted
+        and made afresh. An index being filled by a move in progress is not retired and is kept."""
+        if self.client.indices.exists_alias(index=index, name=retired_alias(alias), request_timeout=timeout):
+            logger.warning("deleting %s: it held %s before an earlier move, its rows are stale", index, alias)
+            self.client.indices.delete(index=index, request_timeout=max(timeout, 30.0))
+
     def _swap_alias(self, old: list[str], new: str, alias: str) -> None:
+        """Move `alias` from `old` to `new` in one call; `old` are marked retired (`_drop_retired`)."""
         actions = [{"remove": {"index": o, "alias": alias}} for o in old] + [
-            {"add": {"index": new, "alias": alias}}
+            {"add": {"index": new, "alias": alias}},
+            *({"add": {"index": o, "alias": retired_alias(alias)}} for o in old),
         ]
         self.client.indices.update_aliases(
             body={"actions": actions}, request_timeout=max(self._timeout_s, 30.0)
@@ -598,10 +624,14 @@ class OpenSearchBackend(SearchBackend):
         """Delete this prefix's indices and templates (tests, benchmarks)."""
         from opensearchpy.exceptions import NotFoundError
 
-        for name in (self.passages_index, self.documents_index):
-            for call in (self.client.indices.delete, self.client.indices.delete_index_template):
-                with contextlib.suppress(NotFoundError):
-                    call(**({"index": name} if call == self.client.indices.delete else {"name": name}))
+        for index, template in (
+            (self.passages_index, self.passages_template),
+            (self.documents_index, self.documents_index),
+        ):
+            with contextlib.suppress(NotFoundError):
+                self.client.indices.delete(index=index)
+            with contextlib.suppress(NotFoundError):
+                self.client.indices.delete_index_template(name=template)
         self._ready = False
 
     # --- search -------------------------------------------------------------------------------------
@@ -1196,9 +1226,20 @@ def _written_indices(group: list[dict[str, Any]]) -> set[str]:
     return indices
 
 
+def passages_index_name(prefix: str, shards: int = 1) -> str:
+    """The passages index of this version with `shards` primary shards: `<prefix>-passages-vN`, or
+    `<prefix>-passages-vN-s<shards>` for more than one."""
+    return f"{prefix}-passages-{PASSAGES_VERSION}" + (f"-s{shards}" if shards != 1 else "")
+
+
+def retired_alias(alias: str) -> str:
+    """The alias marking the indices `alias` was moved off (never searched)."""
+    return f"{alias}-retired"
+
+
 def _older_splitter(index: str, prefix: str) -> bool:
-    """Was passages index `index` (`<prefix>-passages-vN`) cut by a splitter older than this one's?"""
-    match = re.fullmatch(re.escape(prefix) + r"-passages-v(\d+)", index)
+    """Was passages index `index` (`<prefix>-passages-vN[-sK]`) cut by a splitter older than this one's?"""
+    match = re.fullmatch(re.escape(prefix) + r"-passages-v(\d+)(?:-s\d+)?", index)
     return match is not None and int(match.group(1)) < RESPLIT_BEFORE
 
 
