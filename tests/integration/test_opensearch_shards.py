@@ -20,7 +20,11 @@ KEY = "kit@1.0.0"
 DOCS = [
     Document(source_key=KEY, doc_id=doc_id, title=title, body=body, acl=DocumentAcl(tenant="acme"))
     for doc_id, title, body in (
-        ("failover", "Failover", "# Failover\n\nPromote the standby replica with patronictl.\n\nCheck the lag."),
+        (
+            "failover",
+            "Failover",
+            "# Failover\n\nPromote the standby replica with patronictl.\n\nCheck the lag.",
+        ),
         ("backup", "Backups", "# Backups\n\nNightly base backups go to object storage.\n\nRestore weekly."),
         ("gateway", "Gateway", "# Gateway\n\nThe gateway sends a heartbeat every 60 seconds."),
         ("boiler", "Boiler", "# Boiler\n\nThe safety valve is tested every month by the operator."),
@@ -58,7 +62,9 @@ def _held_by(backend: OpenSearchBackend, alias: str) -> list[str]:
     return sorted(backend.client.indices.get_alias(name=alias))
 
 
-def test_a_search_issue23_passage_shards_make_the_index_and_a_change_moves_the_alias(url: str, prefix: str) -> None:
+def test_a_search_issue23_passage_shards_make_the_index_and_a_change_moves_the_alias(
+    url: str, prefix: str
+) -> None:
     one = OpenSearchBackend(url, index_prefix=prefix)
     one.prepare()
     one.put_documents(DOCS)
@@ -72,7 +78,11 @@ def test_a_search_issue23_passage_shards_make_the_index_and_a_change_moves_the_a
     settings = two.client.indices.get_settings(index=two.passages_index)[two.passages_index]["settings"]
     assert settings["index"]["number_of_shards"] == "2"
     assert _rows(two) == before  # every row copied
-    for query, doc in (("promote standby", "failover"), ("heartbeat seconds", "gateway"), ("safety valve", "boiler")):
+    for query, doc in (
+        ("promote standby", "failover"),
+        ("heartbeat seconds", "gateway"),
+        ("safety valve", "boiler"),
+    ):
         assert _top(two, query) == [doc]
     assert _held_by(two, retired_alias(two.passages_alias)) == [one.passages_index]
 
@@ -92,4 +102,3 @@ def test_a_search_issue23_passage_shards_make_the_index_and_a_change_moves_the_a
     assert _held_by(back, retired_alias(back.passages_alias)) == [two.passages_index]
     shards = back.client.indices.get_settings(index=back.passages_index)[back.passages_index]["settings"]
     assert shards["index"]["number_of_shards"] == "1"
-

@@ -11,7 +11,7 @@ from knowledge_core.adapters.opensearch import OpenSearchBackend, acl_filter, so
 from knowledge_core.domain.models import Viewer
 from knowledge_core.ports import SourceQuery, Vector
 
-from tests.unit.test_opensearch_knn import _Embedder
+from tests.fake_embedder import OneModelEmbedder
 
 ALICE = Viewer(tenant="acme", subject="alice", groups=["ops"])
 BOB = Viewer(tenant="acme", subject="bob")
@@ -19,7 +19,7 @@ BOB = Viewer(tenant="acme", subject="bob")
 
 def _filters(viewer: Viewer, keys: tuple[str, ...] = ("wiki@1.0.0",)) -> list[list[dict[str, Any]]]:
     """Every search's filter clauses of one `_msearch` body (BM25 and k-NN), in order."""
-    backend = OpenSearchBackend("http://127.0.0.1:1", embedder=_Embedder())
+    backend = OpenSearchBackend("http://127.0.0.1:1", embedder=OneModelEmbedder())
     queries = [SourceQuery(key, 10, float("-inf"), dense_k=5) for key in keys]
     vector = Vector("m-1.5", bytes([127, 0, 0, 0]))
     body = backend.search_body(queries, "failover runbook", viewer, [vector], dense=True)

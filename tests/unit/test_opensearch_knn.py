@@ -8,20 +8,9 @@ from typing import Any
 
 import pytest
 from knowledge_core.adapters.opensearch import OpenSearchBackend, knn_field, knn_value
-from knowledge_core.ports import Embedder, Vector
+from knowledge_core.ports import Vector
 
-
-class _Embedder(Embedder):
-    models = ("m-1.5",)
-
-    def dimensions(self, model: str) -> int:
-        return 4
-
-    def embed_query(self, text: str) -> Vector | None:
-        return Vector("m-1.5", bytes([127, 0, 0, 0]))
-
-    def embed_passages(self, texts: Any, models: Any = None) -> list[list[Vector]]:
-        return [[Vector("m-1.5", bytes([0, 255, 1, 0]))] for _ in texts]
+from tests.fake_embedder import OneModelEmbedder
 
 
 class _PlainNodeIndices:
@@ -55,7 +44,7 @@ class _Client:
 
 def test_a_search_prepare_without_knn_plugin_makes_plain_indices(caplog: pytest.LogCaptureFixture) -> None:
     client = _Client()
-    backend = OpenSearchBackend("http://127.0.0.1:1", client=client, embedder=_Embedder())
+    backend = OpenSearchBackend("http://127.0.0.1:1", client=client, embedder=OneModelEmbedder())
     with caplog.at_level(logging.WARNING, logger="knowledge_core.adapters.opensearch"):
         backend.prepare()
     passages = client.indices.templates[backend.passages_index]["template"]
@@ -69,7 +58,7 @@ def test_a_search_prepare_without_knn_plugin_makes_plain_indices(caplog: pytest.
 def test_a_search_knn_field_per_model_and_signed_bytes() -> None:
     assert knn_field("bge-small-en-v1.5-q") == "knn_bge_small_en_v1_5_q"
     assert knn_value(Vector("m-1.5", bytes([0, 127, 128, 255]))) == {"knn_m_1_5": [0, 127, -128, -1]}
-    backend = OpenSearchBackend("http://127.0.0.1:1", client=_Client(), embedder=_Embedder())
+    backend = OpenSearchBackend("http://127.0.0.1:1", client=_Client(), embedder=OneModelEmbedder())
     template = backend.index_templates(knn=True)[backend.passages_index]["template"]
     assert template["settings"]["knn"] is True
     field = template["mappings"]["properties"]["knn_m_1_5"]

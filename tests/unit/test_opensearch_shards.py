@@ -62,7 +62,9 @@ class _Client:
 
 
 def test_a_search_issue23_passage_shards_from_the_environment() -> None:
-    settings = Settings.from_env({"KB_SEARCH_BACKEND": "opensearch", "KB_OPENSEARCH_URL": "http://127.0.0.1:1"})
+    settings = Settings.from_env(
+        {"KB_SEARCH_BACKEND": "opensearch", "KB_OPENSEARCH_URL": "http://127.0.0.1:1"}
+    )
     assert settings.opensearch_passage_shards == 1
     settings = Settings.from_env(
         {
