@@ -11,9 +11,10 @@ shared node is not loaded; `--nodes 3` for the cluster). Per size:
 
 `--same-run` times the growth as a same-run ratio: every size's index up at once on the node (built for the
 run; the largest may be one an earlier `--keep-index` run grew, `--reuse-prefix`), the retrieval step of each
-size in turns of `--block` searches. `--filter-costs --reuse-prefix P` times the raw BM25 `_msearch` of a kept
-index with its filters, all but the source's, or its collapse taken out, and with its source's filter as the
-bare terms it was before they became one cacheable bool query.
+size in turns of `--block` searches; `--shards 1,2` also times a copy of each size's index with two primary
+shards (`KB_OPENSEARCH_PASSAGE_SHARDS`) in the same turns. `--filter-costs --reuse-prefix P` times the raw
+BM25 `_msearch` of a kept index with its filters, all but the source's, or its collapse taken out, and with
+its source's filter as the bare terms it was before they became one cacheable bool query.
 
     nice -n 10 .venv/bin/python bench/opensearch_scale.py --sizes 10000,100000,1000000 --keep-index ...
     .venv/bin/python bench/opensearch_scale.py --same-run --sizes 10000,100000,1000000 --reuse-prefix P ...
@@ -241,18 +242,26 @@ def growth(
 
 
 def same_run(
-    url: str, sizes: list[int], rounds: int, block: int, reuse: str | None = None, keep: bool = False
+    url: str,
+    sizes: list[int],
+    rounds: int,
+    block: int,
+    reuse: str | None = None,
+    keep: bool = False,
+    shards: Sequence[int] = (1,),
 ) -> list[dict[str, Any]]:
     """Every size's index up at once on the same node — each built here, or for the largest size an index
     an earlier `--keep-index` run grew (`reuse`, its prefix) — and the retrieval step of each size timed in
     turns of blocks (`_util.in_blocks`): the growth as a same-run ratio, every size timed warm while the
     machine's drift hits all of them alike (a growth run times its smallest size right after ingesting it,
     with a cold JVM, and its largest up to an hour later). Timing starts once the node's merges are done
-    (`settle`)."""
+    (`settle`). Each shard count of `shards` other than one adds a copy of every size's passages index with
+    that many primary shards (`split_copy`), timed in the same turns."""
     corpus = Corpus(max(sizes))
     embedder = SyntheticEmbedder()
-    backends: dict[int, OpenSearchBackend] = {}
+    backends: dict[tuple[int, int], OpenSearchBackend] = {}
     built: list[OpenSearchBackend] = []
+    copies: list[OpenSearchBackend] = []
     indexed: dict[int, int] = {}
     try:
         for size in sizes:
@@ -266,29 +275,70 @@ def same_run(
             indexed[size] = int(backend.client.count(index=backend.passages_alias)["count"])
             if indexed[size] < 0.9 * size:  # a size's documents hold about size passages (scale_corpus)
                 raise SystemExit(f"index {prefix} holds {indexed[size]:,} passages, not about {size:,}")
-            backends[size] = backend
-        settle(backends[sizes[0]].client)
+            backends[size, 1] = backend
+            for n in shards:
+                if n != 1:
+                    copies.append(split_copy(url, backend, n, embedder))
+                    backends[size, n] = copies[-1]
+        settle(backend.client)
         rows: list[dict[str, Any]] = []
         for ranking in ("bm25", "hybrid"):
-            subjects = {size: _retrieval_step(b, corpus, ranking) for size, b in backends.items()}
+            subjects = {key: _retrieval_step(b, corpus, ranking) for key, b in backends.items()}
             samples = _warm_in_blocks(subjects, rounds, block)
-            smallest = percentile(samples[sizes[0]], 50)
-            for size, taken in samples.items():
+            for (size, n), taken in samples.items():
                 p50, p95 = percentile(taken, 50), percentile(taken, 95)
                 rows.append(
                     {
                         "ranking": ranking,
                         "passages": size,
+                        "shards": n,
                         "indexed": indexed[size],
                         "p50_ms": p50 * 1000,
                         "p95_ms": p95 * 1000,
-                        "p50_over_smallest": p50 / smallest,
+                        "p50_over_smallest": p50 / percentile(samples[sizes[0], n], 50),
+                        "p50_over_smallest_one_shard": p50 / percentile(samples[sizes[0], 1], 50),
                     }
                 )
     finally:
+        for backend in copies:
+            backend.client.indices.delete(index=backend.passages_index, ignore_unavailable=True)
         for backend in built if not keep else ():
             backend.drop_indices()
     return rows
+
+
+def split_copy(url: str, backend: OpenSearchBackend, shards: int, embedder: Embedder) -> OpenSearchBackend:
+    """A copy of `backend`'s passages index with `shards` primary shards under a prefix of its own, named as
+    the service names it (`KB_OPENSEARCH_PASSAGE_SHARDS`), its documents index shared: made with `_split`
+    (the source blocked for writes meanwhile), then its rows of other shards expunged by a merge, so each
+    shard holds only its own rows, as when the service copies rows into a new index."""
+    client = backend.client
+    [source] = client.indices.get_alias(name=backend.passages_alias)
+    copy_of = OpenSearchBackend(
+        url,
+        index_prefix=f"{backend.index_prefix}-x{shards}",
+        embedder=embedder,
+        timeout_s=600.0,
+        passage_shards=shards,
+    )
+    target = copy_of.passages_index
+    client.indices.put_settings(index=source, body={"index.blocks.write": True})
+    try:
+        client.indices.split(
+            index=source,
+            target=target,
+            body={"settings": {"index.number_of_shards": shards}, "aliases": {copy_of.passages_alias: {}}},
+            params={"wait_for_active_shards": "1"},
+            request_timeout=600,
+        )
+    finally:
+        client.indices.put_settings(index=source, body={"index.blocks.write": None})
+    client.indices.put_settings(index=target, body={"index.blocks.write": None})
+    client.cluster.health(index=target, wait_for_status="yellow", request_timeout=600)
+    client.indices.forcemerge(index=target, only_expunge_deletes=True, request_timeout=3600)
+    [documents] = client.indices.get_alias(name=backend.documents_alias)
+    client.indices.put_alias(index=documents, name=copy_of.documents_alias)
+    return copy_of
 
 
 def settle(client: Any, timeout_s: float = 900.0) -> None:
@@ -471,6 +521,12 @@ def main() -> int:
     )
     parser.add_argument("--block", type=int, default=20, help="--same-run: searches in a row per size")
     parser.add_argument(
+        "--shards",
+        default="1",
+        help="--same-run: primary shard counts of the passages index, comma-separated (each one other than "
+        "1 times a copy of every size's index made by _split)",
+    )
+    parser.add_argument(
         "--reuse-prefix", help="--same-run: the largest size is this kept index (an earlier --keep-index run)"
     )
     parser.add_argument(
@@ -526,14 +582,17 @@ def main() -> int:
 
 def _same_run_report(url: str, args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
-    rows = same_run(url, sizes, args.rounds, args.block, args.reuse_prefix, args.keep_index)
+    shards = [int(n) for n in args.shards.split(",")]
+    rows = same_run(url, sizes, args.rounds, args.block, args.reuse_prefix, args.keep_index, shards)
     lines = [
-        "| ranking | passages | p50 ms | p95 ms | p95 / p50 | p50 / p50 at the smallest size |",
-        "|---|---|---|---|---|---|",
+        "| ranking | passages | shards | p50 ms | p95 ms | p95 / p50 | p50 / the smallest size's "
+        "(same shards) | p50 / the smallest size's (one shard) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['ranking']} | {r['passages']:,} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
-        f"{r['p95_ms'] / r['p50_ms']:.2f} | {r['p50_over_smallest']:.2f} |"
+        f"| {r['ranking']} | {r['passages']:,} | {r['shards']} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
+        f"{r['p95_ms'] / r['p50_ms']:.2f} | {r['p50_over_smallest']:.2f} | "
+        f"{r['p50_over_smallest_one_shard']:.2f} |"
         for r in rows
     ]
     print("\n".join(lines))
