@@ -94,7 +94,7 @@ def test_a_search_issue23_passage_shards_make_the_index_and_a_change_moves_the_a
     assert after != before
 
     back = OpenSearchBackend(url, index_prefix=prefix)
-    back.prepare()  # the one-shard index held the alias before: made afresh, not revived
+    back.prepare()  # the one-shard index held the alias before: cleared and refilled, not revived
     assert _held_by(back, back.passages_alias) == [back.passages_index]
     assert _rows(back) == after
     assert _top(back, "nightly base backups") == []

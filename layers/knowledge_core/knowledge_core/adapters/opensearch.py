@@ -456,7 +456,7 @@ class OpenSearchBackend(SearchBackend):
             except NotFoundError:
                 current = []
             if current and index not in current:
-                self._drop_retired(index, alias, timeout)
+                self._clear_retired(index, alias, timeout)
             if index not in current:
                 self._create_index(index, alias if not current else None, timeout)
             if current and index not in current:
@@ -507,16 +507,30 @@ class OpenSearchBackend(SearchBackend):
         self._swap_alias(old, new, alias)
         self._copy_rows(old, new)
 
-    def _drop_retired(self, index: str, alias: str, timeout: float) -> None:
+    def _clear_retired(self, index: str, alias: str, timeout: float) -> None:
         """Before the alias moves (back) to `index`: if a move took the alias off it before, its rows are as
-        they were then — passages of documents deleted or changed since would come back — so it is deleted
-        and made afresh. An index being filled by a move in progress is not retired and is kept."""
-        if self.client.indices.exists_alias(index=index, name=retired_alias(alias), request_timeout=timeout):
-            logger.warning("deleting %s: it held %s before an earlier move, its rows are stale", index, alias)
-            self.client.indices.delete(index=index, request_timeout=max(timeout, 30.0))
+        they were then — passages of documents deleted or changed since would come back — so they are
+        deleted (the move then copies every row) and its retired mark removed. An index being filled by a
+        move in progress is not retired and is kept. (`_delete_by_query` and `_aliases` are POSTs: the
+        prepare function's permissions need no index deletion.)"""
+        retired = retired_alias(alias)
+        if not self.client.indices.exists_alias(index=index, name=retired, request_timeout=timeout):
+            return
+        logger.warning("clearing %s: it held %s before an earlier move, its rows are stale", index, alias)
+        self.client.delete_by_query(
+            index=index,
+            body={"query": {"match_all": {}}},
+            conflicts="proceed",
+            refresh=True,
+            request_timeout=max(timeout, 600.0),
+        )
+        self.client.indices.update_aliases(
+            body={"actions": [{"remove": {"index": index, "alias": retired}}]},
+            request_timeout=max(timeout, 30.0),
+        )
 
     def _swap_alias(self, old: list[str], new: str, alias: str) -> None:
-        """Move `alias` from `old` to `new` in one call; `old` are marked retired (`_drop_retired`)."""
+        """Move `alias` from `old` to `new` in one call; `old` are marked retired (`_clear_retired`)."""
         actions = [{"remove": {"index": o, "alias": alias}} for o in old] + [
             {"add": {"index": new, "alias": alias}},
             *({"add": {"index": o, "alias": retired_alias(alias)}} for o in old),
