@@ -12,9 +12,10 @@ shared node is not loaded; `--nodes 3` for the cluster). Per size:
 `--same-run` times the growth as a same-run ratio: every size's index up at once on the node (built for the
 run; the largest may be one an earlier `--keep-index` run grew, `--reuse-prefix`), the retrieval step of each
 size in turns of `--block` searches; `--shards 1,2` also times a copy of each size's index with two primary
-shards (`KB_OPENSEARCH_PASSAGE_SHARDS`) in the same turns. `--filter-costs --reuse-prefix P` times the raw
-BM25 `_msearch` of a kept index with its filters, all but the source's, or its collapse taken out, and with
-its source's filter as the bare terms it was before they became one cacheable bool query.
+shards (`KB_OPENSEARCH_PASSAGE_SHARDS`), `--merged 3` one force-merged to 3 segments, in the same turns.
+`--filter-costs --reuse-prefix P` times the raw BM25 `_msearch` of a kept index with its filters, all but
+the source's, or its collapse taken out, and with its source's filter as the bare terms it was before they
+became one cacheable bool query.
 
     nice -n 10 .venv/bin/python bench/opensearch_scale.py --sizes 10000,100000,1000000 --keep-index ...
     .venv/bin/python bench/opensearch_scale.py --same-run --sizes 10000,100000,1000000 --reuse-prefix P ...
@@ -32,6 +33,7 @@ Rows go to stdout as a Markdown table, to `bench/results/opensearch_scale.md` an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -55,6 +57,7 @@ from knowledge_core.domain.passages import document_passages  # noqa: E402
 from knowledge_core.ports import Embedder, QueryAnalysis, Vector  # noqa: E402
 from knowledge_core.services.ingestion import BATCH_DOCUMENTS  # noqa: E402
 from knowledge_core.services.retrieval import Retrieval, SourceAsk  # noqa: E402
+from opensearchpy.exceptions import NotFoundError  # noqa: E402
 from scale_corpus import DIMENSIONS, MODEL, Corpus, SyntheticDocument  # noqa: E402
 
 from kb_cli import supervisor  # noqa: E402
@@ -249,17 +252,20 @@ def same_run(
     reuse: str | None = None,
     keep: bool = False,
     shards: Sequence[int] = (1,),
+    merged: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every size's index up at once on the same node — each built here, or for the largest size an index
     an earlier `--keep-index` run grew (`reuse`, its prefix) — and the retrieval step of each size timed in
     turns of blocks (`_util.in_blocks`): the growth as a same-run ratio, every size timed warm while the
     machine's drift hits all of them alike (a growth run times its smallest size right after ingesting it,
     with a cold JVM, and its largest up to an hour later). Timing starts once the node's merges are done
-    (`settle`). Each shard count of `shards` other than one adds a copy of every size's passages index with
-    that many primary shards (`split_copy`), timed in the same turns."""
+    (`settle`). Variants of every size's passages index are timed in the same turns (`index_copy`): each
+    shard count of `shards` other than one, and with `merged` a one-shard copy force-merged to that many
+    segments. A variant is (shards, segments): segments 0 is the index as written."""
     corpus = Corpus(max(sizes))
     embedder = SyntheticEmbedder()
-    backends: dict[tuple[int, int], OpenSearchBackend] = {}
+    variants = [(n, 0) for n in shards if n != 1] + ([(1, merged)] if merged else [])
+    backends: dict[tuple[int, int, int], OpenSearchBackend] = {}
     built: list[OpenSearchBackend] = []
     copies: list[OpenSearchBackend] = []
     indexed: dict[int, int] = {}
@@ -275,67 +281,94 @@ def same_run(
             indexed[size] = int(backend.client.count(index=backend.passages_alias)["count"])
             if indexed[size] < 0.9 * size:  # a size's documents hold about size passages (scale_corpus)
                 raise SystemExit(f"index {prefix} holds {indexed[size]:,} passages, not about {size:,}")
-            backends[size, 1] = backend
-            for n in shards:
-                if n != 1:
-                    copies.append(split_copy(url, backend, n, embedder))
-                    backends[size, n] = copies[-1]
+            backends[size, 1, 0] = backend
+            for n, segments in variants:
+                copies.append(index_copy(url, backend, embedder, n, segments))
+                backends[size, n, segments] = copies[-1]
         settle(backend.client)
         rows: list[dict[str, Any]] = []
         for ranking in ("bm25", "hybrid"):
             subjects = {key: _retrieval_step(b, corpus, ranking) for key, b in backends.items()}
             samples = _warm_in_blocks(subjects, rounds, block)
-            for (size, n), taken in samples.items():
+            for (size, n, segments), taken in samples.items():
                 p50, p95 = percentile(taken, 50), percentile(taken, 95)
                 rows.append(
                     {
                         "ranking": ranking,
                         "passages": size,
                         "shards": n,
+                        "merged_to_segments": segments or None,
+                        "segments": _segments(backends[size, n, segments]),
                         "indexed": indexed[size],
                         "p50_ms": p50 * 1000,
                         "p95_ms": p95 * 1000,
-                        "p50_over_smallest": p50 / percentile(samples[sizes[0], n], 50),
-                        "p50_over_smallest_one_shard": p50 / percentile(samples[sizes[0], 1], 50),
+                        "p50_over_smallest": p50 / percentile(samples[sizes[0], n, segments], 50),
+                        "p50_over_smallest_as_written": p50 / percentile(samples[sizes[0], 1, 0], 50),
                     }
                 )
     finally:
-        for backend in copies:
+        for backend in copies:  # the copy's passages index, and its alias on the shared documents index
             backend.client.indices.delete(index=backend.passages_index, ignore_unavailable=True)
+            with contextlib.suppress(NotFoundError):
+                for documents in backend.client.indices.get_alias(name=backend.documents_alias):
+                    backend.client.indices.delete_alias(index=documents, name=backend.documents_alias)
         for backend in built if not keep else ():
             backend.drop_indices()
     return rows
 
 
-def split_copy(url: str, backend: OpenSearchBackend, shards: int, embedder: Embedder) -> OpenSearchBackend:
-    """A copy of `backend`'s passages index with `shards` primary shards under a prefix of its own, named as
-    the service names it (`KB_OPENSEARCH_PASSAGE_SHARDS`), its documents index shared: made with `_split`
-    (the source blocked for writes meanwhile), then its rows of other shards expunged by a merge, so each
-    shard holds only its own rows, as when the service copies rows into a new index."""
+def _segments(backend: OpenSearchBackend) -> int:
+    """Segments of the passages index, over its primary shards."""
+    rows = backend.client.cat.segments(index=backend.passages_alias, format="json")
+    return sum(1 for r in rows if r.get("prirep", "p") == "p")
+
+
+def index_copy(
+    url: str, backend: OpenSearchBackend, embedder: Embedder, shards: int = 1, segments: int = 0
+) -> OpenSearchBackend:
+    """A copy of `backend`'s passages index under a prefix of its own, its documents index shared, made from
+    its segment files while the source is blocked for writes: with `shards` primary shards (`_split`, named
+    as the service names it: `KB_OPENSEARCH_PASSAGE_SHARDS`), its rows of other shards then expunged by a
+    merge, so each shard holds only its own rows, as when the service copies rows into a new index; or one
+    shard (`_clone`) force-merged to `segments`."""
     client = backend.client
     [source] = client.indices.get_alias(name=backend.passages_alias)
     copy_of = OpenSearchBackend(
         url,
-        index_prefix=f"{backend.index_prefix}-x{shards}",
+        index_prefix=f"{backend.index_prefix}-x{shards}m{segments}",
         embedder=embedder,
         timeout_s=600.0,
         passage_shards=shards,
     )
     target = copy_of.passages_index
+    body: dict[str, Any] = {"aliases": {copy_of.passages_alias: {}}}
     client.indices.put_settings(index=source, body={"index.blocks.write": True})
     try:
-        client.indices.split(
-            index=source,
-            target=target,
-            body={"settings": {"index.number_of_shards": shards}, "aliases": {copy_of.passages_alias: {}}},
-            params={"wait_for_active_shards": "1"},
-            request_timeout=600,
-        )
+        if shards != 1:
+            body["settings"] = {"index.number_of_shards": shards}
+            client.indices.split(
+                index=source,
+                target=target,
+                body=body,
+                params={"wait_for_active_shards": "1"},
+                request_timeout=600,
+            )
+        else:
+            client.indices.clone(
+                index=source,
+                target=target,
+                body=body,
+                params={"wait_for_active_shards": "1"},
+                request_timeout=600,
+            )
     finally:
         client.indices.put_settings(index=source, body={"index.blocks.write": None})
     client.indices.put_settings(index=target, body={"index.blocks.write": None})
     client.cluster.health(index=target, wait_for_status="yellow", request_timeout=600)
-    client.indices.forcemerge(index=target, only_expunge_deletes=True, request_timeout=3600)
+    if shards != 1:
+        client.indices.forcemerge(index=target, only_expunge_deletes=True, request_timeout=3600)
+    if segments:
+        client.indices.forcemerge(index=target, max_num_segments=segments, request_timeout=3600)
     [documents] = client.indices.get_alias(name=backend.documents_alias)
     client.indices.put_alias(index=documents, name=copy_of.documents_alias)
     return copy_of
@@ -527,6 +560,12 @@ def main() -> int:
         "1 times a copy of every size's index made by _split)",
     )
     parser.add_argument(
+        "--merged",
+        type=int,
+        default=None,
+        help="--same-run: also time a one-shard copy of each size's index force-merged to this many segments",
+    )
+    parser.add_argument(
         "--reuse-prefix", help="--same-run: the largest size is this kept index (an earlier --keep-index run)"
     )
     parser.add_argument(
@@ -583,16 +622,19 @@ def main() -> int:
 def _same_run_report(url: str, args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     shards = [int(n) for n in args.shards.split(",")]
-    rows = same_run(url, sizes, args.rounds, args.block, args.reuse_prefix, args.keep_index, shards)
+    rows = same_run(
+        url, sizes, args.rounds, args.block, args.reuse_prefix, args.keep_index, shards, args.merged
+    )
     lines = [
-        "| ranking | passages | shards | p50 ms | p95 ms | p95 / p50 | p50 / the smallest size's "
-        "(same shards) | p50 / the smallest size's (one shard) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| ranking | passages | shards | segments | p50 ms | p95 ms | p95 / p50 | p50 / the smallest size's "
+        "(same variant) | p50 / the smallest size's (as written) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['ranking']} | {r['passages']:,} | {r['shards']} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
+        f"| {r['ranking']} | {r['passages']:,} | {r['shards']} | {r['segments']}"
+        f"{' (merged)' if r['merged_to_segments'] else ''} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
         f"{r['p95_ms'] / r['p50_ms']:.2f} | {r['p50_over_smallest']:.2f} | "
-        f"{r['p50_over_smallest_one_shard']:.2f} |"
+        f"{r['p50_over_smallest_as_written']:.2f} |"
         for r in rows
     ]
     print("\n".join(lines))
