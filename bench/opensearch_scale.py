@@ -344,23 +344,12 @@ def index_copy(
     body: dict[str, Any] = {"aliases": {copy_of.passages_alias: {}}}
     client.indices.put_settings(index=source, body={"index.blocks.write": True})
     try:
+        make = client.indices.clone
         if shards != 1:
             body["settings"] = {"index.number_of_shards": shards}
-            client.indices.split(
-                index=source,
-                target=target,
-                body=body,
-                params={"wait_for_active_shards": "1"},
-                request_timeout=600,
-            )
-        else:
-            client.indices.clone(
-                index=source,
-                target=target,
-                body=body,
-                params={"wait_for_active_shards": "1"},
-                request_timeout=600,
-            )
+            make = client.indices.split
+        active = {"wait_for_active_shards": "1"}
+        make(index=source, target=target, body=body, params=active, request_timeout=600)
     finally:
         client.indices.put_settings(index=source, body={"index.blocks.write": None})
     client.indices.put_settings(index=target, body={"index.blocks.write": None})
