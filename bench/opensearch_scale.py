@@ -286,6 +286,7 @@ def same_run(
                 copies.append(index_copy(url, backend, embedder, n, segments))
                 backends[size, n, segments] = copies[-1]
         settle(backend.client)
+        segment_counts = {key: _segments(b) for key, b in backends.items()}
         rows: list[dict[str, Any]] = []
         for ranking in ("bm25", "hybrid"):
             subjects = {key: _retrieval_step(b, corpus, ranking) for key, b in backends.items()}
@@ -298,7 +299,7 @@ def same_run(
                         "passages": size,
                         "shards": n,
                         "merged_to_segments": segments or None,
-                        "segments": _segments(backends[size, n, segments]),
+                        "segments": segment_counts[size, n, segments],
                         "indexed": indexed[size],
                         "p50_ms": p50 * 1000,
                         "p95_ms": p95 * 1000,

@@ -29,9 +29,13 @@ KEY = (SOURCE, MODEL)
 @pytest.fixture(autouse=True)
 def _small_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dense_index, "EXACT_MAX", 10)
-    # Graphs built by one thread are the same in every run (several threads build a different graph each
-    # time), so the tests below that compare a graph's answer with the exact scan's do not depend on the
-    # machine's cores: the background builder uses all cores but one (one thread on 2 cores).
+
+
+@pytest.fixture(autouse=True)
+def _one_build_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Graphs built by one thread are the same in every run (several threads build a different graph each
+    time), so the tests below that compare a graph's answer with the exact scan's do not depend on the
+    machine's cores: the background builder uses all cores but one (one thread on 2 cores)."""
     monkeypatch.setattr(dense_cache, "BUILD_THREADS", 1)
 
 
@@ -321,8 +325,8 @@ def test_i23_processes_of_one_file_build_the_graph_once(tmp_path: Path, builds: 
         conn = other._conn()
         low, high = candidates.source_range(conn, SOURCE) or (1, 0)
         ids, vectors = dense_cache.dense_vectors(conn, low, high, MODEL, None)
-        # One build thread, as the background builder here (`_small_bound`): a graph built by several threads
-        # differs from run to run, and one of them missed a neighbour the exact scan finds (CI, 2026-12-03).
+        # One build thread, as the background builder here (`_one_build_thread`): a graph built by several
+        # threads differs from run to run, and one missed a neighbour the exact scan finds (CI, 2026-12-03).
         store.save(
             SOURCE,
             MODEL,

@@ -352,7 +352,7 @@ class OpenSearchBackend(SearchBackend):
         self.index_prefix = index_prefix
         # The passages template is per version; the index name also carries a shard count other than one,
         # so changing `passage_shards` is an index move like a version upgrade (`ensure_indices`).
-        self.passages_template = f"{index_prefix}-passages-{PASSAGES_VERSION}"
+        self.passages_template = passages_index_name(index_prefix)
         self.passage_shards = passage_shards
         self.passages_index = passages_index_name(index_prefix, passage_shards)
         self.documents_index = f"{index_prefix}-documents-{DOCUMENTS_VERSION}"
