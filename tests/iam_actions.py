@@ -350,6 +350,7 @@ def run_scenario(handlers: Handlers, container: Any, s3: S3Scenario | None = Non
     doc_path = f"/admin/v1/sources/{source}/documents/iam-doc"
     admin = [
         ("POST", "/admin/v1/search-indices", {}, {}),
+        ("GET", "/admin/v1/search-indices", {}, {}),
         ("POST", "/admin/v1/sources", load_event("admin/publish-source.json")["body"], {}),
         (
             "PUT",
@@ -380,6 +381,11 @@ def run_scenario(handlers: Handlers, container: Any, s3: S3Scenario | None = Non
         event = admin_event(method, path, None, **params)
         event["body"] = raw
         _ok(handlers.invoke("AdminFunction", event), 200, 201)
+    # The documents above were written in several requests: an operator's compaction force-merges them.
+    compaction = _ok(
+        handlers.invoke("AdminFunction", admin_event("POST", "/admin/v1/search-indices/compact")), 202
+    )
+    assert compaction["started"] is True, compaction
     issued = _ok(
         handlers.invoke(
             "AdminFunction",

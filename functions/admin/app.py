@@ -81,6 +81,18 @@ def prepare_search_indices() -> Response[str]:
     return json_response(PreparedResponse(prepared=True).model_dump())
 
 
+@app.get("/admin/v1/search-indices")
+def search_indices() -> Response[str]:
+    """How the passages index is stored: segments, what a compaction leaves, whether one runs."""
+    return json_response(bootstrap.container().admin.search_indices().model_dump())
+
+
+@app.post("/admin/v1/search-indices/compact")
+def compact_search_indices() -> Response[str]:
+    """Merge the passages index's segments in the background (an operator, after a bulk load): 202."""
+    return json_response(bootstrap.container().admin.compact_search().model_dump(), 202)
+
+
 @app.post("/admin/v1/agents")
 def publish_agent() -> Response[str]:
     created = bootstrap.container().admin.publish_agent(parse_request(AgentDefinition, body_of(app)))

@@ -169,3 +169,47 @@ def test_i23_writers_proceed_during_a_compaction_and_stop_ends_it(
     [result] = backend.search([SourceQuery(SOURCE, 3, 0.0, 15.0)], QueryAnalysis("omega"), VIEWER)
     assert [h.doc_id for h in result.hits] == ["during"]
     backend._conn().execute("INSERT INTO passages(passages) VALUES('integrity-check')")
+
+
+def test_i23_fragmented_rule_keeps_the_target_largest() -> None:
+    """`domain.segments`, one rule for both backends: segments beside the `keep` largest must hold 5 % of
+    them; a shard gets one segment per started 5 GiB (Lucene's largest merged segment)."""
+    from knowledge_core.domain.segments import MAX_SEGMENT_BYTES, target_segments
+
+    assert fragmented([100, 5]) and not fragmented([100, 4])
+    assert not fragmented([100, 100], keep=2) and fragmented([100, 100, 10], keep=2)
+    assert not fragmented([100, 100, 9], keep=2)
+    assert target_segments(0) == 1 and target_segments(MAX_SEGMENT_BYTES) == 1
+    assert target_segments(MAX_SEGMENT_BYTES + 1) == 2 and target_segments(11 * 1024**3) == 3
+
+
+def test_i23_index_states_and_an_operators_compaction(tmp_path: Path) -> None:
+    """`GET /admin/v1/search-indices`' view of the embedded index, and `compact(force=True)`: it merges an
+    index of more than one segment even below the fragmented share, in the background."""
+    backend = _fragmented_backend(tmp_path / "s.sqlite3", batches=12, per_batch=40)
+    [state] = backend.index_states()
+    assert state.index == "passages" and state.shards == 1 and state.target_segments == 1
+    assert state.segments == len(segment_pages(backend._conn()) or []) > 1
+    assert state.fragmented and state.size_bytes > 0
+    assert state.merging  # pending: the writes' check waits for them to be quiet (an hour here)
+    before = _answers(backend)
+    assert backend.compact() is True
+    assert backend._compactor is not None and backend._compactor.idle(30)
+    [state] = backend.index_states()
+    assert (state.segments, state.fragmented, state.merging) == (1, False, False)
+    assert backend.compact() is False and backend.compact(force=True) is False  # at its target: nothing
+    backend.put_documents([_doc(SOURCE, "late", _body(999))])  # a small segment beside the large one
+    [state] = backend.index_states()
+    assert state.segments == 2 and not state.fragmented
+    assert backend.compact() is False  # the rule: not worth a rewrite
+    assert backend.compact(force=True) is True  # an operator asked
+    assert backend._compactor.idle(30)
+    assert backend.index_states()[0].segments == 1
+    assert _answers(backend) == before
+    backend.close()
+
+
+def test_i23_an_in_memory_index_is_not_compacted() -> None:
+    backend = SqliteFtsBackend(":memory:")
+    assert backend.compact(force=True) is False
+    assert backend.index_states()[0].merging is False

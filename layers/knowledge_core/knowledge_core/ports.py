@@ -163,6 +163,20 @@ class DocumentInfo:
     metadata: dict[str, Any] | None = None  # its §8 attributes (None: none)
 
 
+@dataclass(frozen=True)
+class IndexState:
+    """What an operator sees of how one full-text index is stored (`GET /admin/v1/search-indices`): its
+    segments over its primary shards, and what a compaction would merge them into (`domain.segments`)."""
+
+    index: str
+    shards: int
+    segments: int
+    target_segments: int  # per shard one per started 5 GiB: what a compaction leaves
+    size_bytes: int  # primary copies
+    fragmented: bool  # the compaction rule says merge (an ingestion job's end starts it)
+    merging: bool  # a merge runs now (a background one too) or a compaction is pending
+
+
 @dataclass
 class SourceResult:
     """One source's candidates, as the backend found them (no ranking policy: `services.retrieval` fuses).
@@ -288,6 +302,18 @@ class SearchBackend(ABC):
 
     def prepare(self) -> None:  # noqa: B027 - most backends have nothing to prepare
         """Create the index schema (deploy/admin time; idempotent). Searching and reading never do."""
+
+    def index_states(self) -> list[IndexState]:
+        """How the full-text indices are stored, one per index; [] for a backend that keeps none an operator
+        can act on. Raises SourceFailure when the backend cannot answer."""
+        return []
+
+    def compact(self, force: bool = False) -> bool:
+        """Start merging the full-text index's segments in the background when `domain.segments` says it is
+        fragmented (`force`: whenever it has more than its target, as an operator asks), and return at once:
+        whether a merge was started. Searches and writes go on meanwhile. Raises SourceFailure when the
+        backend cannot answer."""
+        return False
 
     def untenanted_documents(self, source_key: str, limit: int = 10_000) -> list[str]:
         """Doc ids of the source's documents stored without a tenant (before SPEC §1 required one)."""

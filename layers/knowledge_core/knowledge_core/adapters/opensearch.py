@@ -67,9 +67,11 @@ from ..domain.errors import SourceFailure
 from ..domain.fusion import Hit
 from ..domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
 from ..domain.passages import Passage, document_passages, hit_source, page_starts_of, pages_of
+from ..domain.segments import fragmented, target_segments
 from ..ports import (
     DocumentInfo,
     Embedder,
+    IndexState,
     QueryAnalysis,
     SearchBackend,
     SourceQuery,
@@ -1183,6 +1185,73 @@ class OpenSearchBackend(SearchBackend):
             )
             for h in found["hits"]["hits"]
         ]
+
+    def index_states(self) -> list[IndexState]:
+        """The passages index behind the alias (two while a move is under way): its primary shards' segments
+        (`_segments`, searchable ones) and whether a merge runs (`_stats/merge`). Serverless has neither."""
+        if aws_service(self._url) == "aoss":
+            return []
+        return [state for state, _ in self._index_shapes()]
+
+    def _index_shapes(self) -> list[tuple[IndexState, int]]:
+        """Each passages index's state and the segments per shard a compaction merges it into."""
+        from opensearchpy.exceptions import NotFoundError
+
+        alias, timeout = self.passages_alias, self._timeout_s
+        try:  # a refresh first: a search-idle shard shows a finished merge only after its next refresh
+            self.client.indices.refresh(index=alias, request_timeout=timeout)
+            segments = self.client.indices.segments(index=alias, request_timeout=timeout)["indices"]
+            stats = self.client.indices.stats(index=alias, metric="merge", request_timeout=timeout)
+        except NotFoundError:  # not prepared yet
+            return []
+        except transport_errors() as exc:
+            raise _failure(exc) from None
+        shapes = []
+        for index, body in sorted(segments.items()):
+            shards = [  # per primary shard, its searchable segments' sizes
+                [s["size_in_bytes"] for s in copy["segments"].values() if s.get("search", True)]
+                for copies in body["shards"].values()
+                for copy in copies
+                if copy["routing"]["primary"]
+            ]
+            targets = [target_segments(sum(sizes)) for sizes in shards]
+            current = stats["indices"].get(index, {}).get("primaries", {}).get("merges", {}).get("current", 0)
+            state = IndexState(
+                index=index,
+                shards=len(shards),
+                segments=sum(len(sizes) for sizes in shards),
+                target_segments=sum(targets),
+                size_bytes=sum(map(sum, shards)),
+                fragmented=any(fragmented(sizes, t) for sizes, t in zip(shards, targets, strict=True)),
+                merging=current > 0,
+            )
+            shapes.append((state, max(targets, default=1)))
+        return shapes
+
+    def compact(self, force: bool = False) -> bool:
+        """A force merge of each fragmented passages index to its target (`wait_for_completion=false`: the
+        node merges in the background, one shard at a time per node, and keeps answering; a request while
+        one runs waits behind it and then finds nothing left to merge)."""
+        if aws_service(self._url) == "aoss":
+            return False
+        started = False
+        for state, per_shard in self._index_shapes():
+            if not (state.fragmented or (force and state.segments > state.target_segments)):
+                continue
+            try:
+                self.client.indices.forcemerge(
+                    index=state.index,
+                    max_num_segments=per_shard,
+                    wait_for_completion="false",
+                    request_timeout=self._timeout_s,
+                )
+            except transport_errors() as exc:
+                raise _failure(exc) from None
+            logger.info(
+                "compacting %s: %d segments to %d", state.index, state.segments, state.target_segments
+            )
+            started = True
+        return started
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
         """Reachable and not red, within `timeout_s`; indices are created on first use, not here."""

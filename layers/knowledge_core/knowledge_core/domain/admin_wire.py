@@ -162,6 +162,27 @@ class PreparedResponse(BaseModel):
     prepared: bool
 
 
+class SearchIndexSummary(BaseModel):
+    """How one full-text index is stored: segments over its primary shards, what a compaction leaves."""
+
+    index: str
+    shards: int
+    segments: int
+    target_segments: int
+    size_bytes: int
+    fragmented: bool  # the compaction rule says merge (an ingestion job's end starts it)
+    merging: bool  # a merge runs now, or a compaction is pending
+
+
+class SearchIndicesResponse(BaseModel):
+    indices: list[SearchIndexSummary]  # none for a backend that keeps no index an operator can act on
+
+
+class CompactionResponse(BaseModel):
+    started: bool  # a merge was started (in the background: `GET /admin/v1/search-indices` shows it end)
+    indices: list[SearchIndexSummary]  # as they were when it started
+
+
 class WorkspaceResponse(BaseModel):
     route: str
     agent: str

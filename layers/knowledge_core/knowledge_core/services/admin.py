@@ -5,16 +5,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import UTC, datetime
 
 from ..domain.admin_wire import (
     AgentListResponse,
     AgentSummary,
+    CompactionResponse,
     DocumentListResponse,
     DocumentSummary,
     LedgerEntryView,
     LedgerResponse,
     ModelCheck,
+    SearchIndexSummary,
+    SearchIndicesResponse,
     SourceListResponse,
     SourceSummary,
     WorkspaceListResponse,
@@ -62,6 +66,22 @@ class AdminService:
         """Deploy time: the search backend's indices and templates."""
         with _write_faults():
             self._backend.prepare()
+
+    def search_indices(self) -> SearchIndicesResponse:
+        """How the full-text indices are stored (operators: is a compaction due, or running)."""
+        try:
+            states = self._backend.index_states()
+        except SourceFailure:
+            raise KnowledgeUnavailable() from None
+        return SearchIndicesResponse(indices=[SearchIndexSummary(**asdict(s)) for s in states])
+
+    def compact_search(self) -> CompactionResponse:
+        """An operator's compaction (after a bulk load, say): every index above its target segments is merged
+        down in the background, fragmented or not; this returns at once."""
+        indices = self.search_indices().indices
+        with _write_faults():
+            started = self._backend.compact(force=True)
+        return CompactionResponse(started=started, indices=indices)
 
     def publish_agent(self, definition: AgentDefinition) -> bool:
         return self._registry.put_agent(definition)

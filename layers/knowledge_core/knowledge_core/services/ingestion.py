@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -67,6 +68,8 @@ MAX_ERRORS_SHOWN = 100
 MAX_DIRECTORY_FILES = 10_000
 BACKEND_RETRY_SECONDS = 30
 Extractor = Callable[[str, bytes], Extracted]
+
+logger = logging.getLogger(__name__)
 
 
 def _iso(ts: float | None) -> str | None:
@@ -349,7 +352,17 @@ class IngestionService:
             after = outcomes[-1].seq  # a batch cut short by its size leaves the rest for the next round
         deleted = self._sweep(job) if job.spec.sync else 0
         self._jobs.finish_job(job.job_id, worker, self._clock.now(), deleted)
+        self._compact()
         return True
+
+    def _compact(self) -> None:
+        """A job's writes are done: the search backend merges its index's segments in the background when
+        they are fragmented (`domain.segments`), so searches stay fast as the corpus grows. A failure here
+        never fails the finished job: the next job's end checks again."""
+        try:
+            self._backend.compact()
+        except SourceFailure as exc:
+            logger.warning("search index not compacted after a job: %s", exc.kind)
 
     def _cancelled(self, job_id: str) -> bool:
         current = self._jobs.get_job(job_id)

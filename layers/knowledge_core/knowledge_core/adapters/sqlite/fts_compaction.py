@@ -7,8 +7,8 @@ top-k takes 0.74x the time compacted at 10k passages, 0.96-0.97x at 100k and 1M,
 postings dominates (bench/fts_compaction_bench.py, bench/results/fts_compaction.json).
 
 So, in the background, a `Compactor` merges the index towards one segment (FTS5's incremental `optimize`:
-`'merge', -N`) when it is fragmented — when the segments besides the largest hold at least
-`FRAGMENTED_SHARE` of its pages, so a few small writes after a compaction never rewrite a large index —
+`'merge', -N`) when it is fragmented (`domain.segments.fragmented`: the segments besides the largest hold
+at least 5 % of its pages, so a few small writes after a compaction never rewrite a large index) —
 `QUIET_S` after this process's last write (so after an ingestion job, not between its batches) and when
 `kb serve` warms. Each slice merges about `SLICE_PAGES` pages in its own short write transaction: a writer
 waits at most one slice, a reader never (WAL), and a process stopped mid-way leaves a consistent index whose
@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 
+from ...domain.segments import fragmented
 from .db import SqliteDatabase
 from .driver import sqlite3
 
@@ -28,7 +29,6 @@ logger = logging.getLogger(__name__)
 
 QUIET_S = 30.0  # longer than the pause between an ingestion job's batches, even while it embeds
 SLICE_PAGES = 256
-FRAGMENTED_SHARE = 0.05
 _STRUCTURE_V2 = b"\xff\x00\x00\x01"
 _MERGE_SQL = "INSERT INTO passages(passages, rank) VALUES('merge', ?)"
 
@@ -75,14 +75,6 @@ def segment_pages(conn: sqlite3.Connection) -> list[int] | None:
     return pages if len(pages) == _segments else None
 
 
-def fragmented(pages: list[int] | None) -> bool:
-    """Worth compacting: the segments besides the largest hold at least FRAGMENTED_SHARE of its pages."""
-    if not pages or len(pages) < 2:
-        return False
-    largest = max(pages)
-    return sum(pages) - largest >= FRAGMENTED_SHARE * largest
-
-
 def compact(db: SqliteDatabase, stop: threading.Event | None = None) -> int:
     """Merge the index into one segment, slice by slice (each its own write transaction), until done or
     `stop` is set: the slices that merged something."""
@@ -99,8 +91,8 @@ def compact(db: SqliteDatabase, stop: threading.Event | None = None) -> int:
 
 class Compactor:
     """A background thread, while a check is pending or running, that compacts the index when it is
-    fragmented: `QUIET_S` after the last `written()`, or at once on `check()`; `close()` stops it within
-    a slice."""
+    fragmented: `QUIET_S` after the last `written()`, or at once on `check()` (`force`: whenever it has more
+    than one segment, as an operator asks); `close()` stops it within a slice."""
 
     def __init__(self, db: SqliteDatabase, quiet_s: float | None = None) -> None:
         self._db = db
@@ -110,20 +102,28 @@ class Compactor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._running = False
+        self._force = False  # the pending check compacts whatever the share (an operator asked)
         self.compactions = 0  # compactions run (tests, benchmarks)
 
     def written(self) -> None:
         """Passages were written: check once writes have been quiet for `quiet_s`."""
         self._schedule(time.monotonic() + self._quiet_s)
 
-    def check(self) -> None:
-        """Check (and compact) now, in the background."""
-        self._schedule(time.monotonic())
+    def check(self, force: bool = False) -> None:
+        """Check (and compact) now, in the background (`force`: compact any index of two or more segments)."""
+        self._schedule(time.monotonic(), force)
 
-    def _schedule(self, due: float) -> None:
+    @property
+    def busy(self) -> bool:
+        """A check is pending or a compaction runs."""
+        with self._wake:
+            return self._due is not None or self._running
+
+    def _schedule(self, due: float, force: bool = False) -> None:
         with self._wake:
             if self._stop.is_set():
                 return
+            self._force = self._force or force
             self._due = due  # the latest wins: a write postpones a pending check until writes are quiet
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="fts-compact", daemon=True)
@@ -138,9 +138,10 @@ class Compactor:
                 if self._stop.is_set() or self._due is None:  # nothing pending: the next write starts one
                     self._thread = None
                     return
-                self._due, self._running = None, True
+                self._due, self._running, force, self._force = None, True, self._force, False
             try:
-                if fragmented(segment_pages(self._db.connection())):
+                pages = segment_pages(self._db.connection())
+                if fragmented(pages) or (force and pages is not None and len(pages) > 1):
                     compact(self._db, self._stop)
                     self.compactions += 1
             except sqlite3.Error as exc:  # a busy or broken file: the next write or start tries again
@@ -153,9 +154,8 @@ class Compactor:
         """Wait until no check is pending or running (tests, benchmarks); False on timeout."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            with self._wake:
-                if self._due is None and not self._running:
-                    return True
+            if not self.busy:
+                return True
             time.sleep(0.01)
         return False
 

@@ -30,9 +30,11 @@ from ...domain.passages import (
     page_starts_of,
     pages_of,
 )
+from ...domain.segments import fragmented
 from ...ports import (
     DocumentInfo,
     Embedder,
+    IndexState,
     QueryAnalysis,
     SearchBackend,
     SourceQuery,
@@ -56,7 +58,7 @@ from .filters import (
     filter_restriction,
     write_metadata,
 )
-from .fts_compaction import Compactor
+from .fts_compaction import Compactor, segment_pages
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -722,6 +724,36 @@ class SqliteFtsBackend(SearchBackend):
             self._dense_indexes.warm(self._embedder.models)
         if self._compactor is not None:
             self._compactor.check()
+
+    def index_states(self) -> list[IndexState]:
+        """The FTS5 index `passages`: its b-tree segments (one shard; a compaction leaves one segment)."""
+        try:
+            conn = self._conn()
+            pages = segment_pages(conn) or []
+            page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        except sqlite3.Error:
+            raise SourceFailure("unavailable") from None
+        return [
+            IndexState(
+                index="passages",
+                shards=1,
+                segments=len(pages),
+                target_segments=1,
+                size_bytes=sum(pages) * page_size,
+                fragmented=fragmented(pages),
+                merging=self._compactor is not None and self._compactor.busy,
+            )
+        ]
+
+    def compact(self, force: bool = False) -> bool:
+        """In this process's background compactor (an in-memory index is not compacted)."""
+        if self._compactor is None:
+            return False
+        (state,) = self.index_states()
+        if not (state.fragmented or (force and state.segments > state.target_segments)):
+            return False
+        self._compactor.check(force)
+        return True
 
     def close(self, timeout_s: float = 4.0) -> None:
         if self._compactor is not None:  # a compaction under way stops after its slice
