@@ -5,6 +5,7 @@ shared node is not loaded; `--nodes 3` for the cluster). Per size:
 
 * ingest throughput (documents/s, passages/s) of the adapter's own write path, `put_documents` in the
   ingestion job's batches of `BATCH_DOCUMENTS` (corpus generation is not timed);
+* the compaction the end of an ingestion job starts (`SearchBackend.compact`), waited for;
 * search p50/p95 of the retrieval step every door runs (`Retrieval.run`: one `_msearch`, ranking, no
   `_mget` since `live_hits`) beside the raw `_msearch` of the same body, interleaved — BM25 and hybrid
   (BM25 + the k-NN stage with the query's synthetic vector).
@@ -12,7 +13,8 @@ shared node is not loaded; `--nodes 3` for the cluster). Per size:
 `--same-run` times the growth as a same-run ratio: every size's index up at once on the node (built for the
 run; the largest may be one an earlier `--keep-index` run grew, `--reuse-prefix`), the retrieval step of each
 size in turns of `--block` searches; `--shards 1,2` also times a copy of each size's index with two primary
-shards (`KB_OPENSEARCH_PASSAGE_SHARDS`), `--merged 3` one force-merged to 3 segments, in the same turns.
+shards (`KB_OPENSEARCH_PASSAGE_SHARDS`), `--merged 3` one force-merged to 3 segments, `--compacted` one
+compacted as an ingestion job's end compacts it, in the same turns.
 `--filter-costs --reuse-prefix P` times the raw BM25 `_msearch` of a kept index with its filters, all but
 the source's, or its collapse taken out, and with its source's filter as the bare terms it was before they
 became one cacheable bool query.
@@ -229,9 +231,16 @@ def growth(
             target_docs = -(-size // 10)
             rate = ingest(backend, embedder, corpus, done_docs, target_docs)
             done_docs = target_docs
-            backend.client.indices.refresh(index=backend.passages_alias)
+            compacted = compact_as_a_job_ends(backend)
             searches = search_rows(backend, corpus, rounds)
-            row = {"passages": size, "ingest": rate, "search": searches, "index_bytes": index_bytes(backend)}
+            row = {
+                "passages": size,
+                "ingest": rate,
+                "search": searches,
+                "index_bytes": index_bytes(backend),
+                "compacted": compacted,
+                "segments": _segments(backend),
+            }
             rows.append(row)
             print(_growth_line(row), flush=True)
             if concurrent:
@@ -244,6 +253,22 @@ def growth(
     return rows
 
 
+COMPACTED = -1  # a same-run variant: the index as the service leaves it after an ingestion job
+
+
+def compact_as_a_job_ends(backend: OpenSearchBackend, timeout_s: float = 3600.0) -> bool:
+    """What the end of an ingestion job does (`SearchBackend.compact`: a background force merge when the
+    index is fragmented), waited for here, so what is timed is the index the service leaves; whether it
+    merged."""
+    started = backend.compact()
+    deadline = time.monotonic() + timeout_s
+    while started and time.monotonic() < deadline:
+        if not any(s.merging or s.fragmented for s in backend.index_states()):
+            break
+        time.sleep(5)
+    return started
+
+
 def same_run(
     url: str,
     sizes: list[int],
@@ -253,6 +278,7 @@ def same_run(
     keep: bool = False,
     shards: Sequence[int] = (1,),
     merged: int | None = None,
+    compacted: bool = False,
 ) -> list[dict[str, Any]]:
     """Every size's index up at once on the same node — each built here, or for the largest size an index
     an earlier `--keep-index` run grew (`reuse`, its prefix) — and the retrieval step of each size timed in
@@ -261,10 +287,12 @@ def same_run(
     with a cold JVM, and its largest up to an hour later). Timing starts once the node's merges are done
     (`settle`). Variants of every size's passages index are timed in the same turns (`index_copy`): each
     shard count of `shards` other than one, and with `merged` a one-shard copy force-merged to that many
-    segments. A variant is (shards, segments): segments 0 is the index as written."""
+    segments; with `compacted` a one-shard copy compacted as the end of an ingestion job compacts it. A
+    variant is (shards, segments): segments 0 is the index as written, COMPACTED the service's compaction."""
     corpus = Corpus(max(sizes))
     embedder = SyntheticEmbedder()
     variants = [(n, 0) for n in shards if n != 1] + ([(1, merged)] if merged else [])
+    variants += [(1, COMPACTED)] if compacted else []
     backends: dict[tuple[int, int, int], OpenSearchBackend] = {}
     built: list[OpenSearchBackend] = []
     copies: list[OpenSearchBackend] = []
@@ -298,7 +326,8 @@ def same_run(
                         "ranking": ranking,
                         "passages": size,
                         "shards": n,
-                        "merged_to_segments": segments or None,
+                        "merged_to_segments": segments if segments > 0 else None,
+                        "compacted": segments == COMPACTED,
                         "segments": segment_counts[size, n, segments],
                         "indexed": indexed[size],
                         "p50_ms": p50 * 1000,
@@ -331,12 +360,12 @@ def index_copy(
     its segment files while the source is blocked for writes: with `shards` primary shards (`_split`, named
     as the service names it: `KB_OPENSEARCH_PASSAGE_SHARDS`), its rows of other shards then expunged by a
     merge, so each shard holds only its own rows, as when the service copies rows into a new index; or one
-    shard (`_clone`) force-merged to `segments`."""
+    shard (`_clone`) force-merged to `segments`, or (COMPACTED) compacted by the service's own rule."""
     client = backend.client
     [source] = client.indices.get_alias(name=backend.passages_alias)
     copy_of = OpenSearchBackend(
         url,
-        index_prefix=f"{backend.index_prefix}-x{shards}m{segments}",
+        index_prefix=f"{backend.index_prefix}-x{shards}m{segments if segments >= 0 else 'c'}",
         embedder=embedder,
         timeout_s=600.0,
         passage_shards=shards,
@@ -357,10 +386,12 @@ def index_copy(
     client.cluster.health(index=target, wait_for_status="yellow", request_timeout=600)
     if shards != 1:
         client.indices.forcemerge(index=target, only_expunge_deletes=True, request_timeout=3600)
-    if segments:
+    if segments > 0:
         client.indices.forcemerge(index=target, max_num_segments=segments, request_timeout=3600)
     [documents] = client.indices.get_alias(name=backend.documents_alias)
     client.indices.put_alias(index=documents, name=copy_of.documents_alias)
+    if segments == COMPACTED:
+        compact_as_a_job_ends(copy_of)
     return copy_of
 
 
@@ -556,6 +587,12 @@ def main() -> int:
         help="--same-run: also time a one-shard copy of each size's index force-merged to this many segments",
     )
     parser.add_argument(
+        "--compacted",
+        action="store_true",
+        help="--same-run: also time a one-shard copy of each size's index compacted as the end of an "
+        "ingestion job compacts it (kb search-indices compact)",
+    )
+    parser.add_argument(
         "--reuse-prefix", help="--same-run: the largest size is this kept index (an earlier --keep-index run)"
     )
     parser.add_argument(
@@ -609,11 +646,23 @@ def main() -> int:
     return 0
 
 
+def _variant(row: dict[str, Any]) -> str:
+    return " (merged)" if row["merged_to_segments"] else " (compacted)" if row["compacted"] else ""
+
+
 def _same_run_report(url: str, args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     shards = [int(n) for n in args.shards.split(",")]
     rows = same_run(
-        url, sizes, args.rounds, args.block, args.reuse_prefix, args.keep_index, shards, args.merged
+        url,
+        sizes,
+        args.rounds,
+        args.block,
+        args.reuse_prefix,
+        args.keep_index,
+        shards,
+        args.merged,
+        args.compacted,
     )
     lines = [
         "| ranking | passages | shards | segments | p50 ms | p95 ms | p95 / p50 | p50 / the smallest size's "
@@ -621,8 +670,8 @@ def _same_run_report(url: str, args: argparse.Namespace) -> int:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['ranking']} | {r['passages']:,} | {r['shards']} | {r['segments']}"
-        f"{' (merged)' if r['merged_to_segments'] else ''} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
+        f"| {r['ranking']} | {r['passages']:,} | {r['shards']} | {r['segments']}{_variant(r)} | "
+        f"{r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
         f"{r['p95_ms'] / r['p50_ms']:.2f} | {r['p50_over_smallest']:.2f} | "
         f"{r['p50_over_smallest_as_written']:.2f} |"
         for r in rows
