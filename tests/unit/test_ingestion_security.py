@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.admin_wire import IngestionJobRequest
-from knowledge_core.domain.errors import InvalidRequest
+from knowledge_core.domain.errors import InvalidRequest, SourceFailure
 from knowledge_core.domain.models import Document, DocumentAcl, SourceDefinition
 from knowledge_core.domain.wire import parse_request
 from knowledge_core.extraction import ExtractionError, ExtractionLimits, extract
@@ -201,12 +201,13 @@ class _Serializer:
 
 class _WritingNode:
     """An OpenSearch client without a server: no document stored yet, and each `_bulk` item answered by
-    `fault(row)` (a failing status, or None: written); `fault` may raise a transport error instead."""
+    `fault(row)` (a failing status, or (status, the node's reason), or None: written); `fault` may raise a
+    transport error instead."""
 
     def __init__(self) -> None:
         self.indices = _Indices()
         self.transport = type("Transport", (), {"serializer": _Serializer()})()
-        self.fault: Callable[[dict], int | None] = lambda row: None
+        self.fault: Callable[[dict], int | tuple[int, str] | None] = lambda row: None
 
     def get(self, **_: Any) -> dict:
         from opensearchpy.exceptions import NotFoundError
@@ -221,11 +222,14 @@ class _WritingNode:
         items = []
         for action, row in zip(lines[::2], lines[1::2], strict=True):
             ((op, _meta),) = action.items()
-            status = self.fault(row)
-            if status is None:
+            answer = self.fault(row)
+            if answer is None:
                 items.append({op: {"status": 201}})
             else:
-                items.append({op: {"status": status, "error": {"type": f"status {status}"}}})
+                status, reason = answer if isinstance(answer, tuple) else (answer, "refused")
+                items.append(
+                    {op: {"status": status, "error": {"type": f"status {status}", "reason": reason}}}
+                )
         return {"errors": any("error" in item[op] for item in items for op in item), "items": items}
 
 
@@ -351,8 +355,9 @@ def test_m1_i_ingest_sqlite_locked_search_file_is_retried_by_the_job_without_an_
 def test_m1_i_ingest_opensearch_rejected_write_is_not_retried_as_an_outage(
     on_opensearch: tuple[Container, _WritingNode], clock: FakeClock
 ) -> None:
-    """A document OpenSearch refuses (a 4xx item) is no outage: each try counts an attempt, its batch is
-    then written a document at a time, and it alone ends `attempts_exhausted`; the job completes."""
+    """A document OpenSearch refuses (a 4xx item) is no outage: the batch's try counts an attempt, its batch
+    is then written a document at a time, and the refused one, written alone, fails at once with the typed
+    `index_rejected` (no further attempt: retrying would not change it); the job completes."""
     from knowledge_core.domain.errors import SourceFailure
 
     c, node = on_opensearch
@@ -365,8 +370,33 @@ def test_m1_i_ingest_opensearch_rejected_write_is_not_retried_as_an_outage(
     assert {exc.kind for exc in raised if isinstance(exc, SourceFailure)} == {"rejected"}
     status = c.ingestion.status(SOURCE, accepted.job_id)
     assert status.state == "completed" and status.counts.done == 4
-    assert errors_of(c, accepted.job_id) == {"refused": "attempts_exhausted"}
-    assert restart == 3  # refused three times (MAX_DOCUMENT_ATTEMPTS), then failed without a fourth write
+    assert errors_of(c, accepted.job_id) == {"refused": "index_rejected"}
+    assert restart == 1  # the batch refused once; alone, the document is refused and recorded, not raised
+    assert [d.attempts for d in c.state.jobs.job_documents(accepted.job_id)] == [2, 2, 2, 2, 2]
+
+
+def test_i23_i_ingest_a_document_past_the_index_field_limit_fails_too_many_fields(
+    on_opensearch: tuple[Container, _WritingNode], clock: FakeClock
+) -> None:
+    """New metadata keys past OpenSearch's field limit: the document fails `too_many_fields` (not a bare
+    status, not `attempts_exhausted` after three tries), and nothing of the node's message is kept beyond
+    the limit itself; the other documents are written."""
+    from knowledge_core.adapters.opensearch import _write_failure
+
+    c, node = on_opensearch
+    docs = [{"doc_id": "plain", "title": "P", "body": "b"}, {"doc_id": "wide", "title": "W", "body": "b"}]
+    accepted = c.ingestion.submit(SOURCE, request({"documents": docs}))
+    reason = "Limit of total fields [1000] has been exceeded while adding new fields [3] 'secret value'"
+    node.fault = lambda row: (400, reason) if row["doc_id"] == "wide" else None
+    _work_until_finished(c, clock, SourceFailure)
+    status = c.ingestion.status(SOURCE, accepted.job_id)
+    assert status.state == "completed" and status.counts.done == 1
+    assert errors_of(c, accepted.job_id) == {"wide": "too_many_fields"}
+    failure = _write_failure([400], [{"type": "illegal_argument_exception", "reason": reason}])
+    assert (failure.kind, failure.cause) == ("rejected", "too_many_fields")
+    assert str(failure) == "opensearch rejected the write: the index's field limit (1000) is reached"
+    plain = _write_failure([400], [{"type": "mapper_parsing_exception", "reason": "field [x] 'secret'"}])
+    assert plain.cause is None and "secret" not in str(plain)
 
 
 # --- M2: bounded before and while reading, in a worker process with resource limits --------------------

@@ -1092,14 +1092,14 @@ class OpenSearchBackend(SearchBackend):
             request_timeout=max(self._timeout_s, 60.0),
         )
         if resp.get("errors"):
-            statuses = [
-                item[op].get("status", 0)
+            failed = [
+                item[op]
                 for item in resp["items"]
                 for op in item
                 if "error" in item[op] and item[op].get("status") not in (404, *tolerate)
             ]  # 404: already gone
-            if statuses:
-                raise _write_failure(statuses)
+            if failed:
+                raise _write_failure([f.get("status", 0) for f in failed], [f["error"] for f in failed])
 
     def _write_stored(
         self, source_key: str, doc_id: str, actions: Callable[[str, int], list[dict[str, Any]]]
@@ -1274,15 +1274,29 @@ def _write_faults() -> Iterator[None]:
         yield
     except transport_errors() as exc:
         status = getattr(exc, "status_code", None)  # "N/A" when the node never answered
-        raise (_write_failure([status]) if isinstance(status, int) else _failure(exc)) from exc
+        if not isinstance(status, int):
+            raise _failure(exc) from exc
+        info = getattr(exc, "info", None)
+        raise _write_failure([status], [info.get("error")] if isinstance(info, dict) else []) from exc
 
 
-def _write_failure(statuses: list[int]) -> SourceFailure:
+_FIELD_LIMIT = re.compile(r"Limit of total fields \[(\d+)\]")
+
+
+def _write_failure(statuses: list[int], errors: Sequence[Any] = ()) -> SourceFailure:
     """The failure of a bulk write from its failed items' statuses: only throttled (429) is `throttled`,
     only throttled or the node's own errors (5xx) `unavailable` (both transient: retried later), and any
-    other refusal (a 4xx: the documents, not the node) `rejected`, which retrying would not change."""
+    other refusal (a 4xx: the documents, not the node) `rejected`, which retrying would not change. A
+    refusal for the index's field limit (new metadata keys past `index.mapping.total_fields.limit`) says so,
+    with the limit: its cause `too_many_fields` (nothing else of the node's message is kept: it may quote
+    the document)."""
     refused = sorted({s for s in statuses if s != 429 and s < 500})
     if refused:
+        for error in errors:
+            limit = _FIELD_LIMIT.search(str(error.get("reason", ""))) if isinstance(error, dict) else None
+            if limit:
+                detail = f"opensearch rejected the write: the index's field limit ({limit[1]}) is reached"
+                return SourceFailure("rejected", detail, cause="too_many_fields")
         return SourceFailure("rejected", f"opensearch rejected the write (status {refused[0]})")
     if all(s == 429 for s in statuses):
         return SourceFailure("throttled", "opensearch throttled the write")

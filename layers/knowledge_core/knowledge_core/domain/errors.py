@@ -102,8 +102,11 @@ class SourceFailure(Exception):
 
     TRANSIENT = frozenset({"timeout", "unavailable", "throttled"})
 
-    def __init__(self, kind: str, detail: str = "") -> None:
+    def __init__(self, kind: str, detail: str = "", cause: str | None = None) -> None:
         self.kind = kind
+        # Why a `rejected` write was refused, when the backend said in a way we know (`too_many_fields`:
+        # the index's field limit); a typed word, never the backend's message (it may quote the document).
+        self.cause = cause
         super().__init__(detail or kind)
 
     @property

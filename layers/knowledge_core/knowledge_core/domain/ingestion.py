@@ -25,7 +25,10 @@ FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
 # many elements; `timeout`: over the extraction time bound; `extraction_failed`: the extractor failed in
 # any other way; `not_a_file`: the path is no longer a regular file (a symlink, FIFO, device, directory);
 # `attempts_exhausted`: the document was begun MAX_DOCUMENT_ATTEMPTS times and never finished (a worker
-# died on it each time); `invalid_metadata`: its sidecar is malformed, or its combined metadata breaks §8.
+# died on it each time); `invalid_metadata`: its sidecar is malformed, or its combined metadata breaks §8;
+# `index_rejected`: the search index refused the document, written alone, as it is (retrying would not
+# change it); `too_many_fields`: the search index's field limit is reached (one field per distinct
+# metadata key and value type across the deployment: OpenSearch's `index.mapping.total_fields.limit`).
 ErrorCode = Literal[
     "unsupported_format",
     "corrupt",
@@ -41,6 +44,8 @@ ErrorCode = Literal[
     "attempts_exhausted",
     "access_denied",
     "invalid_metadata",
+    "index_rejected",
+    "too_many_fields",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 JobState = Literal["queued", "running", "completed", "cancelled"]

@@ -254,6 +254,8 @@ def _ledger_view(entry: LedgerEntry) -> LedgerEntryView:
 _WRITE_FAILURE_MESSAGES = {
     "throttled": "search backend is throttling writes; retry",
     "rejected": "search backend rejected the write",
+    "too_many_fields": "search backend rejected the write: its field limit is reached (too many distinct "
+    "metadata keys across the deployment)",
 }
 
 
@@ -264,4 +266,4 @@ def _write_faults() -> Iterator[None]:
     try:
         yield
     except SourceFailure as exc:
-        raise KnowledgeUnavailable(_WRITE_FAILURE_MESSAGES.get(exc.kind)) from None
+        raise KnowledgeUnavailable(_WRITE_FAILURE_MESSAGES.get(exc.cause or exc.kind)) from None

@@ -34,6 +34,7 @@ from ..domain.ingestion import (
     MAX_DOCUMENT_ATTEMPTS,
     DirectoryFilePayload,
     DocumentOutcome,
+    ErrorCode,
     IngestionJob,
     JobDocument,
     JobSpec,
@@ -342,7 +343,7 @@ class IngestionService:
             try:
                 outcomes, writes = self._prepare(job, queued, deadline)
                 if writes:
-                    self._backend.put_documents(writes)
+                    outcomes = self._write(writes, outcomes)
             except SourceFailure as exc:
                 if exc.transient:  # the backend down or throttled: not these documents' fault, no attempt
                     self._jobs.begin_documents(job.job_id, worker, seqs, delta=-1)
@@ -354,6 +355,23 @@ class IngestionService:
         self._jobs.finish_job(job.job_id, worker, self._clock.now(), deleted)
         self._compact()
         return True
+
+    def _write(self, writes: list[Document], outcomes: list[DocumentOutcome]) -> list[DocumentOutcome]:
+        """Write a batch's documents. A refusal of a batch of several is raised (the attempt counts: each is
+        then written alone); a document written alone that the backend refuses as it is fails at once with
+        the refusal's typed code (`too_many_fields`, else `index_rejected`), retried no more."""
+        try:
+            self._backend.put_documents(writes)
+        except SourceFailure as exc:
+            if exc.transient or len(writes) > 1:
+                raise
+            code: ErrorCode = "too_many_fields" if exc.cause == "too_many_fields" else "index_rejected"
+            logger.warning("a document was refused by the search index: %s", code)
+            return [
+                replace(o, state="failed", error=code, passages=0) if o.state == "done" else o
+                for o in outcomes
+            ]
+        return outcomes
 
     def _compact(self) -> None:
         """A job's writes are done: the search backend merges its index's segments in the background when
