@@ -20,6 +20,13 @@ def register(sub: Subparsers) -> None:
 
 
 def cmd_eval(args: argparse.Namespace, call: Call | None = None) -> int:
+    """Its progress and table, without the agent tool's INFO event per query on stderr (as `kb serve` and
+    `kb mcp`: `POWERTOOLS_LOG_LEVEL` set in the environment still wins)."""
+    import os
+
+    from knowledge_core.observability import logger
+
     from .. import evaluation
 
+    logger.setLevel(os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"))
     return evaluation.run(args)
