@@ -726,7 +726,9 @@ class SqliteFtsBackend(SearchBackend):
             self._compactor.check()
 
     def index_states(self) -> list[IndexState]:
-        """The FTS5 index `passages`: its b-tree segments (one shard; a compaction leaves one segment)."""
+        """The FTS5 index `passages`: its b-tree segments (one shard; a compaction leaves one segment).
+        `merging` is this process's compactor: another process's (an ingestion worker's) is not seen, only
+        its effect on the segments."""
         try:
             conn = self._conn()
             pages = segment_pages(conn) or []
