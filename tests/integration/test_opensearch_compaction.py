@@ -49,3 +49,19 @@ def test_a_search_issue23_compaction_merges_the_segments_and_changes_no_answer(u
     assert state.segments == 2
     assert backend.compact(force=True) is True  # an operator's: whenever above the target
     assert _settled(backend).segments == 1
+
+
+def test_a_search_issue23_compaction_of_two_shards_leaves_one_segment_each(url: str, prefix: str) -> None:
+    """`KB_OPENSEARCH_PASSAGE_SHARDS=2`: segments and their target are counted over the primary shards, and
+    a compaction merges each shard to its own target (the prefix fixture drops the two-shard index)."""
+    backend = OpenSearchBackend(url, index_prefix=prefix, passage_shards=2)
+    backend.prepare()
+    for doc in DOCS:  # one refreshed request each: a segment in each shard it wrote
+        backend.put_documents([doc])
+    [state] = backend.index_states()
+    assert state.shards == 2 and state.target_segments == 2 and state.segments > 2
+    answers = {q: _top(backend, q) for q in ("promote standby", "safety valve")}
+    assert backend.compact(force=True) is True
+    state = _settled(backend)
+    assert (state.segments, state.merging) == (2, False)
+    assert {q: _top(backend, q) for q in answers} == answers
