@@ -140,3 +140,26 @@ def test_i23_cli_search_indices_status_and_compact(c: Container, capsys: pytest.
     assert json.loads(run("status", "--json"))["indices"][0]["segments"] == 1
     assert "nothing to compact" in run("compact")
     assert run("prepare").strip() == "search indices prepared"
+
+
+def test_i23_manual_compaction_leaves_it_to_the_operator(tmp_path: Path, clock: FakeClock) -> None:
+    """`KB_SEARCH_COMPACTION=manual` (SAM `SearchCompaction`): neither a job's end, nor quiet writes, nor a
+    start compacts; `POST /admin/v1/search-indices/compact` still does."""
+    from knowledge_core.settings import Settings
+
+    assert Settings.from_env({"KB_SEARCH_COMPACTION": "manual"}).search_compaction == "manual"
+    c = embedded_container(tmp_path, clock, search_compaction="manual")
+    c.admin.publish_source(SourceDefinition.model_validate({"id": "manuals", "version": "1.0.0"}))
+    _write_in_batches(c, 6)
+    compactor = c.backend._compactor  # type: ignore[attr-defined]
+    assert not compactor.busy  # no check scheduled by the writes
+    c.backend.warm()
+    assert not compactor.busy
+    job = c.ingestion.submit(SOURCE, request({"documents": [{"doc_id": "n", "title": "N", "body": "valve"}]}))
+    c.ingestion.work("w")
+    [state] = c.backend.index_states()
+    assert (
+        state.fragmented and not state.merging and c.ingestion.status(SOURCE, job.job_id).state == "completed"
+    )
+    assert c.admin.compact_search().started is True
+    assert compactor.idle(30) and c.backend.index_states()[0].segments == 1

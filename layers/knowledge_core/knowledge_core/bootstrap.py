@@ -189,6 +189,7 @@ class Container:
                 self.settings.sqlite_path,
                 embedder=self.embedder,
                 slices=self.settings.sqlite_search_slices or None,
+                auto_compact=self.settings.search_compaction == "auto",
             )
         from .adapters.opensearch import OpenSearchBackend
 
@@ -284,6 +285,7 @@ class Container:
             lease_s=self.settings.ingest_lease_seconds,
             extractor=self.extractor,
             s3=self.s3_origin,
+            compact_after_jobs=self.settings.search_compaction == "auto",
         )
 
     @cached_property

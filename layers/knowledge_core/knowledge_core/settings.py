@@ -28,6 +28,10 @@ class Settings(BaseModel):
     # next `prepare` (POST /admin/v1/search-indices): a new index, the rows copied, the alias moved, as for
     # a version upgrade. Every process of a deployment must use the same value.
     opensearch_passage_shards: int = Field(1, ge=1, le=64)
+    # When the passages index is merged into few segments (domain/segments.py): "auto" after the writes that
+    # leave it fragmented (an ingestion job's end; the embedded backend also once its writes are quiet and
+    # at start), "manual" only when an operator asks (POST /admin/v1/search-indices/compact).
+    search_compaction: Literal["auto", "manual"] = "auto"
     token_secret: str | None = Field(None, repr=False)
     token_secret_arn: str | None = None
     # Rotation (S9): verify with the previous secret too; re-read both at most this often.

@@ -117,6 +117,7 @@ class IngestionService:
         lease_s: float = LEASE_SECONDS,
         extractor: Extractor | None = None,
         s3: S3Origin | None = None,
+        compact_after_jobs: bool = True,
     ) -> None:
         self._registry = registry
         self._jobs = jobs
@@ -127,6 +128,7 @@ class IngestionService:
         self._lease_s = lease_s
         self._extract: Extractor = extractor or extract
         self._s3 = s3
+        self._compact_after_jobs = compact_after_jobs  # KB_SEARCH_COMPACTION=manual: an operator's alone
 
     # --- admin API ------------------------------------------------------------------------------------
     def submit(self, source_key: str, request: IngestionJobRequest) -> JobAccepted:
@@ -377,6 +379,8 @@ class IngestionService:
         """A job's writes are done: the search backend merges its index's segments in the background when
         they are fragmented (`domain.segments`), so searches stay fast as the corpus grows. A failure here
         never fails the finished job: the next job's end checks again."""
+        if not self._compact_after_jobs:
+            return
         try:
             self._backend.compact()
         except SourceFailure as exc:

@@ -204,9 +204,11 @@ class SqliteFtsBackend(SearchBackend):
         *,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
         slices: int | None = None,
+        auto_compact: bool = True,
     ) -> None:
         """`slices`: how many id ranges of a large source one search reads at once (None: the CPUs this
-        process may use, at most candidates.MAX_SLICES; 1: one statement)."""
+        process may use, at most candidates.MAX_SLICES; 1: one statement). `auto_compact`: the full-text
+        index is compacted once writes are quiet and at `warm` (False: only on `compact`)."""
         # Its own schema: the tables below, analyzer version in user_version.
         self._db = SqliteDatabase(path, busy_timeout_s=busy_timeout_s)
         self._sliced = candidates.SlicedCandidates(
@@ -215,6 +217,7 @@ class SqliteFtsBackend(SearchBackend):
         self._embedder = embedder
         self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if self._db.on_disk else None)
         self._compactor = Compactor(self._db) if self._db.on_disk else None  # few FTS5 segments
+        self._auto_compact = auto_compact
         self._shares = AdmittedShares()  # how much of a source a filter admits, by source version
         # Per thread, the candidate rows of its last search by (source, match): citing reads the hits'
         # best passages from them when they provably hold them (passage_candidates).
@@ -553,7 +556,7 @@ class SqliteFtsBackend(SearchBackend):
 
     def _written(self) -> None:
         """Passages were written (a new FTS5 segment): compact once writes are quiet, if fragmented."""
-        if self._compactor is not None:
+        if self._compactor is not None and self._auto_compact:
             self._compactor.written()
 
     def _index(
@@ -722,7 +725,7 @@ class SqliteFtsBackend(SearchBackend):
     def warm(self) -> None:
         if self._embedder is not None:  # without one no search has a query vector: no index to load
             self._dense_indexes.warm(self._embedder.models)
-        if self._compactor is not None:
+        if self._compactor is not None and self._auto_compact:
             self._compactor.check()
 
     def index_states(self) -> list[IndexState]:
