@@ -703,6 +703,13 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the listen backlog: bursts of connections wait instead of being reset
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (reset or closed mid-request: `curl -f` on an error status resets its
+        keep-alive connection) is its own business, not a traceback in the terminal; anything else is."""
+        if isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+            return
+        super().handle_error(request, client_address)
+
 
 def make_server(
     host: str, port: int, gateway: LocalGateway | None = None, *, log_requests: bool = False

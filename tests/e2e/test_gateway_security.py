@@ -251,3 +251,23 @@ def raw_exchange_port(port: int, request: bytes) -> int:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(request)
         return int(sock.recv(65536).split(b" ", 2)[1])
+
+
+def test_g_local_a_client_that_resets_its_connection_is_no_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`curl -f` on an error status resets its keep-alive connection: `kb serve` used to print a Python
+    traceback for it (socketserver's default). A client going away is now silent; any other error still
+    reaches the terminal."""
+    server = gateway._Server.__new__(gateway._Server)  # no socket: only its error handling is under test
+    for gone in (ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe")):
+        try:
+            raise gone
+        except OSError:
+            server.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == ""
+    try:
+        raise ValueError("a bug")
+    except ValueError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert "ValueError: a bug" in capsys.readouterr().err
