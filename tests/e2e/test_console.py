@@ -131,6 +131,19 @@ def test_console_search_and_read_to_the_end(page: Any, console: KbServer) -> Non
         assert int(used) <= int(limit) == 4096
 
 
+def test_issue23_console_shows_the_search_index_and_compacts_it(page: Any, console: KbServer) -> None:
+    """The Sources page lists the passages index as `GET /admin/v1/search-indices` does, and "Compact now"
+    starts an operator's compaction (`POST /admin/v1/search-indices/compact`) and says what it did."""
+    open_view(page, console, "sources")
+    row = page.locator("tr", has_text="passages")
+    listed = console.request("GET", "/admin/v1/search-indices").json["indices"][0]
+    cells = row.locator("td").all_inner_texts()
+    assert cells[0] == "passages" and cells[1] == "1" and cells[3] == str(listed["target_segments"])
+    page.get_by_role("button", name="Compact now").click()
+    page.wait_for_selector("#status >> text=/Compaction started|Nothing to compact/")
+    page.wait_for_selector("tr >> text=passages")
+
+
 def test_console_tool_call_rule_fires_and_rule_does_not(page: Any, console: KbServer) -> None:
     open_view(page, console, "try")
     tool = page.locator("section[aria-labelledby=try-tool]")

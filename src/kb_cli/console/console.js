@@ -13,6 +13,9 @@ const STRINGS = {
     "docs.title": "Documents of {source}", docId: "Doc id", title: "Title", revision: "Revision",
     size: "Size (chars)", updated: "Updated", truncatedList: "Only the first {n} documents are listed.",
     "upload.title": "Ingest a file", source: "Source", file: "File (.md, .txt, .html, .pdf, .docx)", tenant: "Tenant",
+    "index.title": "Search index", index: "Index", shards: "Shards", segments: "Segments", target: "Target",
+    indexSize: "Size", fragmented: "Fragmented", merging: "Merging", compact: "Compact now",
+    compactStarted: "Compaction started in the background", compactNothing: "Nothing to compact: every index is at its target",
     upload: "Upload", uploaded: "Ingested {doc} into {source}", uploadFailed: "{doc} was not ingested: {code}", uploadPending: "{doc}: the ingestion job is still running ({job})", "confirm.delete": "Delete {doc} from {source}?",
     "agents.title": "Agents", "workspaces.title": "Workspaces", route: "Route", agent: "Agent",
     pointTo: "Point to", point: "Point", "confirm.point": "Point route {route} from {from} to {to}?",
@@ -61,6 +64,9 @@ const STRINGS = {
     "docs.title": "{source} 的文档", docId: "文档 ID", title: "标题", revision: "修订",
     size: "大小（字符）", updated: "更新时间", truncatedList: "仅列出前 {n} 篇文档。",
     "upload.title": "上传文件入库", source: "知识库", file: "文件（.md、.txt、.html、.pdf、.docx）", tenant: "租户",
+    "index.title": "检索索引", index: "索引", shards: "分片", segments: "段", target: "目标段数",
+    indexSize: "大小", fragmented: "碎片化", merging: "合并中", compact: "立即合并",
+    compactStarted: "已在后台开始合并", compactNothing: "无需合并：每个索引都已达到目标段数",
     upload: "上传", uploaded: "已将 {doc} 写入 {source}", uploadFailed: "{doc} 未能入库：{code}", uploadPending: "{doc}：入库任务仍在运行（{job}）", "confirm.delete": "从 {source} 删除 {doc}？",
     "agents.title": "智能体", "workspaces.title": "工作区", route: "路由", agent: "智能体",
     pointTo: "指向", point: "切换", "confirm.point": "将路由 {route} 从 {from} 切换到 {to}？",
@@ -292,6 +298,12 @@ async function renderSources(view) {
   } },
     field(t("source"), sourceSelect), field(t("file"), fileInput), field(t("docId"), docIdInput),
     field(t("tenant"), tenantInput), h("button", { type: "submit", class: "primary", text: t("upload") }));
+  const { data: indices } = await api("GET", "/admin/v1/search-indices");
+  const compact = h("button", { type: "button", text: t("compact"), onclick: async () => {
+    const { data: done } = await act(() => api("POST", "/admin/v1/search-indices/compact", {}));
+    await route();
+    say(t(done.started ? "compactStarted" : "compactNothing"));
+  } });
   fill(view, 
     h("h2", { tabindex: "-1", text: t("sources.title") }),
     table(t("sources.title"), [t("key"), t("description"), t("status"), t("enabled"), t("lease"), t("searchable"), t("actions")],
@@ -306,7 +318,20 @@ async function renderSources(view) {
             } })),
       ])),
     docs,
-    h("h3", { text: t("upload.title") }), upload);
+    h("h3", { text: t("upload.title") }), upload,
+    h("h3", { text: t("index.title") }),
+    table(t("index.title"), [t("index"), t("shards"), t("segments"), t("target"), t("indexSize"), t("fragmented"), t("merging")],
+      indices.indices.map((i) => [h("code", { text: i.index }), i.shards, i.segments, i.target_segments,
+        byteSize(i.size_bytes), h("span", { class: i.fragmented ? "warn" : "ok", text: t(i.fragmented ? "yes" : "no") }),
+        t(i.merging ? "yes" : "no")])),
+    indices.indices.length ? compact : null);
+}
+
+function byteSize(n) {
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let size = n, unit = 0;
+  while (size >= 1024 && unit < units.length - 1) { size /= 1024; unit += 1; }
+  return unit ? `${size.toFixed(1)} ${units[unit]}` : `${n} B`;
 }
 
 async function base64Of(file) {
