@@ -298,7 +298,8 @@ async function renderSources(view) {
   } },
     field(t("source"), sourceSelect), field(t("file"), fileInput), field(t("docId"), docIdInput),
     field(t("tenant"), tenantInput), h("button", { type: "submit", class: "primary", text: t("upload") }));
-  const { data: indices } = await api("GET", "/admin/v1/search-indices");
+  // The search index's state is an aside: its backend failing leaves the rest of the page as it is.
+  const indices = await api("GET", "/admin/v1/search-indices").then((r) => r.data, (error) => ({ error }));
   const compact = h("button", { type: "button", text: t("compact"), onclick: async () => {
     const { data: done } = await act(() => api("POST", "/admin/v1/search-indices/compact", {}));
     await route();
@@ -320,11 +321,12 @@ async function renderSources(view) {
     docs,
     h("h3", { text: t("upload.title") }), upload,
     h("h3", { text: t("index.title") }),
-    table(t("index.title"), [t("index"), t("shards"), t("segments"), t("target"), t("indexSize"), t("fragmented"), t("merging")],
+    indices.error ? errorBox(indices.error) : table(t("index.title"),
+      [t("index"), t("shards"), t("segments"), t("target"), t("indexSize"), t("fragmented"), t("merging")],
       indices.indices.map((i) => [h("code", { text: i.index }), i.shards, i.segments, i.target_segments,
         byteSize(i.size_bytes), h("span", { class: i.fragmented ? "warn" : "ok", text: t(i.fragmented ? "yes" : "no") }),
         t(i.merging ? "yes" : "no")])),
-    indices.indices.length ? compact : null);
+    indices.indices?.length ? compact : null);
 }
 
 function byteSize(n) {
