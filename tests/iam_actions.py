@@ -381,7 +381,15 @@ def run_scenario(handlers: Handlers, container: Any, s3: S3Scenario | None = Non
         event = admin_event(method, path, None, **params)
         event["body"] = raw
         _ok(handlers.invoke("AdminFunction", event), 200, 201)
-    # The documents above were written in several requests: an operator's compaction force-merges them.
+    # The documents above were written in several requests, and one more now (a background merge may have
+    # folded the earlier ones): at least two segments, which an operator's compaction force-merges.
+    late = {"title": "IAM 3", "body": "iam probe late", "acl": {"tenant": "default"}}
+    late_path = f"/admin/v1/sources/{source}/documents/iam-doc-3"
+    _ok(
+        handlers.invoke(
+            "AdminFunction", admin_event("PUT", late_path, late, source=source, doc_id="iam-doc-3")
+        )
+    )
     compaction = _ok(
         handlers.invoke("AdminFunction", admin_event("POST", "/admin/v1/search-indices/compact")), 202
     )
