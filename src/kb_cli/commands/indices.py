@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 
 from . import Call, Subparsers, add_endpoint
 from .inventory import add_json, emit
@@ -17,6 +19,12 @@ def register(sub: Subparsers) -> None:
         "search-indices", help="the search indices: segments (status), schema (prepare), merging (compact)"
     )
     p.add_argument("action", choices=["status", "prepare", "compact"])
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="compact: return once no index is merging (polls `status`; exit 1 after --timeout seconds)",
+    )
+    p.add_argument("--timeout", type=float, default=3600.0, help="compact --wait: at most this many seconds")
     add_endpoint(p)
     add_json(p)
     p.set_defaults(func=cmd_search_indices)
@@ -57,13 +65,32 @@ def cmd_search_indices(args: argparse.Namespace, call: Call) -> int:
         return 0
     if args.action == "compact":
         result = call(args.endpoint, "POST", f"{PATH}/compact", {})
-        _show(result, args.json)
-        if not args.json:
-            print(
-                "compaction started in the background: `kb search-indices status` shows it end"
-                if result["started"]
-                else "nothing to compact: every index is at its target segments"
-            )
-        return 0
+        if not args.wait:
+            _show(result, args.json)
+            if not args.json:
+                print(
+                    "compaction started in the background: `kb search-indices status` shows it end"
+                    if result["started"]
+                    else "nothing to compact: every index is at its target segments"
+                )
+            return 0
+        return _wait(args, call, result["started"])
     _show(call(args.endpoint, "GET", PATH), args.json)
     return 0
+
+
+def _wait(args: argparse.Namespace, call: Call, started: bool, poll_s: float = 2.0) -> int:
+    """`compact --wait`: poll the listing until no index is merging, then show it; 1 on timeout."""
+    deadline = time.monotonic() + args.timeout
+    while True:
+        listing = call(args.endpoint, "GET", PATH)
+        if not any(i["merging"] for i in listing["indices"]):
+            _show(listing, args.json)
+            if not args.json:
+                print("compacted" if started else "nothing to compact: every index is at its target segments")
+            return 0
+        if time.monotonic() >= deadline:
+            _show(listing, args.json)
+            print(f"kb: still merging after {args.timeout:g} s", file=sys.stderr)
+            return 1
+        time.sleep(poll_s)
