@@ -168,32 +168,38 @@ def test_i23_manual_compaction_leaves_it_to_the_operator(tmp_path: Path, clock: 
 def test_i23_cli_compact_wait_returns_once_nothing_merges(
     c: Container, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`kb search-indices compact --wait` polls the listing until no index is merging (exit 0, the
-    listing shown), and gives up after `--timeout` (exit 1, saying so)."""
+    """`kb search-indices compact --wait` polls the listing until the merge has ended (exit 0, the listing
+    shown) — not merely until a poll shows nothing merging: a merge just asked for may be listed a moment
+    later — and gives up after `--timeout` (exit 1, saying so)."""
     from kb_cli.commands import indices
     from kb_cli.main import build_parser
 
     monkeypatch.setattr(indices.time, "sleep", lambda s: None)
     _write_in_batches(c, 2)
-    merging = iter([True, True, False])
+    base = c.admin.search_indices().model_dump()["indices"][0]
+    polls = iter(
+        [
+            {"merging": False, "segments": 2},  # asked for, not listed yet
+            {"merging": True, "segments": 2},
+            {"merging": False, "segments": 1},
+        ]
+    )
 
     def call(endpoint: str, method: str, path: str, body: Any = None, headers: Any = None) -> Any:
         if method == "POST":
-            return c.admin.compact_search().model_dump()
-        listing = c.admin.search_indices().model_dump()
-        listing["indices"][0]["merging"] = next(merging, False)
-        return listing
+            return {"started": True, "indices": [base]}
+        return {"indices": [{**base, **next(polls)}]}
 
     args = build_parser().parse_args(["search-indices", "compact", "--wait"])
     assert args.func(args, call) == 0
-    assert c.backend._compactor.idle(30)  # type: ignore[attr-defined]
+    assert next(polls, None) is None  # polled until it ended
     out = capsys.readouterr().out
-    assert out.strip().endswith("compacted") and next(merging, None) is None  # polled until it ended
+    assert out.strip().endswith("compacted") and out.splitlines()[1].split()[:3] == ["passages", "1", "1"]
 
     def busy(endpoint: str, method: str, path: str, body: Any = None, headers: Any = None) -> Any:
         if method == "POST":
-            return {"started": True, "indices": []}
-        return {"indices": [{**c.admin.search_indices().model_dump()["indices"][0], "merging": True}]}
+            return {"started": True, "indices": [base]}
+        return {"indices": [{**base, "merging": True}]}
 
     args = build_parser().parse_args(["search-indices", "compact", "--wait", "--timeout", "0"])
     assert args.func(args, busy) == 1

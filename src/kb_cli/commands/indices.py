@@ -80,11 +80,17 @@ def cmd_search_indices(args: argparse.Namespace, call: Call) -> int:
 
 
 def _wait(args: argparse.Namespace, call: Call, started: bool, poll_s: float = 2.0) -> int:
-    """`compact --wait`: poll the listing until no index is merging, then show it; 1 on timeout."""
+    """`compact --wait`: poll the listing until the merge has ended — nothing merging, and either a merge was
+    seen or every index is at its target (OpenSearch may list a merge just asked for a moment later) — then
+    show it; 1 on timeout."""
     deadline = time.monotonic() + args.timeout
+    seen = not started
     while True:
         listing = call(args.endpoint, "GET", PATH)
-        if not any(i["merging"] for i in listing["indices"]):
+        indices = listing["indices"]
+        merging = any(i["merging"] for i in indices)
+        seen = seen or merging
+        if not merging and (seen or all(i["segments"] <= i["target_segments"] for i in indices)):
             _show(listing, args.json)
             if not args.json:
                 print("compacted" if started else "nothing to compact: every index is at its target segments")
