@@ -239,7 +239,7 @@ def growth(
                 "search": searches,
                 "index_bytes": index_bytes(backend),
                 "compacted": compacted,
-                "segments": _segments(backend),
+                "segments": sum(s.segments for s in backend.index_states()),
             }
             rows.append(row)
             print(_growth_line(row), flush=True)
@@ -314,7 +314,7 @@ def same_run(
                 copies.append(index_copy(url, backend, embedder, n, segments))
                 backends[size, n, segments] = copies[-1]
         settle(backend.client)
-        segment_counts = {key: _segments(b) for key, b in backends.items()}
+        segment_counts = {key: sum(s.segments for s in b.index_states()) for key, b in backends.items()}
         rows: list[dict[str, Any]] = []
         for ranking in ("bm25", "hybrid"):
             subjects = {key: _retrieval_step(b, corpus, ranking) for key, b in backends.items()}
@@ -345,12 +345,6 @@ def same_run(
         for backend in built if not keep else ():
             backend.drop_indices()
     return rows
-
-
-def _segments(backend: OpenSearchBackend) -> int:
-    """Segments of the passages index, over its primary shards."""
-    rows = backend.client.cat.segments(index=backend.passages_alias, format="json")
-    return sum(1 for r in rows if r.get("prirep", "p") == "p")
 
 
 def index_copy(

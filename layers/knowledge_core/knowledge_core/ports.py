@@ -176,6 +176,10 @@ class IndexState:
     fragmented: bool  # the compaction rule says merge (an ingestion job's end starts it)
     merging: bool  # a merge runs now (a background one too) or a compaction is pending
 
+    def due(self, force: bool = False) -> bool:
+        """A compaction merges it: fragmented, or (`force`, an operator's) above its target segments."""
+        return self.fragmented or (force and self.segments > self.target_segments)
+
 
 @dataclass
 class SourceResult:

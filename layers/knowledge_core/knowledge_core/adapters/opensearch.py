@@ -1236,7 +1236,7 @@ class OpenSearchBackend(SearchBackend):
             return False
         started = False
         for state, per_shard in self._index_shapes():
-            if not (state.fragmented or (force and state.segments > state.target_segments)):
+            if not state.due(force):
                 continue
             try:
                 self.client.indices.forcemerge(

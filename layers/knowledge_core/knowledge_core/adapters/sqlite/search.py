@@ -755,7 +755,7 @@ class SqliteFtsBackend(SearchBackend):
         if self._compactor is None:
             return False
         (state,) = self.index_states()
-        if not (state.fragmented or (force and state.segments > state.target_segments)):
+        if not state.due(force):
             return False
         self._compactor.check(force)
         return True
