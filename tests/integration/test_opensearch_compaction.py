@@ -10,9 +10,7 @@ import time
 from knowledge_core.adapters.opensearch import OpenSearchBackend
 from knowledge_core.ports import IndexState
 
-from tests.integration.test_opensearch_shards import DOCS, _rows, _top, prefix, url
-
-__all__ = ["prefix", "url"]  # fixtures
+from tests.integration.opensearch_kit import DOCS, row_ids, top_doc
 
 
 def _settled(backend: OpenSearchBackend, timeout_s: float = 120.0) -> IndexState:
@@ -24,8 +22,10 @@ def _settled(backend: OpenSearchBackend, timeout_s: float = 120.0) -> IndexState
         time.sleep(0.5)
 
 
-def test_a_search_issue23_compaction_merges_the_segments_and_changes_no_answer(url: str, prefix: str) -> None:
-    backend = OpenSearchBackend(url, index_prefix=prefix)
+def test_a_search_issue23_compaction_merges_the_segments_and_changes_no_answer(
+    opensearch_url: str, index_prefix: str
+) -> None:
+    backend = OpenSearchBackend(opensearch_url, index_prefix=index_prefix)
     assert backend.index_states() == []  # not prepared: nothing to show, no error
     assert backend.compact() is False
     backend.prepare()
@@ -34,14 +34,14 @@ def test_a_search_issue23_compaction_merges_the_segments_and_changes_no_answer(u
     [state] = backend.index_states()
     assert state.index == backend.passages_index and state.shards == 1 and state.target_segments == 1
     assert state.segments >= 3 and state.fragmented and state.size_bytes > 0
-    rows = _rows(backend)
-    answers = {q: _top(backend, q) for q in ("promote standby", "heartbeat seconds", "safety valve")}
+    rows = row_ids(backend)
+    answers = {q: top_doc(backend, q) for q in ("promote standby", "heartbeat seconds", "safety valve")}
 
     assert backend.compact() is True  # returns at once; the node merges in the background
     state = _settled(backend)
     assert (state.segments, state.fragmented, state.merging) == (1, False, False)
-    assert _rows(backend) == rows
-    assert {q: _top(backend, q) for q in answers} == answers
+    assert row_ids(backend) == rows
+    assert {q: top_doc(backend, q) for q in answers} == answers
     assert backend.compact() is False and backend.compact(force=True) is False  # at its target
 
     backend.put_documents([DOCS[0].model_copy(update={"doc_id": "late"})])  # one more segment
@@ -51,17 +51,19 @@ def test_a_search_issue23_compaction_merges_the_segments_and_changes_no_answer(u
     assert _settled(backend).segments == 1
 
 
-def test_a_search_issue23_compaction_of_two_shards_leaves_one_segment_each(url: str, prefix: str) -> None:
+def test_a_search_issue23_compaction_of_two_shards_leaves_one_segment_each(
+    opensearch_url: str, index_prefix: str
+) -> None:
     """`KB_OPENSEARCH_PASSAGE_SHARDS=2`: segments and their target are counted over the primary shards, and
-    a compaction merges each shard to its own target (the prefix fixture drops the two-shard index)."""
-    backend = OpenSearchBackend(url, index_prefix=prefix, passage_shards=2)
+    a compaction merges each shard to its own target (the index_prefix fixture drops the two-shard index)."""
+    backend = OpenSearchBackend(opensearch_url, index_prefix=index_prefix, passage_shards=2)
     backend.prepare()
     for doc in DOCS:  # one refreshed request each: a segment in each shard it wrote
         backend.put_documents([doc])
     [state] = backend.index_states()
     assert state.shards == 2 and state.target_segments == 2 and state.segments > 2
-    answers = {q: _top(backend, q) for q in ("promote standby", "safety valve")}
+    answers = {q: top_doc(backend, q) for q in ("promote standby", "safety valve")}
     assert backend.compact(force=True) is True
     state = _settled(backend)
     assert (state.segments, state.merging) == (2, False)
-    assert {q: _top(backend, q) for q in answers} == answers
+    assert {q: top_doc(backend, q) for q in answers} == answers

@@ -11,9 +11,7 @@ from knowledge_core.adapters.opensearch import OpenSearchBackend
 from knowledge_core.domain.errors import SourceFailure
 from knowledge_core.domain.models import Document, DocumentAcl
 
-from tests.integration.test_opensearch_shards import KEY, prefix, url
-
-__all__ = ["prefix", "url"]  # fixtures
+from tests.integration.opensearch_kit import KEY
 
 
 def _doc(doc_id: str, keys: range) -> Document:
@@ -27,8 +25,10 @@ def _doc(doc_id: str, keys: range) -> Document:
     )
 
 
-def test_i23_f_filter_past_the_field_limit_the_write_names_the_cause(url: str, prefix: str) -> None:
-    backend = OpenSearchBackend(url, index_prefix=prefix)
+def test_i23_f_filter_past_the_field_limit_the_write_names_the_cause(
+    opensearch_url: str, index_prefix: str
+) -> None:
+    backend = OpenSearchBackend(opensearch_url, index_prefix=index_prefix)
     backend.prepare()
     backend.put_documents([_doc("first", range(3))])
     for index in (backend.passages_alias, backend.documents_alias):  # a small limit: a few keys from it
