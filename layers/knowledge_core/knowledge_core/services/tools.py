@@ -4,13 +4,16 @@ cited references (not the hint search of §2.3 that MCP's tool of the same name 
 Order of one call: validate (mode, explicit sources) -> plan (R-ROUTE) -> open the invocation chain's
 ledger -> leases and deadline of the selected sources -> charge every request to the whole chain in one
 transaction (R-BUDGET) -> the one retrieval step (K-PIPE: query analysis, candidates, ranking, one batched
-live check) -> failure policy (R-FAIL) -> fuse (R-FUSE) -> cut to sourceMaxChars and the remaining chars,
+live check) -> failure policy (R-FAIL) -> fuse (R-FUSE) -> each reference's passage in its context (one
+read of the fused documents; domain.citing.in_context) -> cut to sourceMaxChars and the remaining chars,
 cite (ids unique per root) -> events (R-EVENT)."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from ..domain.budget import (
@@ -23,8 +26,10 @@ from ..domain.budget import (
     effective_chain,
     source_timeout,
 )
+from ..domain.citing import in_context
 from ..domain.errors import (
     ProtocolError,
+    SourceFailure,
     SourceTimeout,
     SourceUnavailable,
     StateUnavailable,
@@ -56,6 +61,8 @@ from ..domain.tool_wire import (
 from ..ports import BudgetLedger, ChainSnapshot, Clock, SearchBackend
 from .retrieval import Retrieval, SourceAsk, SourceOutcome
 from .scope import ScopeResolver
+
+logger = logging.getLogger(__name__)
 
 
 def _iso(epoch: float) -> str:
@@ -214,12 +221,33 @@ class ToolsService:
         self._retrieved(events, planned, retrieved.outcomes, to_call, failures, retrieval_ids, lists)
         self._apply_policy(routing.failure_policy, planned, failures)
 
-        fused = fuse(lists, query=query, top_k=routing.top_k, rerank=routing.rerank)
+        fused = self._in_context(fuse(lists, query=query, top_k=routing.top_k, rerank=routing.rerank))
         references, snapshot = self._cite(
             snapshot, inv.invocation_id, fused, retrieval_ids, routing.source_max_chars, events, now
         )
         events.fused(snapshot.entries[inv.invocation_id], len(references), routing.rerank)
         return references
+
+    def _in_context(self, fused: list[Fused]) -> list[Fused]:
+        """Each fused reference quoting its passage in context (`domain.citing.in_context`), their documents
+        read in one batch. When that read fails the references quote their passages alone: still the
+        passages that matched, and the call does not fail."""
+        if not fused:
+            return fused
+        try:
+            documents = self._retrieval.documents([f.candidate for f in fused])
+        except SourceFailure as exc:
+            logger.warning("references quote their passages alone (%s)", exc.kind)
+            return fused
+        return [
+            replace(
+                f,
+                candidate=in_context(
+                    f.candidate, documents.get((f.candidate.source_key, f.candidate.doc_id))
+                ),
+            )
+            for f in fused
+        ]
 
     @staticmethod
     def _apply_policy(policy: str, planned: list[PlannedSource], failures: dict[str, ToolError]) -> None:
