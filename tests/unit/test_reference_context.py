@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from knowledge_core.domain.citing import REFERENCE_CHARS, context_span, in_context
+from knowledge_core.domain.citing import REFERENCE_CHARS, context_span, fitting_quotes, in_context
 from knowledge_core.domain.errors import SourceFailure
 from knowledge_core.domain.fusion import Hit
 from knowledge_core.domain.models import Document, DocumentAcl
@@ -34,6 +34,13 @@ def test_i24_context_takes_the_next_sentence_first_then_the_previous() -> None:
     # Across the paragraph break (a line's end is a unit's end too), never past the heading above.
     whole = _span(ZH, passage, REFERENCE_CHARS)
     assert whole == ZH.removeprefix("# 黑死病\n\n")
+
+
+def test_i24_context_takes_whole_paragraphs_where_they_fit_else_sentences() -> None:
+    body = "Q1? A1 one. A1 two.\n\nQ2? A2.\n\nQ3? A3."
+    assert _span(body, "Q2? A2.", 37) == body  # the next paragraph, then the one before, whole
+    # The one before does not fit whole: its last sentence does; the one before that no longer.
+    assert _span(body, "Q2? A2.", 30) == "A1 two.\n\nQ2? A2.\n\nQ3? A3."
 
 
 def test_i24_context_never_crosses_a_heading_and_keeps_a_long_passage() -> None:
@@ -85,6 +92,29 @@ def test_i24_in_context_keeps_the_passage_of_another_revision_or_an_unknown_one(
     assert in_context(replace(hit, passage="Not in it."), doc).passage == "Not in it."
 
 
+def test_i24_r_budget_a_quote_in_context_only_where_it_fits_whole() -> None:
+    """A budget's cut keeps a quote's beginning: were the context before a passage cut instead of the
+    passage, the reference would quote what did not match. So a quote in context is taken only where it
+    fits whole, in rank order, per source (`sourceMaxChars`) and for the chain (remaining chars)."""
+
+    def pair(key: str, passage: str, quote: str) -> tuple[Hit, Hit]:
+        alone = Hit(key, passage, "T", "r", 1.0, passage)
+        return alone, replace(alone, passage=quote)
+
+    pairs = [
+        pair("a@1", "P1", "ctx P1 ctx"),
+        pair("a@1", "P2", "ctx P2 ctx"),
+        pair("b@1", "P3", "ctx P3 ctx"),
+    ]
+    quoted = [h.passage for h in fitting_quotes(pairs, 100, 100)]
+    assert quoted == ["ctx P1 ctx", "ctx P2 ctx", "ctx P3 ctx"]
+    # sourceMaxChars 15: the second of source a no longer fits whole; source b has its own share.
+    assert [h.passage for h in fitting_quotes(pairs, 15, 100)] == ["ctx P1 ctx", "P2", "ctx P3 ctx"]
+    # 15 chars left in the chain: the first fits (5 left), then only the passages alone (2 each).
+    assert [h.passage for h in fitting_quotes(pairs, 100, 15)] == ["ctx P1 ctx", "P2", "P3"]
+    assert [h.passage for h in fitting_quotes(pairs, 100, 0)] == ["P1", "P2", "P3"]
+
+
 @pytest.fixture
 def world(container: Any, clock: Any) -> World:
     w = World(container, clock)
@@ -113,6 +143,13 @@ def test_i24_r_tool_references_quote_their_passages_alone_when_the_read_fails(
     monkeypatch.setattr(world.tools._retrieval, "documents", down)  # the live check still reads
     [ref] = world.call(agent, {"query": "黑死病传播"})["references"]
     assert ref["content"] == "第二句讲传播。"
+
+
+def test_i24_r_tool_a_tight_budget_quotes_the_passage_not_the_context_before_it(world: World) -> None:
+    rules = [{"knowledge": _ref(), "always": True}]
+    agent = world.agent("tight", {"mode": "AUTO", "maxContextChars": 10, "rules": rules})
+    [ref] = world.call(agent, {"query": "黑死病传播"})["references"]
+    assert ref["content"] == "第二句讲传播。"  # the passage (7 chars), not the 10 first chars of its context
 
 
 def _ref() -> dict[str, str]:

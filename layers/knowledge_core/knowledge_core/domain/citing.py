@@ -15,7 +15,9 @@ long-document task only (bench/QUALITY.md: the first reference holds the answer 
 What the agent tool's reference quotes is that passage **in its context** (`in_context`): the passage, then
 the whole sentences (or lines: lists, tables, PDF text) after and before it in turns, the next one first,
 while the quote stays within REFERENCE_CHARS characters and inside the passage's section (never across a
-heading). A passage is sized for the embedding models' 512-token window, so a Chinese passage holds about
+heading) — when the whole quote fits what the call may still spend (`fitting_quotes`), else the passage
+alone, so that a budget's cut never keeps the context before a passage instead of the passage. A passage is
+sized for the embedding models' 512-token window, so a Chinese passage holds about
 400 characters against an English one's 1,000–1,400: the answer to a Chinese question is often in the
 sentences beside the passage that matched. Chosen on the tuning split of the long-document task (bench/
 QUALITY.md): the Chinese first reference holds the answer 0.910 → 0.955, the English one 0.969 → 0.973 (its
@@ -39,6 +41,8 @@ REFERENCE_CHARS = 1000
 # quote never crosses.
 _SENTENCE_STOP = re.compile(r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」』\]]*")
 _LINE_END = re.compile(r"\n")
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+_UNIT_ENDS, _PARAGRAPH_ENDS = "unit", "paragraph"
 _HEADING_LINE = re.compile(r"^ {0,3}#{1,6}[ \t].*$", re.MULTILINE)
 
 
@@ -65,10 +69,10 @@ def cite(hit: Hit, candidates: Sequence[tuple[Hit, float | None]]) -> Hit:
 
 
 def context_span(body: str, start: int, end: int, max_chars: int = REFERENCE_CHARS) -> tuple[int, int]:
-    """The span of `body` a reference quotes around its passage `body[start:end]` (module docstring): whole
-    sentences or lines after and before it in turns, the next first, while the span is at most `max_chars`
-    long (surrounding whitespace left out) and crosses no heading line; a direction ends at the first unit
-    that does not fit."""
+    """The span of `body` a reference quotes around its passage `body[start:end]` (module docstring): after
+    and before it in turns, the next first, the rest of a paragraph or a whole paragraph where it fits, else
+    one sentence or line of it, while the span is at most `max_chars` long (surrounding whitespace left out)
+    and crosses no heading line; a direction ends when not even one sentence or line fits."""
     if end - start >= max_chars:
         return start, end
     low, high = max(0, end - max_chars), min(len(body), start + max_chars)
@@ -79,22 +83,21 @@ def context_span(body: str, start: int, end: int, max_chars: int = REFERENCE_CHA
             break
         if heading.end() <= start:
             low, low_edge = heading.end(), True
-    ends = _units(body, end, high, high_edge)
-    # (a unit may begin right at `low`: its end before it is looked for a little earlier)
-    starts = [_skip_space(body, e) for e in _units(body, max(0, low - 8), start, False)] + [low] * low_edge
-    starts = sorted({x for x in starts if low <= x < start and body[x:start].strip()})
+    ends = [_units(body, end, high, high_edge, kind) for kind in (_PARAGRAPH_ENDS, _UNIT_ENDS)]
+    starts = [_starts(body, low, start, low_edge, kind) for kind in (_PARAGRAPH_ENDS, _UNIT_ENDS)]
     lo, hi = start, end
-    forward, backward = iter(ends), iter(reversed(starts))  # nearest first
     grow_forward = grow_backward = True
     while grow_forward or grow_backward:
-        if grow_forward:
-            nxt = next(forward, None)
-            grow_forward = nxt is not None and len(body[lo:nxt].strip()) <= max_chars
-            hi = nxt if grow_forward and nxt is not None else hi
+        if grow_forward:  # the rest of the paragraph, else its next sentence or line
+            options = [next((e for e in kind if e > hi), None) for kind in ends]
+            fits = [e for e in options if e is not None and len(body[lo:e].strip()) <= max_chars]
+            grow_forward = bool(fits)
+            hi = fits[0] if fits else hi
         if grow_backward:
-            prv = next(backward, None)
-            grow_backward = prv is not None and len(body[prv:hi].strip()) <= max_chars
-            lo = prv if grow_backward and prv is not None else lo
+            options = [next((x for x in reversed(kind) if x < lo), None) for kind in starts]
+            fits = [x for x in options if x is not None and len(body[x:hi].strip()) <= max_chars]
+            grow_backward = bool(fits)
+            lo = fits[0] if fits else lo
     while lo < hi and body[lo].isspace():
         lo += 1
     while hi > lo and body[hi - 1].isspace():
@@ -102,19 +105,28 @@ def context_span(body: str, start: int, end: int, max_chars: int = REFERENCE_CHA
     return lo, hi
 
 
-def _units(body: str, start: int, end: int, edge: bool) -> list[int]:
-    """The offsets in (start, end] where a sentence or a line ends, each after some text (a sentence's end
-    followed by a line's end is one end); `end` itself when it is an edge (the body's end, a heading)."""
-    found = sorted(
-        {m.end() for m in _SENTENCE_STOP.finditer(body, start, end)}
-        | {m.start() for m in _LINE_END.finditer(body, start, end)}
-        | ({end} if edge else set())
-    )
+def _units(body: str, start: int, end: int, edge: bool, kind: str) -> list[int]:
+    """The offsets in (start, end] where a unit of `kind` ends (a sentence or a line: _UNIT_ENDS; a
+    paragraph: _PARAGRAPH_ENDS), each after some text (a sentence's end followed by a line's end is one
+    end); `end` itself when it is an edge (the body's end, a heading)."""
+    found = {m.start() for m in _BLANK_LINE.finditer(body, start, end)}
+    if kind == _UNIT_ENDS:
+        found |= {m.end() for m in _SENTENCE_STOP.finditer(body, start, end)}
+        found |= {m.start() for m in _LINE_END.finditer(body, start, end)}
+    if edge:
+        found.add(end)
     out: list[int] = []
-    for e in found:
+    for e in sorted(found):
         if e > start and body[out[-1] if out else start : e].strip():
             out.append(e)
     return out
+
+
+def _starts(body: str, low: int, start: int, edge: bool, kind: str) -> list[int]:
+    """The offsets in [low, start) where a unit of `kind` begins: after the end of one (the space after it
+    skipped; an end just before `low` is looked for too), and `low` itself when it is an edge."""
+    after_ends = {_skip_space(body, e) for e in _units(body, max(0, low - 8), start, False, kind)}
+    return sorted(x for x in after_ends | ({low} if edge else set()) if low <= x < start)
 
 
 def _skip_space(body: str, at: int) -> int:
@@ -139,3 +151,21 @@ def in_context(hit: Hit, document: Document | None, max_chars: int = REFERENCE_C
     return replace(
         hit, passage=document.body[lo:hi], structured_source=hit_source(document.structured_source, pages)
     )
+
+
+def fitting_quotes(pairs: Sequence[tuple[Hit, Hit]], source_max_chars: int, remaining: int) -> list[Hit]:
+    """Per reference in rank order (the hit quoting its passage alone, the hit quoting it in context), the
+    one it quotes: in context when that whole quote fits both its source's `sourceMaxChars` share left and
+    the chain's `remaining` chars left after the references before it; else the passage alone, which the
+    budget cuts as before (its beginning kept). Identical content a tree cited already spends nothing; it is
+    counted here all the same (so a quote in context is never cut, at worst not taken)."""
+    left: dict[str, int] = {}
+    out: list[Hit] = []
+    for alone, quoted in pairs:
+        room = max(0, min(left.get(alone.source_key, source_max_chars), remaining))
+        chosen = quoted if len(quoted.passage) <= room else alone
+        used = min(len(chosen.passage), room)
+        left[alone.source_key] = left.get(alone.source_key, source_max_chars) - used
+        remaining -= used
+        out.append(chosen)
+    return out

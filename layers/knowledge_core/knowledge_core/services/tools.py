@@ -22,11 +22,12 @@ from ..domain.budget import (
     LedgerEntry,
     Limits,
     chain_mismatch,
+    chars_remaining,
     cut_to_source_max,
     effective_chain,
     source_timeout,
 )
-from ..domain.citing import in_context
+from ..domain.citing import fitting_quotes, in_context
 from ..domain.errors import (
     ProtocolError,
     SourceFailure,
@@ -221,17 +222,19 @@ class ToolsService:
         self._retrieved(events, planned, retrieved.outcomes, to_call, failures, retrieval_ids, lists)
         self._apply_policy(routing.failure_policy, planned, failures)
 
-        fused = self._in_context(fuse(lists, query=query, top_k=routing.top_k, rerank=routing.rerank))
+        fused = fuse(lists, query=query, top_k=routing.top_k, rerank=routing.rerank)
+        fused = self._in_context(fused, routing.source_max_chars, chars_remaining(snapshot.chain()))
         references, snapshot = self._cite(
             snapshot, inv.invocation_id, fused, retrieval_ids, routing.source_max_chars, events, now
         )
         events.fused(snapshot.entries[inv.invocation_id], len(references), routing.rerank)
         return references
 
-    def _in_context(self, fused: list[Fused]) -> list[Fused]:
-        """Each fused reference quoting its passage in context (`domain.citing.in_context`), their documents
-        read in one batch. When that read fails the references quote their passages alone: still the
-        passages that matched, and the call does not fail."""
+    def _in_context(self, fused: list[Fused], source_max_chars: int, remaining: int) -> list[Fused]:
+        """Each fused reference quoting its passage in context (`domain.citing.in_context`) where the whole
+        quote fits what is left to spend (`fitting_quotes`), their documents read in one batch. When that
+        read fails the references quote their passages alone: still the passages that matched, and the call
+        does not fail."""
         if not fused:
             return fused
         try:
@@ -239,15 +242,10 @@ class ToolsService:
         except SourceFailure as exc:
             logger.warning("references quote their passages alone (%s)", exc.kind)
             return fused
-        return [
-            replace(
-                f,
-                candidate=in_context(
-                    f.candidate, documents.get((f.candidate.source_key, f.candidate.doc_id))
-                ),
-            )
-            for f in fused
-        ]
+        hits = [f.candidate for f in fused]
+        quoted = [in_context(h, documents.get((h.source_key, h.doc_id))) for h in hits]
+        chosen = fitting_quotes(list(zip(hits, quoted, strict=True)), source_max_chars, remaining)
+        return [replace(f, candidate=hit) for f, hit in zip(fused, chosen, strict=True)]
 
     @staticmethod
     def _apply_policy(policy: str, planned: list[PlannedSource], failures: dict[str, ToolError]) -> None:
