@@ -4,6 +4,8 @@ delete, disable, minScore thresholds, ACL, topK, roll-up to parent documents, mu
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from knowledge_core.domain.analyzer import unique_terms
 from knowledge_core.domain.errors import (
@@ -13,7 +15,7 @@ from knowledge_core.domain.errors import (
     ReferenceInvalid,
 )
 from knowledge_core.domain.models import Document, DocumentAcl, Principal, Viewer
-from knowledge_core.domain.passages import split_passages
+from knowledge_core.domain.passages import split_passages, stored_passages
 from knowledge_core.domain.summary import focused_excerpt
 from knowledge_core.ports import QueryAnalysis, SourceQuery
 from knowledge_core.services.knowledge import SUMMARY_MAX_BYTES
@@ -451,3 +453,25 @@ def test_i_ingest_pdf_passages_name_their_pages_in_hints_and_sources(world):
     assert result.hits[0].structured_source == {"uri": "file:///m.pdf", "format": "pdf", "pages": [3]}
     stored = world.c.backend.get_document(key, "manual")
     assert stored is not None and stored.structured_source["page_starts"] == starts
+
+
+def test_i24_neighbour_passages_are_the_stored_passages_around_a_hit(world):
+    """What a reference quoting its passage in context reads (domain.citing.in_context): the stored
+    passages numbered within a radius of a hit's own (`Hit.passage_no`, set by every backend), of the hit's
+    revision — on every backend the passages the one splitter cuts from the document."""
+    (key,) = world.publish({"guide": {}})
+    paragraphs = [f"Paragraph {n} " + ("about pumps and seals. " * 40) for n in range(8)]
+    paragraphs[5] += "The zygomorphic flange torque is set here."
+    document = doc(key, "guide", "Guide", "\n\n".join(paragraphs))
+    world.ingest(document)
+    [result] = world.c.backend.search(
+        [SourceQuery(key, 1, 0.0)],
+        QueryAnalysis("zygomorphic flange"),
+        Viewer(tenant=PRINCIPAL.tenant, subject="s"),
+    )
+    hit = result.hits[0]
+    stored = stored_passages(document.body, document.title, None)
+    assert len(stored) == 8 and hit.passage == stored[5].text and hit.passage_no == 5
+    around = world.c.backend.neighbour_passages([hit], 2)
+    assert around == {(key, "guide"): stored[3:8]}
+    assert world.c.backend.neighbour_passages([replace(hit, revision="older")], 2) == {}

@@ -124,11 +124,11 @@ def test_k_pipe_tool_call_on_opensearch_is_three_batched_requests(translated_hyb
     """K-PIPE: a hybrid tool call makes three OpenSearch requests whatever the number of hits, never one per
     hit: the `_msearch` of candidates (BM25 and k-NN of every source), one `_msearch` of the shown hits' best
     passages, from which domain.citing picks each hit's cited passage (issue 24; BM25 alone makes the first
-    only), and one `_mget` of the fused references' documents, from which each reference quotes its passage
-    in context (domain.citing.in_context). The live check reads nothing: each passage row carries its
-    document's status, ACL and stored version and is rewritten in the same refreshed bulk as the document
-    (`live_hits`, issue 23), so a hit is citable as returned (test_k_pipe_opensearch_hits_live_without_mget
-    proves the disable/delete/ACL cases)."""
+    only), and one `_mget` of the passage rows around the fused references' own, from which each reference
+    quotes its passage in context (domain.citing.in_context; never the documents' bodies). The live check
+    reads nothing: each passage row carries its document's status, ACL and stored version and is rewritten
+    in the same refreshed bulk as the document (`live_hits`, issue 23), so a hit is citable as returned
+    (test_k_pipe_opensearch_hits_live_without_mget proves the disable/delete/ACL cases)."""
     world = translated_hybrid_world
     if world.c.settings.search_backend != "opensearch":
         pytest.skip("counts OpenSearch requests")
@@ -151,5 +151,6 @@ def test_k_pipe_tool_call_on_opensearch_is_three_batched_requests(translated_hyb
             titles = _tool(world, agent, operation, "gateway offline 网关离线", 100 + n)
             assert len(titles) == 5  # the routing's topK: hits enough to need many reads one by one
             assert [c.rsplit("/", 1)[-1] for c in calls] == ["_msearch", "_msearch", "_mget"], calls
+            assert "-passages" in calls[-1], calls  # passage rows, not the documents index
     finally:
         transport.perform_request = perform

@@ -11,7 +11,7 @@ import pytest
 from knowledge_core.domain.citing import REFERENCE_CHARS, context_span, fitting_quotes, in_context
 from knowledge_core.domain.errors import SourceFailure
 from knowledge_core.domain.fusion import Hit
-from knowledge_core.domain.models import Document, DocumentAcl
+from knowledge_core.domain.passages import StoredPassage
 
 from tests.unit.test_tools import World
 
@@ -60,36 +60,35 @@ def test_i24_context_cuts_lists_and_pdf_text_between_lines() -> None:
     assert _span(body, "- check the gauge", 40) == "- check the gauge\n- close the valve\nDone"
 
 
-def _doc(body: str, structured: dict[str, Any] | None = None) -> Document:
-    return Document(
-        source_key="k@1",
-        doc_id="d",
-        title="T",
-        body=body,
-        acl=DocumentAcl(tenant="t"),
-        structured_source=structured,
-    )
+def _stored(
+    *texts: str, first: int = 0, section: str = "", pages: tuple[int, ...] = ()
+) -> list[StoredPassage]:
+    return [StoredPassage(first + n, t, section, pages) for n, t in enumerate(texts)]
 
 
-def test_i24_in_context_quotes_the_window_with_its_pages() -> None:
-    body = "Page one ends here.\nPage two starts here. It goes on."
-    doc = _doc(body, {"uri": "s3://b/m.pdf", "page_starts": [0, 20]})
+def test_i24_in_context_joins_the_sections_passages_and_names_their_pages() -> None:
+    neighbours = [
+        StoredPassage(4, "Page one ends here.", "Setup", (1,)),
+        StoredPassage(5, "Page two starts here. It goes on.", "Setup", (2,)),
+        StoredPassage(6, "Another section.", "Backups", (2,)),
+    ]
     hit = Hit(
-        "k@1", "d", "T", doc.revision, 3.0, "Page two starts here.", {"uri": "s3://b/m.pdf", "pages": [2]}
+        "k@1", "d", "T", "r", 3.0, "Page two starts here. It goes on.", {"uri": "s3://b/m.pdf", "pages": [2]}
     )
-    shown = in_context(hit, doc)
-    assert shown.passage == body
+    shown = in_context(replace(hit, passage_no=5), neighbours)
+    assert shown.passage == "Page one ends here.\n\nPage two starts here. It goes on."  # not the next section
     assert shown.structured_source == {"uri": "s3://b/m.pdf", "pages": [1, 2]}
-    assert (shown.doc_id, shown.score, shown.revision) == (hit.doc_id, hit.score, hit.revision)
+    assert (shown.doc_id, shown.score, shown.revision, shown.passage_no) == ("d", 3.0, "r", 5)
+    assert in_context(hit, neighbours).passage == shown.passage  # no number: found by its text
 
 
-def test_i24_in_context_keeps_the_passage_of_another_revision_or_an_unknown_one() -> None:
-    doc = _doc("First. Second. Third.")
-    hit = Hit("k@1", "d", "T", doc.revision, 1.0, "Second.")
-    assert in_context(hit, doc).passage == "First. Second. Third."
-    assert in_context(replace(hit, revision="other"), doc) == replace(hit, revision="other")  # a newer body
-    assert in_context(hit, None) == hit
-    assert in_context(replace(hit, passage="Not in it."), doc).passage == "Not in it."
+def test_i24_in_context_keeps_a_passage_it_cannot_place() -> None:
+    hit = Hit("k@1", "d", "T", "r", 1.0, "Second.", passage_no=1)
+    assert in_context(hit, _stored("First.", "Second.", "Third.")).passage == "First.\n\nSecond.\n\nThird."
+    assert in_context(hit, []) == hit  # another revision, or gone: the backend returned nothing
+    assert in_context(replace(hit, passage_no=7), _stored("First.", "Second.")) == replace(hit, passage_no=7)
+    gap = [StoredPassage(0, "First."), StoredPassage(1, "Second."), StoredPassage(3, "Fourth.")]
+    assert in_context(hit, gap).passage == "First.\n\nSecond."  # only passages side by side
 
 
 def test_i24_r_budget_a_quote_in_context_only_where_it_fits_whole() -> None:
@@ -115,19 +114,27 @@ def test_i24_r_budget_a_quote_in_context_only_where_it_fits_whole() -> None:
     assert [h.passage for h in fitting_quotes(pairs, 100, 0)] == ["P1", "P2", "P3"]
 
 
+# Three paragraphs of 250 estimated tokens each: three passages (two do not fit one).
+PARAGRAPHS = ["甲" * 249 + "。", "乙" * 249 + "。", "丙" * 249 + "。"]
+
+
 @pytest.fixture
 def world(container: Any, clock: Any) -> World:
     w = World(container, clock)
-    w.backend.add("alpha@1.0.0", "a1", ZH, 9.0)
-    w.backend.hits["alpha@1.0.0"][0] = replace(w.backend.hits["alpha@1.0.0"][0], passage="第二句讲传播。")
+    w.backend.add("alpha@1.0.0", "a1", "\n\n".join(PARAGRAPHS), 9.0)
+    w.backend.hits["alpha@1.0.0"][0] = replace(w.backend.hits["alpha@1.0.0"][0], passage=PARAGRAPHS[1])
     return w
 
 
+def _agent(world: World, **routing: Any) -> str:
+    return world.agent("auto", {"mode": "AUTO", "rules": [{"knowledge": _ref(), "always": True}], **routing})
+
+
 def test_i24_r_tool_reference_quotes_its_passage_in_context(world: World) -> None:
-    agent = world.agent("auto", {"mode": "AUTO", "rules": [{"knowledge": _ref(), "always": True}]})
-    result = world.call(agent, {"query": "黑死病传播"})
+    """The fake backend keeps no passages: the port's default reads its documents and splits them again."""
+    result = world.call(_agent(world), {"query": "乙"})
     [ref] = result["references"]
-    assert ref["content"] == ZH.removeprefix("# 黑死病\n\n")
+    assert ref["content"] == "\n\n".join(PARAGRAPHS)
     assert next(e for e in result["events"] if e["type"] == "knowledge.fused")["charsUsed"] == len(
         ref["content"]
     )
@@ -136,20 +143,17 @@ def test_i24_r_tool_reference_quotes_its_passage_in_context(world: World) -> Non
 def test_i24_r_tool_references_quote_their_passages_alone_when_the_read_fails(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def down(keys: Any) -> Any:
+    def down(hits: Any) -> Any:
         raise SourceFailure("unavailable")
 
-    agent = world.agent("auto", {"mode": "AUTO", "rules": [{"knowledge": _ref(), "always": True}]})
-    monkeypatch.setattr(world.tools._retrieval, "documents", down)  # the live check still reads
-    [ref] = world.call(agent, {"query": "黑死病传播"})["references"]
-    assert ref["content"] == "第二句讲传播。"
+    monkeypatch.setattr(world.tools._retrieval, "neighbour_passages", down)
+    [ref] = world.call(_agent(world), {"query": "乙"})["references"]
+    assert ref["content"] == PARAGRAPHS[1]
 
 
 def test_i24_r_tool_a_tight_budget_quotes_the_passage_not_the_context_before_it(world: World) -> None:
-    rules = [{"knowledge": _ref(), "always": True}]
-    agent = world.agent("tight", {"mode": "AUTO", "maxContextChars": 10, "rules": rules})
-    [ref] = world.call(agent, {"query": "黑死病传播"})["references"]
-    assert ref["content"] == "第二句讲传播。"  # the passage (7 chars), not the 10 first chars of its context
+    [ref] = world.call(_agent(world, maxContextChars=600), {"query": "乙"})["references"]
+    assert ref["content"] == PARAGRAPHS[1]  # the passage (250 chars), not the first 600 of its context
 
 
 def _ref() -> dict[str, str]:

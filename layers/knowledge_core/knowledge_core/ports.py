@@ -25,6 +25,7 @@ from .domain.models import (
     TokenSummary,
     Viewer,
 )
+from .domain.passages import StoredPassage, stored_passages
 from .domain.s3_source import StoredObject
 
 
@@ -260,6 +261,29 @@ class SearchBackend(ABC):
         no matching passage is absent. Raises SourceFailure when the backend cannot answer in time. None by
         default (a hit shows the passage its search found)."""
         return {}
+
+    def neighbour_passages(
+        self, hits: Sequence[Hit], radius: int
+    ) -> dict[tuple[str, str], list[StoredPassage]]:
+        """For each hit's document (of the hit's revision, ready), its passages numbered within `radius` of
+        the hit's passage (`Hit.passage_no`; a hit without a number: the passage whose text is the hit's),
+        in order, read in one round trip: what a reference quoting its passage in context reads
+        (domain.citing.in_context). A document of another revision or no longer there is absent. Raises
+        SourceFailure when the backend cannot answer. By default from the stored documents, split again
+        (the one splitter every backend indexes with); the backends read only those passages."""
+        documents = self.get_documents(list(dict.fromkeys((h.source_key, h.doc_id) for h in hits)))
+        out: dict[tuple[str, str], list[StoredPassage]] = {}
+        for hit in hits:
+            doc = documents.get((hit.source_key, hit.doc_id))
+            if doc is None or doc.revision != hit.revision or doc.status != "ready":
+                continue
+            passages = stored_passages(doc.body, doc.title, doc.structured_source)
+            number = hit.passage_no
+            if number is None:
+                number = next((p.number for p in passages if p.text == hit.passage), None)
+            if number is not None:
+                out[(hit.source_key, hit.doc_id)] = passages[max(0, number - radius) : number + radius + 1]
+        return out
 
     @abstractmethod
     def get_document(self, source_key: str, doc_id: str) -> Document | None:

@@ -66,7 +66,14 @@ from urllib.parse import urlsplit
 from ..domain.errors import SourceFailure
 from ..domain.fusion import Hit
 from ..domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
-from ..domain.passages import Passage, document_passages, hit_source, page_starts_of, pages_of
+from ..domain.passages import (
+    Passage,
+    StoredPassage,
+    document_passages,
+    hit_source,
+    page_starts_of,
+    pages_of,
+)
 from ..domain.segments import fragmented, target_segments
 from ..ports import (
     DocumentInfo,
@@ -98,7 +105,16 @@ MAX_RESULT_WINDOW = 10_000
 DENSE_RETRY_S = 300.0
 # One bulk request stays under the smallest Amazon OpenSearch Service HTTP payload limit (10 MiB).
 BULK_MAX_BYTES = 8 * 1024 * 1024
-_HIT_FIELDS = ["source_key", "doc_id", "title", "revision", "version", "text", "structured_source"]
+_HIT_FIELDS = [
+    "source_key",
+    "doc_id",
+    "title",
+    "revision",
+    "version",
+    "text",
+    "structured_source",
+    "passage_no",
+]
 _VECTOR_FIELDS = ["vectors", "vector", "vector_model"]
 CANDIDATES_DEPTH = 4  # passage_candidates reads per_doc x documents x this many passages in one query
 _DOC_FIELDS = [
@@ -843,12 +859,55 @@ class OpenSearchBackend(SearchBackend):
                         score=float(r["_score"]),
                         passage=r["_source"]["text"],
                         structured_source=r["_source"].get("structured_source"),
+                        passage_no=r["_source"].get("passage_no"),
                     ),
                     c,
                 )
                 for r, c in zip(passages, cosines, strict=True)
             ]
         return found
+
+    def neighbour_passages(
+        self, hits: Sequence[Hit], radius: int
+    ) -> dict[tuple[str, str], list[StoredPassage]]:
+        """One `_mget` of the passage rows numbered within `radius` of each hit's (their ids follow from the
+        document and the number), of the hit's revision and ready."""
+        wanted: dict[str, Hit] = {}
+        for h in hits:
+            if h.passage_no is not None:
+                wanted.setdefault(doc_key(h.source_key, h.doc_id), h)
+        ids = [
+            _passage_id(parent, n)
+            for parent, h in wanted.items()
+            for n in range(max(0, (h.passage_no or 0) - radius), (h.passage_no or 0) + radius + 1)
+        ]
+        if not ids:
+            return {}
+        from opensearchpy.exceptions import NotFoundError
+
+        fields = ["doc_key", "passage_no", "text", "headings", "revision", "status", "structured_source"]
+        try:
+            found = self.client.mget(index=self.passages_alias, body={"ids": ids}, _source_includes=fields)
+        except NotFoundError:  # no passages index yet
+            return {}
+        except transport_errors() as exc:
+            raise _failure(exc) from None
+        out: dict[tuple[str, str], list[StoredPassage]] = {}
+        for entry in found.get("docs", []):
+            src = entry.get("_source") if entry.get("found") else None
+            hit = wanted.get(src.get("doc_key", "")) if src else None
+            if (
+                src is None
+                or hit is None
+                or src.get("revision") != hit.revision
+                or src.get("status") != "ready"
+            ):
+                continue
+            pages = (src.get("structured_source") or {}).get("pages") or ()
+            out.setdefault((hit.source_key, hit.doc_id), []).append(
+                StoredPassage(int(src["passage_no"]), src["text"], src.get("headings") or "", tuple(pages))
+            )
+        return {key: sorted(rows, key=lambda p: p.number) for key, rows in out.items()}
 
     # --- documents ----------------------------------------------------------------------------------
     def get_document(self, source_key: str, doc_id: str) -> Document | None:
@@ -1378,4 +1437,5 @@ def _hit(source_key: str, raw: dict[str, Any]) -> Hit:
         passage=src["text"],
         structured_source=src.get("structured_source"),
         version=src.get("version") or "",
+        passage_no=src.get("passage_no"),
     )

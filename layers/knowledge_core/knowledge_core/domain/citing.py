@@ -12,26 +12,27 @@ stage alone shows its nearest passage), keeps its passage. Both knobs were chose
 long-document task only (bench/QUALITY.md: the first reference holds the answer 0.920 → 0.933; CITE_PASSAGES
 3 and above are equal there).
 
-What the agent tool's reference quotes is that passage **in its context** (`in_context`): the passage, then
-the whole sentences (or lines: lists, tables, PDF text) after and before it in turns, the next one first,
-while the quote stays within REFERENCE_CHARS characters and inside the passage's section (never across a
-heading) — when the whole quote fits what the call may still spend (`fitting_quotes`), else the passage
-alone, so that a budget's cut never keeps the context before a passage instead of the passage. A passage is
-sized for the embedding models' 512-token window, so a Chinese passage holds about
-400 characters against an English one's 1,000–1,400: the answer to a Chinese question is often in the
-sentences beside the passage that matched. Chosen on the tuning split of the long-document task (bench/
-QUALITY.md): the Chinese first reference holds the answer 0.910 → 0.955, the English one 0.969 → 0.973 (its
-passages are mostly as long as the window already)."""
+What the agent tool's reference quotes is that passage **in its context** (`in_context`): its section's
+passages around it (as the backend keeps them, NEIGHBOUR_RADIUS on each side, joined as paragraphs), of
+which the text after and before it in turns, the next first — the rest of a paragraph or a whole paragraph
+where it fits, else one sentence or line (lists, tables, PDF text) — while the quote stays within
+REFERENCE_CHARS characters (`context_span`); and only when the whole quote fits what the call may still
+spend (`fitting_quotes`), else the passage alone, so that a budget's cut never keeps the context before a
+passage instead of the passage. A passage is sized for the embedding models' 512-token window, so a Chinese
+passage holds about 400 characters against an English one's 1,000–1,400: the answer to a Chinese question
+is often in the sentences beside the passage that matched. Chosen on the tuning split of the long-document
+task (bench/QUALITY.md): the Chinese first reference holds the answer 0.910 → 0.958, the English one
+0.969 → 0.973 (its passages are mostly as long as the window already)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import replace
 
 from .fusion import Hit
-from .models import Document
-from .passages import Passage, hit_source, page_starts_of, pages_of
+from .passages import StoredPassage
 
 CITE_PASSAGES = 3
 CITE_BM25_WEIGHT = 0.3
@@ -43,6 +44,8 @@ _SENTENCE_STOP = re.compile(r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」
 _LINE_END = re.compile(r"\n")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _UNIT_ENDS, _PARAGRAPH_ENDS = "unit", "paragraph"
+_PARAGRAPH = "\n\n"  # between two passages of a quote
+NEIGHBOUR_RADIUS = 4  # passages read on each side of a quoted one (a FAQ's 200-character answers fill 1,000)
 _HEADING_LINE = re.compile(r"^ {0,3}#{1,6}[ \t].*$", re.MULTILINE)
 
 
@@ -65,7 +68,9 @@ def cite(hit: Hit, candidates: Sequence[tuple[Hit, float | None]]) -> Hit:
     chosen = candidates[cited_passage([(h.score, c) for h, c in candidates])][0]
     if chosen.passage == hit.passage:
         return hit
-    return replace(hit, passage=chosen.passage, structured_source=chosen.structured_source)
+    return replace(
+        hit, passage=chosen.passage, structured_source=chosen.structured_source, passage_no=chosen.passage_no
+    )
 
 
 def context_span(body: str, start: int, end: int, max_chars: int = REFERENCE_CHARS) -> tuple[int, int]:
@@ -135,22 +140,46 @@ def _skip_space(body: str, at: int) -> int:
     return at
 
 
-def in_context(hit: Hit, document: Document | None, max_chars: int = REFERENCE_CHARS) -> Hit:
-    """`hit` quoting its passage in context (`context_span`), with the pages of that quote; `hit` itself
-    when its document is not the revision it was found in (never a newer body under the hit) or the
-    passage is not found in the body."""
-    if document is None or document.revision != hit.revision:
-        return hit
-    start = document.body.find(hit.passage) if hit.passage else -1
-    if start < 0:
-        return hit
-    lo, hi = context_span(document.body, start, start + len(hit.passage), max_chars)
-    if (lo, hi) == (start, start + len(hit.passage)):
-        return hit
-    pages = pages_of([Passage("", (), lo, hi)], page_starts_of(document.structured_source))[0]
-    return replace(
-        hit, passage=document.body[lo:hi], structured_source=hit_source(document.structured_source, pages)
+def in_context(hit: Hit, neighbours: Sequence[StoredPassage], max_chars: int = REFERENCE_CHARS) -> Hit:
+    """`hit` quoting its passage in context: `context_span` over the consecutive passages of its section
+    among `neighbours` (its document's passages around it, as the backend keeps them), joined as
+    paragraphs, with the pages of the passages the quote touches; `hit` itself when its passage is not
+    among them (another revision, or gone)."""
+    at = next(
+        (i for i, p in enumerate(neighbours) if p.text == hit.passage and hit.passage_no in (None, p.number)),
+        None,
     )
+    if at is None:
+        return hit
+    cited = neighbours[at]
+
+    def joins(i: int, j: int) -> bool:  # two passages side by side in one section
+        return (
+            neighbours[j].number == neighbours[i].number + 1
+            and neighbours[j].heading_path == cited.heading_path
+        )
+
+    first, last = at, at
+    while first > 0 and joins(first - 1, first):
+        first -= 1
+    while last + 1 < len(neighbours) and joins(last, last + 1):
+        last += 1
+    run = neighbours[first : last + 1]
+    starts = list(itertools.accumulate((len(p.text) + len(_PARAGRAPH) for p in run[:-1]), initial=0))
+    text = _PARAGRAPH.join(p.text for p in run)
+    start = starts[at - first]
+    lo, hi = context_span(text, start, start + len(cited.text), max_chars)
+    if (lo, hi) == (start, start + len(cited.text)):
+        return hit
+    pages = sorted(
+        {n for p, s in zip(run, starts, strict=True) if s < hi and s + len(p.text) > lo for n in p.pages}
+    )
+    structured = hit.structured_source
+    if structured is not None:
+        structured = {k: v for k, v in structured.items() if k != "pages"} | (
+            {"pages": pages} if pages else {}
+        )
+    return replace(hit, passage=text[lo:hi], structured_source=structured)
 
 
 def fitting_quotes(pairs: Sequence[tuple[Hit, Hit]], source_max_chars: int, remaining: int) -> list[Hit]:

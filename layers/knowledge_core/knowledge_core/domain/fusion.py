@@ -41,6 +41,7 @@ class Hit:
     passage: str
     structured_source: dict[str, Any] | None = None
     version: str = ""  # models.stored_version of the parent document when the backend read it ("": unknown)
+    passage_no: int | None = None  # its passage's number in the document as indexed, when the backend knows
 
 
 Candidate = Hit  # fusion's name for a hit it ranks

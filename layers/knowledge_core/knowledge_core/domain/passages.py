@@ -74,6 +74,27 @@ class Passage:
         return f"{self.heading_path}\n{self.text}" if self.headings else self.text
 
 
+@dataclass(frozen=True)
+class StoredPassage:
+    """One indexed passage of a document as a backend keeps it: its number, cited text, heading path and
+    pages (what a reference quoting a passage in context reads of its neighbours)."""
+
+    number: int
+    text: str
+    heading_path: str = ""
+    pages: tuple[int, ...] = ()
+
+
+def stored_passages(body: str, title: str, structured_source: dict[str, Any] | None) -> list[StoredPassage]:
+    """A document's passages as every backend indexes them (`document_passages`), numbered, with pages."""
+    passages = document_passages(body, title, structured_source)
+    pages = pages_of(passages, page_starts_of(structured_source))
+    return [
+        StoredPassage(n, p.text, p.heading_path, tuple(on))
+        for n, (p, on) in enumerate(zip(passages, pages, strict=True))
+    ]
+
+
 def indexed_text(heading_path: str | None, text: str) -> str:
     """`Passage.indexed` from a stored heading path and text (the backends keep both)."""
     return f"{heading_path}\n{text}" if heading_path else text

@@ -20,12 +20,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..domain.citing import CITE_PASSAGES, cite
+from ..domain.citing import CITE_PASSAGES, NEIGHBOUR_RADIUS, cite
 from ..domain.errors import SourceFailure
 from ..domain.filters import Filter
 from ..domain.fusion import Hit
 from ..domain.hybrid import HybridRanking
 from ..domain.models import Document, DocumentState, Viewer, citable
+from ..domain.passages import StoredPassage
 from ..domain.relevance import relevance_cut
 from ..domain.router import PlannedSource
 from ..ports import (
@@ -232,6 +233,12 @@ class Retrieval:
         for o, hits in zip(ranked, kept, strict=True):
             o.hits = hits
         return Retrieved(ranked)
+
+    def neighbour_passages(self, hits: Sequence[Hit]) -> dict[DocKey, list[StoredPassage]]:
+        """The passages around each hit's own (`NEIGHBOUR_RADIUS` on each side), in one read: what a
+        reference quoting its passage in context reads. Raises SourceFailure when the backend cannot
+        answer."""
+        return self._backend.neighbour_passages(hits, NEIGHBOUR_RADIUS)
 
     def documents(self, hits: Sequence[Hit]) -> dict[DocKey, Document]:
         """The documents of `hits` with their bodies (delivery), in one read. Raises SourceFailure when the

@@ -232,18 +232,18 @@ class ToolsService:
 
     def _in_context(self, fused: list[Fused], source_max_chars: int, remaining: int) -> list[Fused]:
         """Each fused reference quoting its passage in context (`domain.citing.in_context`) where the whole
-        quote fits what is left to spend (`fitting_quotes`), their documents read in one batch. When that
-        read fails the references quote their passages alone: still the passages that matched, and the call
-        does not fail."""
+        quote fits what is left to spend (`fitting_quotes`), the passages around theirs read in one batch
+        (never the documents' bodies). When that read fails the references quote their passages alone:
+        still the passages that matched, and the call does not fail."""
         if not fused:
             return fused
+        hits = [f.candidate for f in fused]
         try:
-            documents = self._retrieval.documents([f.candidate for f in fused])
+            neighbours = self._retrieval.neighbour_passages(hits)
         except SourceFailure as exc:
             logger.warning("references quote their passages alone (%s)", exc.kind)
             return fused
-        hits = [f.candidate for f in fused]
-        quoted = [in_context(h, documents.get((h.source_key, h.doc_id))) for h in hits]
+        quoted = [in_context(h, neighbours.get((h.source_key, h.doc_id), [])) for h in hits]
         chosen = fitting_quotes(list(zip(hits, quoted, strict=True)), source_max_chars, remaining)
         return [replace(f, candidate=hit) for f, hit in zip(fused, chosen, strict=True)]
 

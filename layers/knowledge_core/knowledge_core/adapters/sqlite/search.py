@@ -24,6 +24,7 @@ from ...domain.fusion import Hit
 from ...domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
 from ...domain.passages import (
     Passage,
+    StoredPassage,
     document_passages,
     hit_source,
     indexed_text,
@@ -92,6 +93,12 @@ _DENSE_SQL = (
 )
 # One document's passage id span, by the (source_key, doc_id) index.
 _SPAN_SQL = "SELECT min(id), max(id) FROM passage_rows WHERE source_key = ? AND doc_id = ?"
+_NEIGHBOURS_SQL = (
+    "SELECT r.passage_no, r.text, r.heading, r.pages FROM passage_rows r "
+    "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
+    "WHERE r.id BETWEEN ? AND ? AND r.source_key = ? AND r.doc_id = ? "
+    "AND d.revision = ? AND d.status = 'ready' ORDER BY r.passage_no"
+)
 _MEMO_ROWS = 10_000  # candidate rows a thread keeps from its last search for citing (below)
 _Memo = dict[tuple[str, str], tuple[list[tuple[Any, ...]], bool]]  # (source, match) -> rows, every match
 _VECTORS_SQL = (
@@ -117,6 +124,7 @@ def _hit(
     acl: DocumentAcl,
     structured: str | None,
     pages: str | None,
+    passage_no: int | None = None,
 ) -> Hit:
     stored = _json(structured)
     return Hit(
@@ -128,6 +136,7 @@ def _hit(
         passage,
         _source(stored, pages),
         stored_version(revision, acl, stored),
+        passage_no,
     )
 
 
@@ -189,8 +198,9 @@ def _hits(conn: sqlite3.Connection, key: str, picks: list[_Pick]) -> list[tuple[
         found = details.get(passage_id)
         if found is None or found[4] != acl:
             continue
-        text, pages, title, revision, _, structured = found
-        out.append((_hit(key, doc_id, text, score, title, revision, access, structured, pages), passage_id))
+        text, pages, title, revision, _, structured, number = found
+        hit = _hit(key, doc_id, text, score, title, revision, access, structured, pages, number)
+        out.append((hit, passage_id))
     return out
 
 
@@ -463,12 +473,39 @@ class SqliteFtsBackend(SearchBackend):
                             score=float(score),
                             passage=d[0],
                             structured_source=_source(_json(d[5]), d[1]),
+                            passage_no=d[6],
                         ),
                         c,
                     )
                     for (_, score, d), c in zip(kept, cosines, strict=True)
                 ]
         return found
+
+    def neighbour_passages(
+        self, hits: Sequence[Hit], radius: int
+    ) -> dict[tuple[str, str], list[StoredPassage]]:
+        """The rows numbered within `radius` of each hit's passage, of the hit's revision (a document's
+        passages hold consecutive ids in their order, `_index`: a primary-key range per document)."""
+        conn = self._conn()
+        out: dict[tuple[str, str], list[StoredPassage]] = {}
+        try:
+            for hit in {(h.source_key, h.doc_id): h for h in hits}.values():
+                if hit.passage_no is None:
+                    continue
+                first, _ = conn.execute(_SPAN_SQL, (hit.source_key, hit.doc_id)).fetchone()
+                if first is None:
+                    continue
+                low = first + max(0, hit.passage_no - radius)
+                params = (low, first + hit.passage_no + radius, hit.source_key, hit.doc_id, hit.revision)
+                rows = conn.execute(_NEIGHBOURS_SQL, params).fetchall()
+                if rows:
+                    out[(hit.source_key, hit.doc_id)] = [
+                        StoredPassage(n, text, heading or "", tuple(_json(pages) or ()))
+                        for n, text, heading, pages in rows
+                    ]
+        except sqlite3.Error:
+            raise SourceFailure("unavailable") from None
+        return out
 
     # --- documents ------------------------------------------------------------------------------
     def _read(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
