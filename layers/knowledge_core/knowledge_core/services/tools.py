@@ -4,9 +4,9 @@ cited references (not the hint search of §2.3 that MCP's tool of the same name 
 Order of one call: validate (mode, explicit sources) -> plan (R-ROUTE) -> open the invocation chain's
 ledger -> leases and deadline of the selected sources -> charge every request to the whole chain in one
 transaction (R-BUDGET) -> the one retrieval step (K-PIPE: query analysis, candidates, ranking, one batched
-live check) -> failure policy (R-FAIL) -> fuse (R-FUSE) -> each reference's passage in its context (one
-read of the fused documents; domain.citing.in_context) -> cut to sourceMaxChars and the remaining chars,
-cite (ids unique per root) -> events (R-EVENT)."""
+live check) -> failure policy (R-FAIL) -> fuse (R-FUSE) -> each reference's passage in its context where
+the whole quote fits (one read of the passages around theirs; domain.citing) -> cut to sourceMaxChars and
+the remaining chars, cite (ids unique per root) -> events (R-EVENT)."""
 
 from __future__ import annotations
 
