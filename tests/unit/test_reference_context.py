@@ -4,10 +4,13 @@ never across a heading — read for every reference of a call in one batch (R-TO
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from knowledge_core.domain.citing import REFERENCE_CHARS, context_span, fitting_quotes, in_context
 from knowledge_core.domain.errors import SourceFailure
 from knowledge_core.domain.fusion import Hit
@@ -158,3 +161,35 @@ def test_i24_r_tool_a_tight_budget_quotes_the_passage_not_the_context_before_it(
 
 def _ref() -> dict[str, str]:
     return {"id": "alpha", "version": "1.0.0"}
+
+
+_PIECES = st.sampled_from(
+    ["Valve.", "泵。", "a b", "\n", "\n\n", "## H\n", "- item\n", "  ", "长句子没有标点", "x? y!"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_PIECES, min_size=1, max_size=40),
+    st.integers(min_value=0, max_value=60),
+    st.integers(min_value=1, max_value=30),
+    st.integers(min_value=1, max_value=120),
+)
+def test_i24_context_span_holds_its_passage_within_the_limit_and_its_section(
+    pieces: list[str], at: int, length: int, max_chars: int
+) -> None:
+    """Whatever the text: the span holds the whole passage, is no longer than `max_chars` unless the
+    passage alone is, and crosses no heading line that does not touch the passage."""
+    body = "".join(pieces)
+    start = min(at, len(body) - 1)
+    end = min(len(body), start + length)
+    passage = body[start:end].strip()  # a passage is text without surrounding whitespace
+    assume(passage)
+    start = body.index(passage, start)
+    end = start + len(passage)
+    lo, hi = context_span(body, start, end, max_chars)
+    assert lo <= start and hi >= end
+    assert hi - lo <= max(max_chars, end - start)
+    for heading in re.finditer(r"^ {0,3}#{1,6}[ \t].*$", body, re.MULTILINE):
+        if heading.end() <= start or heading.start() >= end:  # outside the passage: outside the span
+            assert heading.end() <= lo or heading.start() >= hi
