@@ -872,29 +872,16 @@ class OpenSearchBackend(SearchBackend):
     ) -> dict[tuple[str, str], list[StoredPassage]]:
         """One `_mget` of the passage rows numbered within `radius` of each hit's (their ids follow from the
         document and the number), of the hit's revision and ready."""
-        wanted: dict[str, Hit] = {}
-        for h in hits:
-            if h.passage_no is not None:
-                wanted.setdefault(doc_key(h.source_key, h.doc_id), h)
+        wanted = {doc_key(h.source_key, h.doc_id): h for h in hits if h.passage_no is not None}
         ids = [
             _passage_id(parent, n)
             for parent, h in wanted.items()
-            for n in range(max(0, (h.passage_no or 0) - radius), (h.passage_no or 0) + radius + 1)
+            if h.passage_no is not None
+            for n in range(max(0, h.passage_no - radius), h.passage_no + radius + 1)
         ]
-        if not ids:
-            return {}
-        from opensearchpy.exceptions import NotFoundError
-
         fields = ["doc_key", "passage_no", "text", "headings", "revision", "status", "structured_source"]
-        try:
-            found = self.client.mget(index=self.passages_alias, body={"ids": ids}, _source_includes=fields)
-        except NotFoundError:  # no passages index yet
-            return {}
-        except transport_errors() as exc:
-            raise _failure(exc) from None
         out: dict[tuple[str, str], list[StoredPassage]] = {}
-        for entry in found.get("docs", []):
-            src = entry.get("_source") if entry.get("found") else None
+        for src in self._sources(self.passages_alias, ids, fields):
             hit = wanted.get(src.get("doc_key", "")) if src else None
             if (
                 src is None
@@ -949,23 +936,33 @@ class OpenSearchBackend(SearchBackend):
         self, keys: Sequence[tuple[str, str]], fields: list[str]
     ) -> dict[tuple[str, str], dict[str, Any]]:
         """The stored `_source` (those fields) of each key that exists, in one `_mget`."""
-        from opensearchpy.exceptions import NotFoundError
-
-        if not keys:
-            return {}
         ids = [doc_key(source_key, doc_id) for source_key, doc_id in keys]
-        try:
-            found = self.client.mget(index=self.documents_alias, body={"ids": ids}, _source_includes=fields)
-        except NotFoundError:  # no documents index yet: no document exists
-            return {}
-        except transport_errors() as exc:
-            raise _failure(exc) from None
         sources: dict[tuple[str, str], dict[str, Any]] = {}
-        for (source_key, doc_id), entry in zip(keys, found.get("docs", []), strict=False):
-            src = entry.get("_source") if entry.get("found") else None
+        for (source_key, doc_id), src in zip(
+            keys, self._sources(self.documents_alias, ids, fields), strict=True
+        ):
             if src is not None and src["source_key"] == source_key and src["doc_id"] == doc_id:
                 sources[(source_key, doc_id)] = src
         return sources
+
+    def _sources(self, index: str, ids: list[str], fields: list[str]) -> list[dict[str, Any] | None]:
+        """One `_mget` of `ids` on `index`: each one's `_source` (those fields), None where it does not exist
+        (every one when the index does not exist yet)."""
+        from opensearchpy.exceptions import NotFoundError
+
+        if not ids:
+            return []
+        try:
+            found = self.client.mget(index=index, body={"ids": ids}, _source_includes=fields)
+        except NotFoundError:  # no such index yet: nothing exists
+            return [None] * len(ids)
+        except transport_errors() as exc:
+            raise _failure(exc) from None
+        docs = found.get("docs", [])
+        return [
+            (docs[i].get("_source") if docs[i].get("found") else None) if i < len(docs) else None
+            for i in range(len(ids))
+        ]
 
     def document_ids(self, source_key: str, prefix: str = "") -> list[str]:
         query: dict[str, Any] = {"bool": {"filter": [{"term": {"source_key": source_key}}]}}
