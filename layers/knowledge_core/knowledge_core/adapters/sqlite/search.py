@@ -10,6 +10,7 @@ saved beside the file and never built in a request (dense_cache.py, dense_store.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -121,12 +122,12 @@ def _hit(
     score: float,
     title: str,
     revision: str,
-    acl: DocumentAcl,
+    acl: str,
     structured: str | None,
     pages: str | None,
     passage_no: int | None = None,
 ) -> Hit:
-    stored = _json(structured)
+    """A hit of a stored passage; `acl` and `structured` are its document's stored JSON."""
     return Hit(
         key,
         doc_id,
@@ -134,10 +135,18 @@ def _hit(
         revision,
         score,
         passage,
-        _source(stored, pages),
-        stored_version(revision, acl, stored),
+        _source(_json(structured), pages),
+        _stored_version(revision, acl, structured),
         passage_no,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _stored_version(revision: str, acl: str, structured: str | None) -> str:
+    """`stored_version` of a document from its stored columns, computed once per distinct value: a search
+    builds a hit for each document of every list (BM25, each query vector's dense list, citing), and most
+    documents recur across them and across searches (a pure function of its arguments, so never stale)."""
+    return stored_version(revision, DocumentAcl.model_validate_json(acl), _json(structured))
 
 
 def _json(text: str | None) -> Any:
@@ -194,12 +203,12 @@ def _hits(conn: sqlite3.Connection, key: str, picks: list[_Pick]) -> list[tuple[
     document was rewritten, disabled or re-permissioned since the pick is dropped."""
     details = candidates.passage_details(conn, [p[4] for p in picks])
     out = []
-    for doc_id, score, acl, access, passage_id in picks:
+    for doc_id, score, acl, _access, passage_id in picks:
         found = details.get(passage_id)
         if found is None or found[4] != acl:
             continue
         text, pages, title, revision, _, structured, number = found
-        hit = _hit(key, doc_id, text, score, title, revision, access, structured, pages, number)
+        hit = _hit(key, doc_id, text, score, title, revision, acl, structured, pages, number)
         out.append((hit, passage_id))
     return out
 
