@@ -345,8 +345,8 @@ class VectorMatrix:
         k = min(k, len(sims))
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.argsort(-sims[top], kind="stable")]
-        scale = _SCALE * _SCALE
-        return [(int(self.ids[i]), float(sims[i]) / scale) for i in top]
+        cosines = sims[top].astype(np.float64) / (_SCALE * _SCALE)  # (as float(sims[i]) / scale would)
+        return list(zip(self.ids[top].tolist(), cosines.tolist(), strict=True))
 
 
 class CachedEmbedder(Embedder):
