@@ -85,6 +85,24 @@ def test_i24_in_context_joins_the_sections_passages_and_names_their_pages() -> N
     assert in_context(hit, neighbours).passage == shown.passage  # no number: found by its text
 
 
+def test_i24_in_context_never_joins_the_section_before_or_after() -> None:
+    """The section's own passages only, on both sides (an HTML page's `h2` sections are one passage each:
+    the "Water treatment" table quoted with the "Yearly tasks" list before it crossed a heading)."""
+    neighbours = [
+        StoredPassage(0, "Intro.", "", ()),
+        StoredPassage(1, "Test the cutoff weekly.", "Weekly checks", ()),
+        StoredPassage(2, "- Replace the nozzle.\n- Test the safety valve.", "Yearly tasks", ()),
+        StoredPassage(3, "Parameter | Limit\npH | 10.5 - 11.5", "Water treatment", ()),
+        StoredPassage(4, "TDS | 3500 ppm", "Water treatment", ()),
+        StoredPassage(5, "Call the hotline.", "Contacts", ()),
+    ]
+    table = Hit("k@1", "d", "T", "r", 2.0, neighbours[4].text, passage_no=4)
+    assert in_context(table, neighbours).passage == "Parameter | Limit\npH | 10.5 - 11.5\n\nTDS | 3500 ppm"
+    alone = Hit("k@1", "d", "T", "r", 2.0, neighbours[2].text, passage_no=2)
+    assert in_context(alone, neighbours) == alone  # a section of one passage: nothing to join either way
+    assert in_context(replace(alone, passage="Intro.", passage_no=0), neighbours).passage == "Intro."
+
+
 def test_i24_in_context_keeps_a_passage_it_cannot_place() -> None:
     hit = Hit("k@1", "d", "T", "r", 1.0, "Second.", passage_no=1)
     assert in_context(hit, _stored("First.", "Second.", "Third.")).passage == "First.\n\nSecond.\n\nThird."

@@ -153,10 +153,10 @@ def in_context(hit: Hit, neighbours: Sequence[StoredPassage], max_chars: int = R
         return hit
     cited = neighbours[at]
 
-    def joins(i: int, j: int) -> bool:  # two passages side by side in one section
+    def joins(i: int, j: int) -> bool:  # two passages side by side, both of the cited passage's section
         return (
             neighbours[j].number == neighbours[i].number + 1
-            and neighbours[j].heading_path == cited.heading_path
+            and neighbours[i].heading_path == neighbours[j].heading_path == cited.heading_path
         )
 
     first, last = at, at
