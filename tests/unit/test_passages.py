@@ -189,6 +189,14 @@ def test_a_search_issue24_summary_is_the_best_matching_sentence_window() -> None
     assert focused_excerpt("short text", ["x"], 200) == "short text"
 
 
+def test_a_search_issue24_summary_keeps_markdown_emphasis_with_its_sentence() -> None:
+    """A FAQ's bold question ends at its `?**`: the summary shows it as written, not `? **`."""
+    topics = ["backups", "failover", "restores", "upgrades", "alerts", "tokens", "exports", "retention"]
+    faq = "".join(f"**Q: How do {t} work?**\nAnswer about {t}: see the runbook.\n\n" for t in topics)
+    summary = focused_excerpt(faq, ["how", "tokens", "work"], 200)
+    assert "**Q: How do tokens work?** Answer about tokens" in summary and "? **" not in summary
+
+
 def test_a_search_issue24_summary_never_cuts_inside_a_code_point() -> None:
     text = "😀" * 500 + " tail"
     out = focused_excerpt(text, ["tail"], 101)

@@ -57,6 +57,17 @@ def test_i24_context_never_crosses_a_heading_and_keeps_a_long_passage() -> None:
     assert _span(body, long.strip(), 100) == long.strip()  # already as long as the window: unchanged
 
 
+def test_i24_context_keeps_markdown_emphasis_with_its_sentence() -> None:
+    """A FAQ's bold question ends at its `?**`: a quote neither begins with the `**` after it nor ends inside
+    it (even where the window's end falls between the two stars)."""
+    body = "Intro. **Q: Can I fail over?** Yes, with a switchover. **Q: Who approves?** The lead."
+    passage = "Yes, with a switchover."
+    assert _span(body, passage, 41) == passage  # (was "** Yes, with a switchover.")
+    assert _span(body, passage, 43) == passage  # (the window ends between the stars)
+    assert _span(body, passage, 44) == "Yes, with a switchover. **Q: Who approves?**"
+    assert _span(body, passage, len(body) - len("Intro. ")) == body.removeprefix("Intro. ")
+
+
 def test_i24_context_cuts_lists_and_pdf_text_between_lines() -> None:
     body = "Steps:\n- open the valve\n- check the gauge\n- close the valve\nDone"
     assert _span(body, "- check the gauge", 39) == "- check the gauge\n- close the valve"

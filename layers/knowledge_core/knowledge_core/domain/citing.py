@@ -38,9 +38,9 @@ CITE_PASSAGES = 3
 CITE_BM25_WEIGHT = 0.3
 REFERENCE_CHARS = 1000
 
-# Where a quote may end: after a sentence's end (closing quotes kept) or at a line's end; the heading lines a
-# quote never crosses.
-_SENTENCE_STOP = re.compile(r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」』\]]*")
+# Where a quote may end: after a sentence's end (closing quotes and Markdown emphasis kept: "?**") or at a
+# line's end; the heading lines a quote never crosses.
+_SENTENCE_STOP = re.compile(r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」』\]*_]*")
 _LINE_END = re.compile(r"\n")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _UNIT_ENDS, _PARAGRAPH_ENDS = "unit", "paragraph"
@@ -116,7 +116,9 @@ def _units(body: str, start: int, end: int, edge: bool, kind: str) -> list[int]:
     end); `end` itself when it is an edge (the body's end, a heading)."""
     found = {m.start() for m in _BLANK_LINE.finditer(body, start, end)}
     if kind == _UNIT_ENDS:
-        found |= {m.end() for m in _SENTENCE_STOP.finditer(body, start, end)}
+        # (read a little past `end`: a sentence's closing marks cut by the window end no unit inside it)
+        stops = _SENTENCE_STOP.finditer(body, start, min(len(body), end + 8))
+        found |= {m.end() for m in stops if m.end() <= end}
         found |= {m.start() for m in _LINE_END.finditer(body, start, end)}
     if edge:
         found.add(end)

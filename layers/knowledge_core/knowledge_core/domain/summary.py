@@ -2,7 +2,8 @@
 
 A passage is up to a few hundred tokens, a summary a few hundred bytes of the 4096-byte search response:
 which part of the passage it shows decides whether it carries the answer. The passage is cut into
-sentences (the splitter's boundaries: English `.!?;` before a space, CJK `。！？；`, and line breaks);
+sentences (the splitter's boundaries: English `.!?;` before a space, CJK `。！？；`, and line breaks; the
+closing quotes and Markdown emphasis after a sentence's end stay with it: `**Q: …?**`);
 each sentence scores the query terms it contains (`analyzer.unique_terms`: words, CJK bigrams; English
 stop words skipped), each term weighted by how rare it is among the passage's sentences (1 / the number of
 sentences holding it), so a question word present everywhere counts little and the one sentence naming the
@@ -19,7 +20,7 @@ import re
 
 from .analyzer import ENGLISH_STOPWORDS
 
-_SENTENCE = re.compile(r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」』\]]*\s*|\n+")
+_SENTENCE = re.compile(r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」』\]*_]*\s*|\n+")
 _ELLIPSIS = "…"
 _ELLIPSIS_BYTES = len(_ELLIPSIS.encode("utf-8"))
 
