@@ -236,3 +236,41 @@ def test_issue22_p6_kb_invoke_sends_to_kb_endpoint(monkeypatch, capsys):
     monkeypatch.setenv("KB_ENDPOINT", "http://127.0.0.1:9999")
     assert main.main(["invoke", "search", "-e", "events/search/search.json"]) == 0
     assert calls == [("http://127.0.0.1:9999", "/2015-03-31/functions/search/invocations")]
+
+
+# --- kb search shows what the service chose to show ---------------------------------------------------------
+
+
+def test_a_search_kb_search_prints_whole_summaries_and_json(capsys, monkeypatch):
+    """`kb search` prints each hint's whole summary (the window the service sized to carry the answer, issue
+    24; it used to cut it at 200 characters: "…Alarm A31 mean"), wrapped to the terminal; `--json` prints
+    the search API's answer as it came."""
+    from kb_cli.main import build_parser
+
+    summary = "p. 3: 5. Alarms " + " ".join(f"Alarm A{n} means check item {n} first." for n in range(10, 32))
+    answer = {"status": "ok", "hints": [{"title": "chiller", "score": 22.886353, "summary": summary}]}
+    asked: list[tuple[str, str, dict]] = []
+
+    def call(endpoint, method, path, body=None, headers=None):
+        asked.append((method, path, body))
+        return answer
+
+    monkeypatch.setenv("COLUMNS", "80")
+    args = build_parser().parse_args(
+        ["search", "--route", "plant", "--token", "t", "what does alarm A31 mean"]
+    )
+    assert args.func(args, call) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "1. chiller  (score 22.886)"
+    assert all(line.startswith("   ") and len(line) <= 80 for line in lines[1:])
+    assert " ".join(line.strip() for line in lines[1:]) == summary
+    assert asked == [
+        (
+            "POST",
+            "/agent-api/v1/workspaces/plant/knowledge/search",
+            {"query": "what does alarm A31 mean", "limit": 3},
+        )
+    ]
+    args = build_parser().parse_args(["search", "--route", "plant", "--token", "t", "--json", "alarm"])
+    assert args.func(args, call) == 0
+    assert json.loads(capsys.readouterr().out) == answer

@@ -6,8 +6,11 @@ route's agent, its routing and its sources) planned with the service's own route
 from __future__ import annotations
 
 import argparse
+import json
 import os
-from typing import TYPE_CHECKING
+import shutil
+import textwrap
+from typing import TYPE_CHECKING, Any
 
 from ..http import seg
 from . import Call, Subparsers, add_endpoint
@@ -24,6 +27,9 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--tenant", default="default", help="the tenant to search as (SPEC §1 default)")
     p.add_argument("--token", help="a bearer token (env KB_TOKEN); default: a 5-minute one for --route")
     p.add_argument("--limit", type=int, default=3)
+    p.add_argument(
+        "--json", action="store_true", help="the search API's answer as JSON (hints, refs, status)"
+    )
     p.add_argument("query")
     p.set_defaults(func=cmd_search)
 
@@ -34,9 +40,12 @@ def cmd_search(args: argparse.Namespace, call: Call) -> int:
     answer = call(
         args.endpoint, "POST", path, {"query": args.query, "limit": args.limit}, headers=_bearer(token)
     )
+    if args.json:
+        print(json.dumps(answer, ensure_ascii=False, indent=2))
+        return 0
     hints = answer.get("hints", [])
     for i, hint in enumerate(hints, 1):
-        print(f"{i}. {hint['title']}  (score {hint['score']:.3f})\n   {hint['summary'][:200]}")
+        print(f"{i}. {hint['title']}  (score {hint['score']:.3f})\n{_summary(hint)}")
     if answer.get("status") != "ok":
         print(f"status: {answer.get('status')}")
     if not hints:
@@ -44,6 +53,15 @@ def cmd_search(args: argparse.Namespace, call: Call) -> int:
         for reason in explain(args, call):
             print(f"  - {reason}")
     return 0
+
+
+def _summary(hint: dict[str, Any]) -> str:
+    """A hint's whole summary (the window of its passage the service chose to carry the answer, already
+    within the response's byte budget), indented and wrapped to the terminal's width."""
+    width = max(40, shutil.get_terminal_size().columns)
+    return textwrap.fill(
+        " ".join(hint["summary"].split()), width, initial_indent="   ", subsequent_indent="   "
+    )
 
 
 def _bearer(token: str) -> dict[str, str]:
