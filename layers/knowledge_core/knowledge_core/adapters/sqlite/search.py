@@ -94,10 +94,11 @@ _DENSE_SQL = (
 )
 # One document's passage id span, by the (source_key, doc_id) index.
 _SPAN_SQL = "SELECT min(id), max(id) FROM passage_rows WHERE source_key = ? AND doc_id = ?"
-_NEIGHBOURS_SQL = (
-    "SELECT r.passage_no, r.text, r.heading, r.pages FROM passage_rows r "
+_NEIGHBOURS_SQL = (  # the passages numbered first + [lo, hi] of one document's revision, `first` its first id
+    "WITH span AS (SELECT min(id) AS first FROM passage_rows WHERE source_key = ? AND doc_id = ?) "
+    "SELECT r.passage_no, r.text, r.heading, r.pages FROM span CROSS JOIN passage_rows r "
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
-    "WHERE r.id BETWEEN ? AND ? AND r.source_key = ? AND r.doc_id = ? "
+    "WHERE r.id BETWEEN span.first + ? AND span.first + ? AND r.source_key = ? AND r.doc_id = ? "
     "AND d.revision = ? AND d.status = 'ready' ORDER BY r.passage_no"
 )
 _MEMO_ROWS = 10_000  # candidate rows a thread keeps from its last search for citing (below)
@@ -501,14 +502,11 @@ class SqliteFtsBackend(SearchBackend):
             for hit in {(h.source_key, h.doc_id): h for h in hits}.values():
                 if hit.passage_no is None:
                     continue
-                first, _ = conn.execute(_SPAN_SQL, (hit.source_key, hit.doc_id)).fetchone()
-                if first is None:
-                    continue
-                low = first + max(0, hit.passage_no - radius)
-                params = (low, first + hit.passage_no + radius, hit.source_key, hit.doc_id, hit.revision)
-                rows = conn.execute(_NEIGHBOURS_SQL, params).fetchall()
+                doc = (hit.source_key, hit.doc_id)
+                numbers = (max(0, hit.passage_no - radius), hit.passage_no + radius)
+                rows = conn.execute(_NEIGHBOURS_SQL, (*doc, *numbers, *doc, hit.revision)).fetchall()
                 if rows:
-                    out[(hit.source_key, hit.doc_id)] = [
+                    out[doc] = [
                         StoredPassage(n, text, heading or "", tuple(_json(pages) or ()))
                         for n, text, heading, pages in rows
                     ]
