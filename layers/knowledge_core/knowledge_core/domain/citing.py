@@ -116,7 +116,7 @@ def _units(body: str, start: int, end: int, edge: bool, kind: str) -> list[int]:
     end); `end` itself when it is an edge (the body's end, a heading)."""
     found = {m.start() for m in _BLANK_LINE.finditer(body, start, end)}
     if kind == _UNIT_ENDS:
-        # (read a little past `end`: a sentence's closing marks cut by the window end no unit inside it)
+        # (matched a little past `end`: a window end inside a sentence's closing marks is no unit end)
         stops = _SENTENCE_STOP.finditer(body, start, min(len(body), end + 8))
         found |= {m.end() for m in stops if m.end() <= end}
         found |= {m.start() for m in _LINE_END.finditer(body, start, end)}
