@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 from knowledge_core.domain.analyzer import unique_terms
+from knowledge_core.domain.citing import in_context
 from knowledge_core.domain.errors import (
     KnowledgeChanged,
     NotFound,
@@ -475,3 +476,32 @@ def test_i24_neighbour_passages_are_the_stored_passages_around_a_hit(world):
     around = world.c.backend.neighbour_passages([hit], 2)
     assert around == {(key, "guide"): stored[3:8]}
     assert world.c.backend.neighbour_passages([replace(hit, revision="older")], 2) == {}
+
+
+def test_i24_neighbours_carry_their_sections_and_a_quote_stays_in_its_own(world):
+    """A sectioned document (Markdown headings, as HTML and DOCX headings become): every backend returns
+    each neighbour with its section (heading path), so a quote in context (domain.citing.in_context) takes
+    the cited passage's section only — neither the section before nor the one after. (A Chinese section
+    the size of one passage, beside short ones: a quote that joined the section before began with the
+    "年度任务" list.)"""
+    (key,) = world.publish({"manual": {}})
+    dosing = (
+        "".join(f"第{i}条加药说明适用于给水泵。" for i in range(25)) + "亚硫酸盐保持在二十到四十毫克每升。"
+    )
+    body = (
+        "# 锅炉指南\n\n## 每周检查\n\n每周测试低水位切断装置。\n\n"
+        "## 年度任务\n\n- 更换燃烧器喷嘴。\n- 按设定压力测试安全阀。\n\n"
+        f"## 水处理\n\npH 保持在 10.5 到 11.5 之间。\n\n{dosing}\n\n## 联系方式\n\n请拨打服务热线。"
+    )
+    document = doc(key, "manual", "锅炉指南", body)
+    world.ingest(document)
+    [result] = world.c.backend.search(
+        [SourceQuery(key, 1, 0.0)], QueryAnalysis("亚硫酸盐"), Viewer(tenant=PRINCIPAL.tenant, subject="s")
+    )
+    hit = result.hits[0]
+    stored = stored_passages(document.body, document.title, None)
+    assert [p.heading_path for p in stored] == ["每周检查", "年度任务", "水处理", "联系方式"]
+    assert hit.passage_no == 2 and hit.passage == stored[2].text
+    around = world.c.backend.neighbour_passages([hit], 4)
+    assert around == {(key, "manual"): stored}
+    assert in_context(hit, around[(key, "manual")]).passage == stored[2].text  # its section alone
