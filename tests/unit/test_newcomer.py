@@ -226,6 +226,47 @@ def test_issue22_p7_issue26_L6_M5_kb_ingest_files_client_side(tmp_path, monkeypa
     )
 
 
+def test_i_ingest_kb_ingest_takes_several_paths_as_one_directory(tmp_path, monkeypatch):
+    """`kb ingest --doc-id mine docs/*.md` (a shell glob: several paths) sends every file, each with the id
+    a directory upload gives it (`mine docs/` names `boiler.md` `mine-boiler`), and refuses what only one
+    path may take (an s3:// prefix, --sync, --title) or two files of one id, before any job."""
+    import pytest
+    from knowledge_core.domain.ingestion import directory_doc_id
+
+    from kb_cli import main
+
+    sent: list[dict] = []
+    monkeypatch.setattr(main, "call", lambda endpoint, method, path, body=None: sent.append(body))
+    docs = tmp_path / "docs"
+    (docs / "more").mkdir(parents=True)
+    (docs / "boiler.md").write_text("# Boiler\nbody", encoding="utf-8")
+    (docs / "阀门.md").write_text("# 阀门\n正文", encoding="utf-8")
+    (docs / "more" / "pump.md").write_text("# Pump\nbody", encoding="utf-8")
+    base = ["ingest", "--source", "s@1", "--endpoint", "http://127.0.0.1:9", "--doc-id", "mine"]
+    assert main.main([*base, str(docs / "boiler.md"), str(docs / "阀门.md"), str(docs / "more")]) == 0
+    several = sorted(d["doc_id"] for job in sent for d in job["documents"])
+    sent.clear()
+    monkeypatch.setattr("kb_cli.commands.ingest._is_loopback", lambda endpoint: False)
+    assert main.main([*base, str(docs)]) == 0  # the directory itself, as a remote upload walks it
+    whole = sorted(d["doc_id"] for job in sent for d in job["documents"])
+    assert whole == sorted(["mine-boiler", directory_doc_id("mine", Path("阀门.md")), "mine-more-pump"])
+    # each file as in its own directory's upload, each directory named as in its own upload
+    assert several == sorted([*whole[:2], "mine-pump"])
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "boiler.md").write_text("# Other\nbody", encoding="utf-8")
+    for extra, message in (
+        ([str(tmp_path / "other" / "boiler.md")], "would both be document mine-boiler"),
+        (["s3://bucket/prefix/"], "s3:// prefix is ingested on its own"),
+        (["--sync", str(docs / "阀门.md")], "--sync takes one directory"),
+        (["--title", "T", str(docs / "阀门.md")], "--title names one file"),
+        ([str(tmp_path / "missing.md")], "missing.md: no such file or directory"),
+    ):
+        sent.clear()
+        with pytest.raises(SystemExit, match=message):
+            main.main([*base, *extra[:-1], str(docs / "boiler.md"), extra[-1]])
+        assert sent == []
+
+
 def test_issue22_p6_kb_invoke_sends_to_kb_endpoint(monkeypatch, capsys):
     from kb_cli import main
 

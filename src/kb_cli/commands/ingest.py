@@ -40,7 +40,12 @@ def register(sub: Subparsers) -> None:
         '"…" keeps a string; a sidecar FILE.metadata.json adds its own, and --meta wins key by key',
     )
     p.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
-    p.add_argument("file")
+    p.add_argument(
+        "file",
+        nargs="+",
+        help="a file, a directory or s3://bucket/prefix/; several files and directories at once (a shell "
+        "glob) take the ids one directory would give them (--doc-id their prefix)",
+    )
     p.set_defaults(func=cmd_ingest)
 
 
@@ -210,24 +215,65 @@ def directory_files(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def _files(args: argparse.Namespace, path: Path) -> tuple[list[tuple[str, Path, str]], str | None]:
-    """(doc_id, file, uri) of each file to send, and the title given for a single file."""
-    from knowledge_core.domain.ingestion import directory_doc_id, path_doc_id
+def _directory(prefix: str, path: Path) -> list[tuple[str, Path, str]]:
+    """(doc_id, file, uri) of each file of a directory: the id its path inside the directory gives."""
+    from knowledge_core.domain.ingestion import directory_doc_id
+
+    return [
+        (directory_doc_id(prefix, p.relative_to(path)), p, p.relative_to(path).as_posix())
+        for p in directory_files(path)
+    ]
+
+
+def _files(
+    args: argparse.Namespace, path: Path, named: str
+) -> tuple[list[tuple[str, Path, str]], str | None]:
+    """(doc_id, file, uri) of each file to send, and the title given for a single file (`named`: the path
+    as the caller wrote it, a single file's uri)."""
+    from knowledge_core.domain.ingestion import path_doc_id
 
     if path.is_dir():
-        prefix = args.doc_id or ""
-        return [
-            (directory_doc_id(prefix, p.relative_to(path)), p, p.relative_to(path).as_posix())
-            for p in directory_files(path)
-        ], None
+        return _directory(args.doc_id or "", path), None
     # A single file without --doc-id takes its file name (without suffix), as a file of a directory does.
-    return [(args.doc_id or path_doc_id(path.stem), path, args.file)], args.title
+    return [(args.doc_id or path_doc_id(path.stem), path, named)], args.title
 
 
-def _inline_jobs(args: argparse.Namespace, path: Path) -> tuple[list[dict], list[tuple[str, str]]]:
-    """Job requests carrying the files themselves (a single file, or a directory on a remote endpoint),
-    at most 500 documents and about 5 MB each; and the files refused here, as (uri, "code: detail")."""
-    files, title = _files(args, path)
+def _several_files(args: argparse.Namespace, paths: list[str]) -> list[tuple[str, Path, str]]:
+    """(doc_id, file, uri) of each file of several paths (a shell glob: `docs/*.md`), each id the one a
+    directory upload gives (--doc-id their prefix: `mine docs/boiler.md` -> `mine-boiler`, as `mine docs/`
+    names it); SystemExit for what takes one path only, a missing path, or two files of one id."""
+    from knowledge_core.domain.ingestion import directory_doc_id
+
+    if any(p.startswith("s3://") for p in paths):
+        raise SystemExit("kb ingest: an s3:// prefix is ingested on its own")
+    if getattr(args, "sync", False):
+        raise SystemExit("kb ingest: --sync takes one directory")
+    if args.title:
+        raise SystemExit("kb ingest: --title names one file")
+    prefix = args.doc_id or ""
+    files: list[tuple[str, Path, str]] = []
+    for named in paths:
+        path = Path(named)
+        if path.is_dir():
+            files += _directory(prefix, path)
+        elif path.exists():
+            files.append((directory_doc_id(prefix, Path(path.name)), path, path.name))
+        else:
+            raise SystemExit(f"kb ingest: {named}: no such file or directory")
+    seen: dict[str, str] = {}
+    for doc_id, file, _ in files:
+        if doc_id in seen:
+            raise SystemExit(f"kb ingest: {seen[doc_id]} and {file} would both be document {doc_id}")
+        seen[doc_id] = str(file)
+    return files
+
+
+def _inline_jobs(
+    args: argparse.Namespace, files: list[tuple[str, Path, str]], title: str | None
+) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Job requests carrying the files themselves (a single file, several, or a directory on a remote
+    endpoint), at most 500 documents and about 5 MB each; and the files refused here, as (uri, "code:
+    detail")."""
     jobs: list[dict] = []
     refused: list[tuple[str, str]] = []
     batch: list[dict] = []
@@ -286,15 +332,18 @@ def _wait_for_jobs(args: argparse.Namespace, call: Call, job_ids: list[str], tot
 def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
     """Exit 0 when every document was ingested (or unchanged), 1 when any failed (other than a file of an
     unsupported format, listed and skipped) or was refused here."""
-    path = Path(args.file)
+    named: list[str] = [args.file] if isinstance(args.file, str) else list(args.file)
+    path = Path(named[0])
     sync = getattr(args, "sync", False)  # callers building their own Namespace may leave the job flags out
     refused: list[tuple[str, str]] = []
     given = flag_metadata(args)  # a bad --meta stops here, before any job
     meta: dict[str, Any] = {"metadata": given} if given else {}
-    if args.file.startswith("s3://"):
+    if len(named) > 1:  # several paths: every file read here, one directory's ids
+        requests, refused = _inline_jobs(args, _several_files(args, named), None)
+    elif named[0].startswith("s3://"):
         # The service lists and reads the prefix itself (boto3's AWS_ENDPOINT_URL_S3 and credentials).
         requests = [
-            {"s3_uri": args.file, "doc_id_prefix": args.doc_id or "", "acl": _acl(args), "sync": sync, **meta}
+            {"s3_uri": named[0], "doc_id_prefix": args.doc_id or "", "acl": _acl(args), "sync": sync, **meta}
         ]
     elif path.is_dir() and _is_loopback(args.endpoint):
         # kb serve reads the directory itself (its admin API answers on loopback only).
@@ -311,8 +360,8 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
         if sync:
             raise SystemExit("kb ingest: --sync needs a directory and a kb serve on this machine")
         if not path.exists():
-            raise SystemExit(f"kb ingest: {args.file}: no such file or directory")
-        requests, refused = _inline_jobs(args, path)
+            raise SystemExit(f"kb ingest: {named[0]}: no such file or directory")
+        requests, refused = _inline_jobs(args, *_files(args, path, named[0]))
     for uri, reason in refused:
         print(f"kb ingest: {uri}: {reason}", file=sys.stderr)
     responses = [
