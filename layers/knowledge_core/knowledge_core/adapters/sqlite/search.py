@@ -159,8 +159,8 @@ def _source(stored: dict[str, Any] | None, pages: str | None) -> dict[str, Any] 
     return hit_source(stored, _json(pages))
 
 
-# A chosen passage: doc_id, score, ACL JSON, the parsed ACL, passage id.
-_Pick = tuple[str, float, str, DocumentAcl, int]
+# A chosen passage: doc_id, score, ACL JSON, passage id.
+_Pick = tuple[str, float, str, int]
 
 
 def _bump(conn: sqlite3.Connection, source_key: str) -> None:
@@ -180,20 +180,18 @@ def _pick(
     An ACL is parsed once per distinct stored JSON: documents of one tenant and group share it."""
     picks: list[_Pick] = []
     seen: set[str] = set()
-    acls: dict[str, DocumentAcl | None] = {}
+    visible: dict[str, bool] = {}  # by ACL JSON
     for doc_id, score, acl, passage_id in rows:
         if score < min_score:
             return picks, True
         if doc_id in seen:
             continue
         seen.add(doc_id)
-        if acl not in acls:
-            access = DocumentAcl.model_validate_json(acl)
-            acls[acl] = access if access.visible_to(viewer) else None
-        visible = acls[acl]
-        if visible is None:
+        if acl not in visible:
+            visible[acl] = DocumentAcl.model_validate_json(acl).visible_to(viewer)
+        if not visible[acl]:
             continue
-        picks.append((doc_id, float(score), acl, visible, passage_id))
+        picks.append((doc_id, float(score), acl, passage_id))
         if len(picks) == want:
             return picks, True
     return picks, False
@@ -202,9 +200,9 @@ def _pick(
 def _hits(conn: sqlite3.Connection, key: str, picks: list[_Pick]) -> list[tuple[Hit, int]]:
     """The picked passages as hits (with their passage ids), reading their text now; a passage whose
     document was rewritten, disabled or re-permissioned since the pick is dropped."""
-    details = candidates.passage_details(conn, [p[4] for p in picks])
+    details = candidates.passage_details(conn, [p[3] for p in picks])
     out = []
-    for doc_id, score, acl, _access, passage_id in picks:
+    for doc_id, score, acl, passage_id in picks:
         found = details.get(passage_id)
         if found is None or found[4] != acl:
             continue
