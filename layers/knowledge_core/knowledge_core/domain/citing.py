@@ -33,14 +33,17 @@ from dataclasses import replace
 
 from .fusion import Hit
 from .passages import StoredPassage
+from .summary import SENTENCE_END
 
 CITE_PASSAGES = 3
 CITE_BM25_WEIGHT = 0.3
 REFERENCE_CHARS = 1000
 
-# Where a quote may end: after a sentence's end (closing quotes and Markdown emphasis kept: "?**") or at a
-# line's end; the heading lines a quote never crosses.
-_SENTENCE_STOP = re.compile(r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」』\]*_]*")
+# Where a quote may end: after a sentence's end (summary.SENTENCE_END: closing quotes and Markdown emphasis
+# kept) or at a line's end; the heading lines a quote never crosses. An end is looked for _MARKS chars
+# beyond a window, so one cut by the window's edge is seen whole.
+_MARKS = 8
+_SENTENCE_STOP = re.compile(SENTENCE_END)
 _LINE_END = re.compile(r"\n")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _UNIT_ENDS, _PARAGRAPH_ENDS = "unit", "paragraph"
@@ -116,8 +119,7 @@ def _units(body: str, start: int, end: int, edge: bool, kind: str) -> list[int]:
     end); `end` itself when it is an edge (the body's end, a heading)."""
     found = {m.start() for m in _BLANK_LINE.finditer(body, start, end)}
     if kind == _UNIT_ENDS:
-        # (matched a little past `end`: a window end inside a sentence's closing marks is no unit end)
-        stops = _SENTENCE_STOP.finditer(body, start, min(len(body), end + 8))
+        stops = _SENTENCE_STOP.finditer(body, start, min(len(body), end + _MARKS))
         found |= {m.end() for m in stops if m.end() <= end}
         found |= {m.start() for m in _LINE_END.finditer(body, start, end)}
     if edge:
@@ -132,7 +134,7 @@ def _units(body: str, start: int, end: int, edge: bool, kind: str) -> list[int]:
 def _starts(body: str, low: int, start: int, edge: bool, kind: str) -> list[int]:
     """The offsets in [low, start) where a unit of `kind` begins: after the end of one (the space after it
     skipped; an end just before `low` is looked for too), and `low` itself when it is an edge."""
-    after_ends = {_skip_space(body, e) for e in _units(body, max(0, low - 8), start, False, kind)}
+    after_ends = {_skip_space(body, e) for e in _units(body, max(0, low - _MARKS), start, False, kind)}
     return sorted(x for x in after_ends | ({low} if edge else set()) if low <= x < start)
 
 

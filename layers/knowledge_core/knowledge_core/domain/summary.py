@@ -20,7 +20,11 @@ import re
 
 from .analyzer import ENGLISH_STOPWORDS
 
-_SENTENCE = re.compile(r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」』\]*_]*\s*|\n+")
+# A shown sentence's end (a summary's, a reference quote's): English `.!?;` before a space, CJK `。！？；`,
+# with the closing quotes and Markdown emphasis after it (`?**`). The splitter's own (passages.py) keeps
+# quotes only: changing it re-splits every index.
+SENTENCE_END = r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」』\]*_]*"
+_SENTENCE = re.compile(SENTENCE_END + r"\s*|\n+")
 _ELLIPSIS = "…"
 _ELLIPSIS_BYTES = len(_ELLIPSIS.encode("utf-8"))
 
