@@ -244,11 +244,37 @@ def test_issue22_p3_console_pdf_upload_is_extracted_through_a_job(page: Any, con
     open_view(page, console, "sources")
     page.set_input_files("input[name=file]", str(PDF))
     page.click("form button[type=submit]")
-    page.wait_for_selector("text=Ingested compressor-oil into demo-docs@1.0.0", timeout=60_000)
+    page.wait_for_selector("text=Ingested compressor-oil.pdf into demo-docs@1.0.0", timeout=60_000)
+    page.wait_for_selector("td >> text=compressor-oil")  # the id `kb ingest` gives the file
     hints = console.knowledge("demo", "search", {"query": "compressor oil ISO 46"}).json["hints"]
     assert hints and hints[0]["title"] == "Compressor oil change"
     content = console.knowledge("demo", "read", {"ref": hints[0]["ref"]}).json["content"]
     assert "litres of ISO 46 oil" in content and "%PDF" not in content and "/BaseFont" not in content
+
+
+def test_i_ingest_console_uploads_several_files_with_the_ids_kb_ingest_gives(
+    page: Any, console: KbServer, tmp_path: Path
+) -> None:
+    """Several files in one upload, named by the service as `kb ingest` names them (a Chinese file name
+    included: the console once made its own, different id for it), under the doc-id field as prefix."""
+    from knowledge_core.domain.ingestion import directory_doc_id
+
+    files = [tmp_path / "阀门检修.md", tmp_path / "zzboiler.md", tmp_path / "sheet.xlsx"]
+    files[0].write_text("# 阀门检修\n\n每月检查一次 zzvalve 阀门的密封。\n", encoding="utf-8")
+    files[1].write_text("# Boiler\n\nThe zzboiler water pH stays between 9 and 11.\n", encoding="utf-8")
+    files[2].write_bytes(b"PK\x03\x04 not a document")
+    open_view(page, console, "sources")
+    page.fill("input[name=doc_id]", "plant")
+    page.set_input_files("input[name=file]", [str(f) for f in files])
+    page.click("form button[type=submit]")
+    page.wait_for_selector("text=Ingested 2 of 3 files into demo-docs@1.0.0", timeout=60_000)
+    assert page.locator("text=sheet.xlsx (unsupported_format)").count() == 1
+    listed = console.request("GET", "/admin/v1/sources/demo-docs@1.0.0/documents").json["documents"]
+    ids = {d["doc_id"] for d in listed}
+    assert {directory_doc_id("plant", Path(f.name)) for f in files[:2]} <= ids
+    assert directory_doc_id("plant", Path("阀门检修.md")).startswith("plant-FaMenJianXiu-")
+    hints = console.knowledge("demo", "search", {"query": "zzboiler water pH"}).json["hints"]
+    assert [h["title"] for h in hints] == ["Boiler"]
 
 
 def test_issue22_p9_console_try_it_defaults_to_demo_and_explains_no_hints(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from knowledge_core.bootstrap import Container
-from knowledge_core.domain.admin_wire import IngestionJobRequest
+from knowledge_core.domain.admin_wire import IngestionJobRequest, JobStatus
 from knowledge_core.domain.errors import InvalidRequest, NotFound
 from knowledge_core.domain.models import SourceDefinition
 from knowledge_core.domain.wire import parse_request
@@ -169,6 +169,62 @@ def test_i_ingest_bad_requests_name_their_field(c: Container) -> None:
         c.ingestion.submit("none@1.0.0", request({"documents": [{"doc_id": "x", "title": "t", "body": "b"}]}))
     with pytest.raises(NotFound):
         c.ingestion.status(SOURCE, "no-such-job")
+
+
+def test_i_ingest_a_file_sent_without_doc_id_gets_the_id_kb_ingest_gives_it(
+    c: Container, tmp_path: Path
+) -> None:
+    """A file of a job may leave out its doc_id (the console sends files so): the service names it as
+    `kb ingest` names that file (its name's id, under the job's doc_id_prefix), so one file sent through
+    either door is one document, a Chinese name included; a text body still needs its doc_id."""
+    from knowledge_core.domain.ingestion import directory_doc_id, path_doc_id
+
+    note = b64("# 阀门检修\n\n每月检查一次阀门。".encode())
+    status = run_job(c, {"documents": [{"filename": "阀门检修.md", "content_base64": note}]})
+    named = {d.doc_id for d in c.admin.list_documents(SOURCE).documents}
+    assert status.counts.done == 1 and named == {path_doc_id("阀门检修")}
+    assert path_doc_id("阀门检修").startswith("FaMenJianXiu-")
+    pump = b64(b"# Pump\n\nThe pump seal is checked weekly.")
+    status = run_job(
+        c,
+        {
+            "doc_id_prefix": "plant",
+            "documents": [
+                {"filename": "阀门检修.md", "content_base64": note},
+                {"filename": "pump.md", "content_base64": pump},
+                {"doc_id": "own-id", "filename": "pump.md", "content_base64": pump},  # a given id stays
+            ],
+        },
+    )
+    named = {d.doc_id for d in c.admin.list_documents(SOURCE).documents}
+    assert status.counts.done == 3 and named >= {
+        directory_doc_id("plant", Path("阀门检修.md")),
+        "plant-pump",
+        "own-id",
+    }
+    with pytest.raises(InvalidRequest) as caught:  # two files of one name: refused before any job
+        c.ingestion.submit(
+            SOURCE, request({"documents": [{"filename": "pump.md", "content_base64": pump}] * 2})
+        )
+    assert caught.value.field == "documents"
+    with pytest.raises(InvalidRequest) as caught:
+        parse_request(
+            IngestionJobRequest, '{"documents": [{"title": "t", "body": "b", "acl": {"tenant": "t"}}]}'
+        )
+    assert "doc_id" in caught.value.message
+    with pytest.raises(InvalidRequest) as caught:  # sync, acl and metadata still belong to a directory
+        parse_request(
+            IngestionJobRequest,
+            '{"documents": [{"doc_id": "x", "title": "t", "body": "b", '
+            '"acl": {"tenant": "t"}}], "sync": true}',
+        )
+    assert "sync" in caught.value.message
+
+
+def run_job(c: Container, body: dict) -> JobStatus:
+    accepted = c.ingestion.submit(SOURCE, request(body))
+    assert c.ingestion.work("w1") == accepted.job_id
+    return c.ingestion.status(SOURCE, accepted.job_id)
 
 
 class ListQueue(JobQueue):

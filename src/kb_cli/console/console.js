@@ -12,11 +12,13 @@ const STRINGS = {
     documents: "Documents", enable: "Enable", disable: "Disable", delete: "Delete", yes: "yes", no: "no",
     "docs.title": "Documents of {source}", docId: "Doc id", title: "Title", revision: "Revision",
     size: "Size (chars)", updated: "Updated", truncatedList: "Only the first {n} documents are listed.",
-    "upload.title": "Ingest a file", source: "Source", file: "File (.md, .txt, .html, .pdf, .docx)", tenant: "Tenant",
+    "upload.title": "Ingest files", source: "Source", file: "Files (.md, .txt, .html, .pdf, .docx; several at once)", tenant: "Tenant",
     "index.title": "Search index", index: "Index", shards: "Shards", segments: "Segments", target: "Target",
     indexSize: "Size", fragmented: "Fragmented", merging: "Merging", compact: "Compact now",
     compactStarted: "Compaction started in the background", compactNothing: "Nothing to compact: every index is at its target",
-    upload: "Upload", uploaded: "Ingested {doc} into {source}", uploadFailed: "{doc} was not ingested: {code}", uploadPending: "{doc}: the ingestion job is still running ({job})", "confirm.delete": "Delete {doc} from {source}?",
+    upload: "Upload", uploaded: "Ingested {doc} into {source}", uploadFailed: "{doc} was not ingested: {code}", uploadPending: "{doc}: the ingestion job is still running ({job})",
+    uploadedMany: "Ingested {done} of {total} files into {source}", notIngested: "not ingested: {list}", stillRunning: "still running: {list}",
+    docIdOrPrefix: "its name's id when empty; with several files, their prefix", "confirm.delete": "Delete {doc} from {source}?",
     "agents.title": "Agents", "workspaces.title": "Workspaces", route: "Route", agent: "Agent",
     pointTo: "Point to", point: "Point", "confirm.point": "Point route {route} from {from} to {to}?",
     pointed: "Route {route} now points to {to}", routes: "Routes", mode: "Mode", legacy: "legacy",
@@ -63,11 +65,13 @@ const STRINGS = {
     documents: "文档", enable: "启用", disable: "停用", delete: "删除", yes: "是", no: "否",
     "docs.title": "{source} 的文档", docId: "文档 ID", title: "标题", revision: "修订",
     size: "大小（字符）", updated: "更新时间", truncatedList: "仅列出前 {n} 篇文档。",
-    "upload.title": "上传文件入库", source: "知识库", file: "文件（.md、.txt、.html、.pdf、.docx）", tenant: "租户",
+    "upload.title": "上传文件入库", source: "知识库", file: "文件（.md、.txt、.html、.pdf、.docx；可多选）", tenant: "租户",
     "index.title": "检索索引", index: "索引", shards: "分片", segments: "段", target: "目标段数",
     indexSize: "大小", fragmented: "碎片化", merging: "合并中", compact: "立即合并",
     compactStarted: "已在后台开始合并", compactNothing: "无需合并：每个索引都已达到目标段数",
-    upload: "上传", uploaded: "已将 {doc} 写入 {source}", uploadFailed: "{doc} 未能入库：{code}", uploadPending: "{doc}：入库任务仍在运行（{job}）", "confirm.delete": "从 {source} 删除 {doc}？",
+    upload: "上传", uploaded: "已将 {doc} 写入 {source}", uploadFailed: "{doc} 未能入库：{code}", uploadPending: "{doc}：入库任务仍在运行（{job}）",
+    uploadedMany: "{total} 个文件中 {done} 个已写入 {source}", notIngested: "未能入库：{list}", stillRunning: "仍在运行：{list}",
+    docIdOrPrefix: "留空则按文件名生成；多个文件时作为前缀", "confirm.delete": "从 {source} 删除 {doc}？",
     "agents.title": "智能体", "workspaces.title": "工作区", route: "路由", agent: "智能体",
     pointTo: "指向", point: "切换", "confirm.point": "将路由 {route} 从 {from} 切换到 {to}？",
     pointed: "路由 {route} 已指向 {to}", routes: "路由", mode: "方式", legacy: "旧版",
@@ -277,23 +281,41 @@ async function renderSources(view) {
       list.truncated ? h("p", { class: "muted", text: t("truncatedList", { n: list.documents.length }) }) : null);
   };
   const sourceSelect = h("select", { name: "source" }, data.sources.map((s) => h("option", { value: s.key, text: s.key })));
-  const fileInput = h("input", { type: "file", name: "file", accept: ".md,.markdown,.txt,.html,.htm,.pdf,.docx" });
-  const docIdInput = h("input", { name: "doc_id", placeholder: "doc-id" });
+  const fileInput = h("input", { type: "file", name: "file", multiple: true, accept: ".md,.markdown,.txt,.html,.htm,.pdf,.docx" });
+  const docIdInput = h("input", { name: "doc_id", placeholder: t("docIdOrPrefix") });
   const tenantInput = h("input", { name: "tenant", value: "default" });
   const upload = h("form", { class: "grid", onsubmit: async (event) => {
     event.preventDefault();
-    const file = fileInput.files[0];
-    if (!file) return;
-    // The file's bytes go through an ingestion job, so PDF, HTML and DOCX are extracted as `kb ingest` does.
-    const docId = docIdInput.value.trim() || await fileDocId(file.name);
-    const body = { documents: [{ doc_id: docId, filename: file.name, content_base64: await base64Of(file),
-      acl: { tenant: tenantInput.value.trim() || "default" }, structured_source: { uri: file.name } }] };
+    const files = Array.from(fileInput.files);
+    if (!files.length) return;
+    // The files' bytes go through ingestion jobs, so PDF, HTML and DOCX are extracted as `kb ingest` does,
+    // and the service names a file sent without a doc id as `kb ingest` does (`阀门检修.pdf` -> `FaMenJianXiu-…`).
+    const given = docIdInput.value.trim();
+    const acl = { tenant: tenantInput.value.trim() || "default" };
+    const documents = [];
+    for (const file of files) {
+      documents.push({ ...(given && files.length === 1 ? { doc_id: given } : {}), filename: file.name,
+        content_base64: await base64Of(file), acl, structured_source: { uri: file.name } });
+    }
     const source = sourceSelect.value;
-    const job = await act(() => api("POST", `/admin/v1/sources/${seg(source)}/ingestion-jobs`, body));
-    const done = await waitForJob(source, job.data.job_id);
-    if (!done) say(t("uploadPending", { doc: docId, job: job.data.job_id }));
-    else if (done.errors.length) say(t("uploadFailed", { doc: docId, code: done.errors[0].code }));
-    else say(t("uploaded", { doc: docId, source }));
+    const failed = [], running = [];
+    for (const batch of jobBatches(documents)) {
+      const body = { documents: batch, ...(given && files.length > 1 ? { doc_id_prefix: given } : {}) };
+      const job = await act(() => api("POST", `/admin/v1/sources/${seg(source)}/ingestion-jobs`, body));
+      const done = await waitForJob(source, job.data.job_id);
+      if (!done) running.push(...batch.map((d) => ({ name: d.filename, job: job.data.job_id })));
+      else failed.push(...done.errors.map((e) => ({ name: e.uri || e.doc_id, code: e.code })));
+    }
+    if (files.length === 1) {
+      const name = given || files[0].name;
+      if (running.length) say(t("uploadPending", { doc: name, job: running[0].job }));
+      else if (failed.length) say(t("uploadFailed", { doc: name, code: failed[0].code }));
+      else say(t("uploaded", { doc: name, source }));
+    } else {
+      say([t("uploadedMany", { done: files.length - failed.length - running.length, total: files.length, source }),
+        failed.length ? t("notIngested", { list: failed.map((f) => `${f.name} (${f.code})`).join(", ") }) : "",
+        running.length ? t("stillRunning", { list: running.map((r) => r.name).join(", ") }) : ""].filter(Boolean).join("; "));
+    }
     showDocs(sourceSelect.value);
   } },
     field(t("source"), sourceSelect), field(t("file"), fileInput), field(t("docId"), docIdInput),
@@ -343,15 +365,18 @@ async function base64Of(file) {
   return btoa(binary);
 }
 
-// As the service names a file of a directory: its name without suffix when that is a valid id, else an
-// ASCII slug of it and 12 hex digits of its SHA-256 (`阀门.md` -> a stable id).
-async function fileDocId(name) {
-  const stem = name.replace(/\.[^.]+$/, "");
-  if (/^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/.test(stem)) return stem;
-  const slug = stem.replace(/[^A-Za-z0-9._:-]+/g, "-").replace(/^[-._:]+|[-._:]+$/g, "").slice(0, 180);
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(stem)));
-  const hex = Array.from(digest.slice(0, 6), (b) => b.toString(16).padStart(2, "0")).join("");
-  return slug ? `${slug}-${hex}` : hex;
+// Jobs of at most 500 documents and about 5 MB of file bytes each, as `kb ingest` sends several files.
+function jobBatches(documents) {
+  const batches = [];
+  let batch = [], size = 0;
+  for (const d of documents) {
+    const weight = d.content_base64.length;
+    if (batch.length && (batch.length >= 500 || size + weight > 5_000_000)) { batches.push(batch); batch = []; size = 0; }
+    batch.push(d);
+    size += weight;
+  }
+  if (batch.length) batches.push(batch);
+  return batches;
 }
 
 async function waitForJob(source, jobId) {

@@ -342,9 +342,11 @@ DocIdPrefix = Annotated[str, StringConstraints(pattern=r"^(|[A-Za-z0-9][A-Za-z0-
 
 class JobDocumentRequest(StrictRequest):
     """A document of a job: text (`body`, as the bulk documents route takes it) or a file to extract
-    (`filename` + `content_base64`: PDF, HTML, DOCX, Markdown, text)."""
+    (`filename` + `content_base64`: PDF, HTML, DOCX, Markdown, text). A file's `doc_id` may be left out:
+    it is then the id its filename gives, under the job's `doc_id_prefix`, as `kb ingest` names a file
+    (`阀门检修.pdf` -> `FaMenJianXiu-…`), so every door gives one file one id."""
 
-    doc_id: Annotated[str, StringConstraints(pattern=DOC_ID_PATTERN)]
+    doc_id: Annotated[str, StringConstraints(pattern=DOC_ID_PATTERN)] | None = None
     title: Annotated[str, StringConstraints(max_length=4096)] | None = None
     body: TextBody | None = None
     filename: Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^/\\]+$")] | None = (
@@ -362,6 +364,8 @@ class JobDocumentRequest(StrictRequest):
             raise ValueError("give exactly one of body or content_base64")
         if self.content_base64 is not None and self.filename is None:
             raise ValueError("filename: required with content_base64")
+        if self.doc_id is None and self.filename is None:
+            raise ValueError("doc_id: required with body (a file's may be left out)")
         if self.body is not None and self.title is None:
             raise ValueError("title: required with body")
         return self
@@ -377,7 +381,6 @@ _ONE_ORIGIN: dict[str, Any] = {
                 "documents": {"type": "array"},
                 "directory": {"type": "null"},
                 "sync": {"const": False},
-                "doc_id_prefix": {"const": ""},
                 "acl": {"type": "null"},
                 "metadata": {"type": "null"},
             },
@@ -397,7 +400,8 @@ _ONE_ORIGIN: dict[str, Any] = {
 
 class IngestionJobRequest(StrictRequest):
     """Inline documents, a directory the service reads, or an S3 prefix (`s3_uri`, `s3://bucket/prefix/`)
-    it lists and reads; with `sync`, a directory or prefix is mirrored under `doc_id_prefix`."""
+    it lists and reads; with `sync`, a directory or prefix is mirrored under `doc_id_prefix`. With
+    `documents`, `doc_id_prefix` names the files sent without a `doc_id` (their filenames' ids under it)."""
 
     model_config = StrictRequest.model_config | ConfigDict(json_schema_extra=_ONE_ORIGIN)
 
@@ -420,8 +424,8 @@ class IngestionJobRequest(StrictRequest):
     def _one_origin(self) -> IngestionJobRequest:
         if sum(x is not None for x in (self.documents, self.directory, self.s3_uri)) != 1:
             raise ValueError("give exactly one of documents, directory or s3_uri")
-        if self.documents is not None and (self.sync or self.doc_id_prefix or self.acl or self.metadata):
-            raise ValueError("sync, doc_id_prefix, acl and metadata apply to a directory or s3_uri only")
+        if self.documents is not None and (self.sync or self.acl or self.metadata):
+            raise ValueError("sync, acl and metadata apply to a directory or s3_uri only")
         if self.documents is None and self.acl is None:
             raise ValueError(f"acl: required with {self.origin_field} (the documents' tenant)")
         return self

@@ -135,7 +135,7 @@ class IngestionService:
         if self._registry.get_sources([source_key]).get(source_key) is None:
             raise NotFound(f"source {source_key} is not published", field="source")
         if request.documents is not None:
-            documents = [self._inline(i, d) for i, d in enumerate(request.documents)]
+            documents = [self._inline(i, d, request.doc_id_prefix) for i, d in enumerate(request.documents)]
             spec = JobSpec()
         elif request.s3_uri is not None:
             documents, spec = self._s3_prefix(request)
@@ -186,13 +186,18 @@ class IngestionService:
             return JobDocument(document.seq, document.doc_id, None, "failed", "too_large")
         return document
 
-    def _inline(self, seq: int, request: JobDocumentRequest) -> JobDocument:
-        """A body over the 5 MiB limit fails here, at submit, not after a worker has queued it."""
+    def _inline(self, seq: int, request: JobDocumentRequest, prefix: str) -> JobDocument:
+        """A body over the 5 MiB limit fails here, at submit, not after a worker has queued it. A file sent
+        without a doc_id gets the one its name gives under `prefix` (as a directory's file would)."""
+        doc_id = request.doc_id
+        if doc_id is None:
+            assert request.filename is not None  # JobDocumentRequest: a doc_id is left out for files only
+            doc_id = directory_doc_id(prefix, PurePath(request.filename))
         if request.body is not None and len(request.body.encode("utf-8")) > MAX_BODY_BYTES:
-            return JobDocument(seq, request.doc_id, None, "failed", "too_large")
+            return JobDocument(seq, doc_id, None, "failed", "too_large")
         fields = request.model_dump(mode="json", exclude_none=True, exclude={"doc_id"})
         payload = job_payload({**fields, "kind": "text" if request.body is not None else "upload"})
-        return self._sized(JobDocument(seq, request.doc_id, payload_json(payload)))
+        return self._sized(JobDocument(seq, doc_id, payload_json(payload)))
 
     def _directory(
         self, directory: str, prefix: str, acl: DocumentAcl, metadata: dict[str, Any] | None = None
