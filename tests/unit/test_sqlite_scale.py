@@ -240,6 +240,47 @@ def test_i23_dense_stage_past_the_exact_bound_follows_writes_by_delta(
     assert first[0] not in dense_ids("unrelated")
 
 
+def test_i23_dense_stage_reads_the_row_of_each_documents_nearest_passage_only(tmp_path: Path) -> None:
+    """Status, ACL and filters are a document's: the dense stage reads the rows of each document's nearest
+    passage (6 documents of 12 passages: 6 ids, not 72), and answers as reading every row did — each
+    document's best cosine, best first, hidden ones passed over, a rewritten one by its new passages."""
+    backend = SqliteFtsBackend(tmp_path / "search.sqlite3", embedder=HashEmbedder())
+    body = "\n\n".join(f"## Part {p}\n\nParagraph {p} of this document." for p in range(12))  # 12 passages
+    docs = [_doc("s@1", f"d{i}", f"{i} {body}", title=f"doc {i}") for i in range(5)]
+    backend.put_documents([*docs, _doc("s@1", "hidden", f"h {body}", tenant="other")])
+    query = HashEmbedder().embed_query("a query")
+    assert query is not None
+    conn = backend._conn()
+
+    def dense(want: int) -> tuple[list[tuple[str, float]], list[str]]:
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        try:
+            [result] = backend.search(
+                [SourceQuery("s@1", 5, 0.0, dense_k=want)], QueryAnalysis("", vectors=(query,)), VIEWER
+            )
+        finally:
+            conn.set_trace_callback(None)
+        return [(h.doc_id, c) for h, c in result.dense], [s for s in seen if "d.acl FROM passage_rows" in s]
+
+    def expected() -> list[tuple[str, float]]:
+        matrix = backend._dense_indexes.index(conn, "s@1", "syn")
+        doc_of = dict(conn.execute("SELECT id, doc_id FROM passage_rows"))
+        best: dict[str, float] = {}
+        for i, c in matrix.nearest(query, len(matrix)):
+            best.setdefault(doc_of[i], c)
+        return [(d, c) for d, c in best.items() if d != "hidden"]
+
+    assert conn.execute("SELECT count(*) FROM passage_rows WHERE doc_id = 'd1'").fetchone()[0] == 12
+    found, statements = dense(10)
+    assert found == expected() and len(found) == 5
+    assert len(statements) == 1 and statements[0].count(",") < 6 + 3  # 6 ids in its IN list (and 3 columns)
+    backend.put_documents([_doc("s@1", "d0", "A rewritten d0.\n\nIt has two passages now.")])
+    found, _ = dense(10)
+    assert found == expected() and "d0" in dict(found)
+    assert dense(2)[0] == expected()[:2]
+
+
 def test_i23_usearch_loads_beside_onnxruntime() -> None:
     """The pinned usearch, imported before onnxruntime, does not crash its import (2.26 does)."""
     import subprocess

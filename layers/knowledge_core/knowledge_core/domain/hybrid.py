@@ -118,4 +118,5 @@ class HybridRanking:
                 for b, c in zip(bm25, cos, strict=True)
             ]
         ranked = sorted(range(len(hits)), key=lambda i: -scores[i])
-        return [replace(hits[i], score=scores[i]) for i in ranked if scores[i] >= min_score][:top_k]
+        kept = [i for i in ranked if scores[i] >= min_score][:top_k]  # only these are copied with a score
+        return [replace(hits[i], score=scores[i]) for i in kept]

@@ -163,6 +163,44 @@ def _source(stored: dict[str, Any] | None, pages: str | None) -> dict[str, Any] 
 _Pick = tuple[str, float, str, int]
 
 
+class PassageDocuments:
+    """The document of each passage id the dense stage has met, kept in memory: a passage id belongs to
+    one document for the life of the file (ids are never reused, candidates.py), so this never goes
+    stale; what can change (status, ACL) is read with the rows. Bounded: emptied past `limit` ids."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self._doc_of: dict[int, str] = {}
+        self._limit = limit
+
+    def first_of_each(
+        self, conn: sqlite3.Connection, nearest: Sequence[tuple[int, float]]
+    ) -> list[tuple[int, float, str]]:
+        """(passage id, cosine, doc_id) of each document's first passage in `nearest`, in its order; an id
+        without a row (its document rewritten since the index was read) is left out, as its row would be."""
+        doc_of = self._doc_of
+        unknown = [i for i, _ in nearest if i not in doc_of]
+        if unknown:
+            if len(doc_of) + len(unknown) > self._limit:
+                doc_of.clear()
+            for start in range(0, len(unknown), _IDS_PER_STATEMENT):
+                chunk = unknown[start : start + _IDS_PER_STATEMENT]
+                marks = ",".join("?" * len(chunk))
+                doc_of.update(
+                    conn.execute(f"SELECT id, doc_id FROM passage_rows WHERE id IN ({marks})", chunk)
+                )
+        seen: set[str] = set()
+        out = []
+        for i, c in nearest:
+            doc_id = doc_of.get(i)
+            if doc_id is not None and doc_id not in seen:
+                seen.add(doc_id)
+                out.append((i, c, doc_id))
+        return out
+
+
+_IDS_PER_STATEMENT = 10_000  # under SQLite's bound on a statement's parameters (32,766)
+
+
 def _bump(conn: sqlite3.Connection, source_key: str) -> None:
     """A write of the source's passages: cached dense matrices of it are stale (every process re-reads)."""
     conn.execute(
@@ -240,6 +278,7 @@ class SqliteFtsBackend(SearchBackend):
         # Per thread, the candidate rows of its last search by (source, match): citing reads the hits'
         # best passages from them when they provably hold them (passage_candidates).
         self._last_rows = threading.local()
+        self._documents_of = PassageDocuments()
         with self._db.transaction() as conn:
             statements(conn, _SCHEMA)
             candidates.create_schema(conn)
@@ -421,11 +460,13 @@ class SqliteFtsBackend(SearchBackend):
         rows_sql = scan.rows_sql(_DENSE_SQL)
         picks: list[_Pick] = []
         for k in scan.looks:  # hidden or unready documents, or many passages of a few: look deeper
-            nearest = scan.nearest(vector, k)
+            # Each document's nearest passage only: status, ACL and a filter are the document's, so its
+            # other passages would be read only to be passed over.
+            nearest = self._documents_of.first_of_each(conn, scan.nearest(vector, k))
             marks = ",".join("?" * len(nearest))
-            params = [*(i for i, _ in nearest), *scan.params]
+            params = [*(i for i, _, _ in nearest), *scan.params]
             rows = {r[0]: r for r in conn.execute(rows_sql.format(marks=marks), params)} if nearest else {}
-            ordered = ((r[1], c, r[2], i) for i, c in nearest if (r := rows.get(i)) is not None)
+            ordered = ((r[1], c, r[2], i) for i, c, _ in nearest if (r := rows.get(i)) is not None)
             picks, complete = _pick(ordered, viewer, want, -float("inf"))
             if complete:
                 break
