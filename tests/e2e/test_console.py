@@ -264,6 +264,11 @@ def test_i_ingest_console_uploads_several_files_with_the_ids_kb_ingest_gives(
     files[1].write_text("# Boiler\n\nThe zzboiler water pH stays between 9 and 11.\n", encoding="utf-8")
     files[2].write_bytes(b"PK\x03\x04 not a document")
     open_view(page, console, "sources")
+    twin = tmp_path / "zzboiler.txt"  # the same name but its suffix: the same id, refused before any job
+    twin.write_text("The zzboiler twin.", encoding="utf-8")
+    page.set_input_files("input[name=file]", [str(files[1]), str(twin)])
+    page.click("form button[type=submit]")
+    page.wait_for_selector("text=zzboiler.md and zzboiler.txt would be one document")
     page.fill("input[name=doc_id]", "plant")
     page.set_input_files("input[name=file]", [str(f) for f in files])
     page.click("form button[type=submit]")

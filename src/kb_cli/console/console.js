@@ -18,7 +18,7 @@ const STRINGS = {
     compactStarted: "Compaction started in the background", compactNothing: "Nothing to compact: every index is at its target",
     upload: "Upload", uploaded: "Ingested {doc} into {source}", uploadFailed: "{doc} was not ingested: {code}", uploadPending: "{doc}: the ingestion job is still running ({job})",
     uploadedMany: "Ingested {done} of {total} files into {source}", notIngested: "not ingested: {list}", stillRunning: "still running: {list}",
-    docIdOrPrefix: "its name's id when empty; with several files, their prefix", "confirm.delete": "Delete {doc} from {source}?",
+    docIdOrPrefix: "its name's id when empty; with several files, their prefix", sameId: "{a} and {b} would be one document: upload them apart, each with its own doc id", "confirm.delete": "Delete {doc} from {source}?",
     "agents.title": "Agents", "workspaces.title": "Workspaces", route: "Route", agent: "Agent",
     pointTo: "Point to", point: "Point", "confirm.point": "Point route {route} from {from} to {to}?",
     pointed: "Route {route} now points to {to}", routes: "Routes", mode: "Mode", legacy: "legacy",
@@ -71,7 +71,7 @@ const STRINGS = {
     compactStarted: "已在后台开始合并", compactNothing: "无需合并：每个索引都已达到目标段数",
     upload: "上传", uploaded: "已将 {doc} 写入 {source}", uploadFailed: "{doc} 未能入库：{code}", uploadPending: "{doc}：入库任务仍在运行（{job}）",
     uploadedMany: "{total} 个文件中 {done} 个已写入 {source}", notIngested: "未能入库：{list}", stillRunning: "仍在运行：{list}",
-    docIdOrPrefix: "留空则按文件名生成；多个文件时作为前缀", "confirm.delete": "从 {source} 删除 {doc}？",
+    docIdOrPrefix: "留空则按文件名生成；多个文件时作为前缀", sameId: "{a} 与 {b} 会成为同一篇文档：请分别上传，各自指定文档 ID", "confirm.delete": "从 {source} 删除 {doc}？",
     "agents.title": "智能体", "workspaces.title": "工作区", route: "路由", agent: "智能体",
     pointTo: "指向", point: "切换", "confirm.point": "将路由 {route} 从 {from} 切换到 {to}？",
     pointed: "路由 {route} 已指向 {to}", routes: "路由", mode: "方式", legacy: "旧版",
@@ -290,6 +290,13 @@ async function renderSources(view) {
     if (!files.length) return;
     // The files' bytes go through ingestion jobs, so PDF, HTML and DOCX are extracted as `kb ingest` does,
     // and the service names a file sent without a doc id as `kb ingest` does (`阀门检修.pdf` -> `FaMenJianXiu-…`).
+    // Two files of one name but their suffix (`a.md`, `a.txt`) would be one document: refused before any job.
+    const stems = new Map();
+    for (const file of files) {
+      const stem = file.name.replace(/\.[^.]*$/, "");
+      if (stems.has(stem)) { say(t("sameId", { a: stems.get(stem), b: file.name })); return; }
+      stems.set(stem, file.name);
+    }
     const given = docIdInput.value.trim();
     const acl = { tenant: tenantInput.value.trim() || "default" };
     const documents = [];

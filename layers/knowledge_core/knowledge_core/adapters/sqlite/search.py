@@ -166,9 +166,10 @@ _Pick = tuple[str, float, str, int]
 class PassageDocuments:
     """The document of each passage id the dense stage has met, kept in memory: a passage id belongs to
     one document for the life of the file (ids are never reused, candidates.py), so this never goes
-    stale; what can change (status, ACL) is read with the rows. Bounded: emptied past `limit` ids."""
+    stale; what can change (status, ACL) is read with the rows. Bounded: emptied past `limit` ids (a
+    source larger than that reads them again by primary key, as cheap as the rows it no longer reads)."""
 
-    def __init__(self, limit: int = 200_000) -> None:
+    def __init__(self, limit: int = 50_000) -> None:  # ~8 MB at most
         self._doc_of: dict[int, str] = {}
         self._limit = limit
 
