@@ -66,8 +66,20 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return ingest.cmd_ingest(args, call)
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; `kb ingest` also takes paths after its flags (`kb ingest a.md --source s b.md`),
+    which argparse alone refuses (it reads one run of positionals)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "ingest" and not any(a.startswith("-") for a in extra):
+        args.file = [*([args.file] if isinstance(args.file, str) else args.file), *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         return int(args.func(args, call) or 0)
     except (ApiError, EndpointUnreachable) as exc:

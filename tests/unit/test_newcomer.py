@@ -227,9 +227,10 @@ def test_issue22_p7_issue26_L6_M5_kb_ingest_files_client_side(tmp_path, monkeypa
 
 
 def test_i_ingest_kb_ingest_takes_several_paths_as_one_directory(tmp_path, monkeypatch):
-    """`kb ingest --doc-id mine docs/*.md` (a shell glob: several paths) sends every file, each with the id
-    a directory upload gives it (`mine docs/` names `boiler.md` `mine-boiler`), and refuses what only one
-    path may take (an s3:// prefix, --sync, --title) or two files of one id, before any job."""
+    """`kb ingest --doc-id mine docs/*.md` (a shell glob: several paths, before or among its flags) sends
+    every file, each with the id a directory upload gives it (`mine docs/` names `boiler.md`
+    `mine-boiler`), and refuses what only one path may take (an s3:// prefix, --sync, --title) or two files
+    of one id, before any job."""
     import pytest
     from knowledge_core.domain.ingestion import directory_doc_id
 
@@ -245,6 +246,13 @@ def test_i_ingest_kb_ingest_takes_several_paths_as_one_directory(tmp_path, monke
     base = ["ingest", "--source", "s@1", "--endpoint", "http://127.0.0.1:9", "--doc-id", "mine"]
     assert main.main([*base, str(docs / "boiler.md"), str(docs / "阀门.md"), str(docs / "more")]) == 0
     several = sorted(d["doc_id"] for job in sent for d in job["documents"])
+    sent.clear()
+    # paths after flags too: argparse alone reads one run of positionals (`a.md --sync b.md` was an error)
+    assert (
+        main.main(["ingest", str(docs / "boiler.md"), *base[1:], str(docs / "阀门.md"), str(docs / "more")])
+        == 0
+    )
+    assert sorted(d["doc_id"] for job in sent for d in job["documents"]) == several
     sent.clear()
     monkeypatch.setattr("kb_cli.commands.ingest._is_loopback", lambda endpoint: False)
     assert main.main([*base, str(docs)]) == 0  # the directory itself, as a remote upload walks it
