@@ -125,7 +125,7 @@ def test_smaller_ingest_stores_no_absolute_path(tmp_path, monkeypatch):
         share_tenant=None,
     )
     main.cmd_ingest(args)
-    assert sent[0]["documents"][0]["structured_source"] == {"uri": "corpus/faq.md"}
+    assert sent[0]["documents"][0]["structured_source"] == {"uri": "corpus/faq.md", "format": "markdown"}
     assert str(tmp_path) not in json.dumps(sent)
 
 

@@ -221,6 +221,32 @@ def test_i_ingest_a_file_sent_without_doc_id_gets_the_id_kb_ingest_gives_it(
     assert "sync" in caught.value.message
 
 
+def test_i_ingest_one_markdown_file_through_either_door_is_one_unchanged_document(
+    c: Container, tmp_path: Path
+) -> None:
+    """`kb ingest FILE.md` sends the text; the console sends the file's bytes, which the job extracts.
+    Both store the same document (title, body, structured source with its format), so the second is
+    `unchanged`, whichever door comes first."""
+    from kb_cli.commands.ingest import _file_document
+    from kb_cli.main import parse
+
+    note = tmp_path / "冷却塔维护.md"
+    note.write_text("# 冷却塔维护\n\n冷却水的电导率应保持在 **1500 μS/cm** 以下。\n", encoding="utf-8")
+    args = parse(["ingest", "--source", SOURCE, "--tenant", "acme", str(note)])
+    cli = _file_document(args, "tower", note, note.name, None)
+    console = {
+        "doc_id": "tower",
+        "filename": note.name,
+        "content_base64": b64(note.read_bytes()),
+        "structured_source": {"uri": note.name},
+    }
+    for first, second in ((cli, console), (console, cli)):
+        assert run_job(c, {"documents": [{**first, "doc_id": "tower"}]}).counts.done == 1
+        again = run_job(c, {"documents": [{**second, "doc_id": "tower"}]})
+        assert (again.counts.unchanged, again.counts.done) == (1, 0)
+        c.admin.delete_document(SOURCE, "tower")
+
+
 def run_job(c: Container, body: dict) -> JobStatus:
     accepted = c.ingestion.submit(SOURCE, request(body))
     assert c.ingestion.work("w1") == accepted.job_id

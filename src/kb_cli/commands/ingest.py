@@ -164,7 +164,7 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
     data = _read_regular(file)
     if len(data) > MAX_BODY_BYTES:
         raise FileRefused("too_large", f"more than {MAX_BODY_BYTES} bytes (5 MiB)")
-    if file_format(file.name) in ("markdown", "text"):
+    if (kind := file_format(file.name)) in ("markdown", "text"):
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -176,7 +176,9 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
             "doc_id": doc_id,
             "title": doc.title,
             "body": doc.body,
-            "structured_source": source,
+            # with its format, as a job that extracts the file records it (the console's upload, a
+            # directory the service reads): one file through either door is one stored document, unchanged
+            "structured_source": {**source, "format": kind},
             "acl": acl,
             **extra,
         }
