@@ -212,6 +212,12 @@ def test_i_ingest_a_file_sent_without_doc_id_gets_the_id_kb_ingest_gives_it(
             IngestionJobRequest, '{"documents": [{"title": "t", "body": "b", "acl": {"tenant": "t"}}]}'
         )
     assert "doc_id" in caught.value.message
+    with pytest.raises(InvalidRequest) as caught:  # a prefix that would name nothing is a mistake
+        c.ingestion.submit(
+            SOURCE,
+            request({"doc_id_prefix": "plant", "documents": [{"doc_id": "x", "title": "t", "body": "b"}]}),
+        )
+    assert "doc_id_prefix" in caught.value.message
     with pytest.raises(InvalidRequest) as caught:  # sync, acl and metadata still belong to a directory
         parse_request(
             IngestionJobRequest,

@@ -426,6 +426,10 @@ class IngestionJobRequest(StrictRequest):
             raise ValueError("give exactly one of documents, directory or s3_uri")
         if self.documents is not None and (self.sync or self.acl or self.metadata):
             raise ValueError("sync, acl and metadata apply to a directory or s3_uri only")
+        if self.documents is not None and self.doc_id_prefix and all(d.doc_id for d in self.documents):
+            raise ValueError(
+                "doc_id_prefix: names the files sent without a doc_id, and every document has one"
+            )
         if self.documents is None and self.acl is None:
             raise ValueError(f"acl: required with {self.origin_field} (the documents' tenant)")
         return self
