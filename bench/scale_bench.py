@@ -84,8 +84,15 @@ class Serve:
     def search(self, query: str) -> None:
         body = json.dumps({"query": query, "limit": TOP_K}).encode()
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}
-        self.conn.request("POST", SEARCH_PATH, body=body, headers=headers)
-        resp = self.conn.getresponse()
+        try:
+            self.conn.request("POST", SEARCH_PATH, body=body, headers=headers)
+            resp = self.conn.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # kb serve drops a connection idle for READ_TIMEOUT_S (30 s), as while the other servers of a
+            # comparison start: connect again (a search changes nothing, so sending it twice is harmless).
+            self.conn.close()
+            self.conn.request("POST", SEARCH_PATH, body=body, headers=headers)
+            resp = self.conn.getresponse()
         raw = resp.read()
         if resp.status != 200:
             raise RuntimeError(f"search answered {resp.status}: {raw[:200]!r}")
