@@ -70,9 +70,10 @@ def test_issue22_p6_kb_invoke_honours_kb_endpoint(kb_server: KbServer):
 
 
 def test_issue22_p5_p7_issue26_M5_L6_kb_ingest_files(kb_server: KbServer, tmp_path):
-    """One remote directory upload: a symlink and hidden files are not sent (M5); a non-UTF-8 text and a
-    file over 5 MiB each get one typed line and the rest goes on (L6); exit 1 (point 5); a .txt title is its
-    file name and a CJK name keeps its id suffix under another prefix (point 7)."""
+    """One remote directory upload: a symlink and hidden files are not sent (M5); a file that is not text
+    and a file over 5 MiB each get one typed line and the rest goes on (L6); exit 1 (point 5); a .txt title
+    is its file name and a CJK name keeps its id suffix under another prefix (point 7); a Windows-1252 text
+    is read as such, as a job that extracts it would (extraction.decode_text)."""
     term = f"zz{uuid.uuid4().hex[:10]}"
     root = tmp_path / "docs"
     (root / ".git").mkdir(parents=True)
@@ -82,19 +83,23 @@ def test_issue22_p5_p7_issue26_M5_L6_kb_ingest_files(kb_server: KbServer, tmp_pa
     outside.write_text(f"# outside {term}\n", "utf-8")
     (root / "link.md").symlink_to(outside)
     (root / "说明书.txt").write_text(f"{term} 使用说明\n", "utf-8")
-    (root / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    (root / "latin1.txt").write_bytes(f"{term} caf\xe9 au lait".encode("latin-1"))
+    (root / "binary.txt").write_bytes(b"\x00\x01\x02 not text \xff")
     (root / "huge.md").write_text("x" * (5 * 1024 * 1024 + 1), "utf-8")
     done = _ingest_remote(kb_server, root, term)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.splitlines()
-    assert any(line.startswith("kb ingest: latin1.txt: invalid_utf8") for line in lines), lines
+    assert any(line.startswith("kb ingest: binary.txt: corrupt") for line in lines), lines
     assert any(line.startswith("kb ingest: huge.md: too_large") for line in lines), lines
     assert "Traceback" not in done.stderr and "validation error" not in done.stderr
-    assert "ingested 1 document(s)" in done.stdout and "2 failed" in done.stdout
+    assert "ingested 2 document(s)" in done.stdout and "2 failed" in done.stdout
     listed = json.loads(kb_server.kb("doc", "list", "--source", SOURCE, "--json").stdout)["documents"]
     mine = [d for d in listed if d["doc_id"].startswith(term)]
-    assert [d["title"] for d in mine] == ["说明书"]
-    suffix = mine[0]["doc_id"].removeprefix(f"{term}-")
+    assert sorted(d["title"] for d in mine) == ["latin1", "说明书"]
+    found = kb_server.kb("search", "--route", "demo", "--json", f"{term} café")
+    assert [h["title"] for h in json.loads(found.stdout)["hints"]][:1] == ["latin1"], found.stdout
+    assert "café au lait" in found.stdout, found.stdout
+    suffix = next(d for d in mine if d["title"] == "说明书")["doc_id"].removeprefix(f"{term}-")
     other = _ingest_remote(kb_server, root, f"{term}b")
     assert other.returncode == 1
     ids = {

@@ -113,6 +113,38 @@ def test_i_ingest_unreadable_files_are_typed_errors(name: str, data: bytes, code
     assert caught.value.code == code and str(caught.value) == code  # no text of the file, no library detail
 
 
+@pytest.mark.parametrize(
+    ("name", "data", "text"),
+    [
+        ("a.md", "# 阀门检修\n先关闭上游阀门。".encode(), "先关闭上游阀门。"),
+        ("a.md", "\ufeff# Valve\nClose it.".encode(), "Close it."),  # the mark is not text
+        ("a.txt", "冷却水的电导率应保持在 1500 以下，每周检测一次。".encode("gb18030"), "每周检测一次"),
+        ("a.txt", "閥門檢修：先關閉上游閥門，再洩壓。".encode("big5"), "先關閉上游閥門"),
+        ("a.txt", "Die Prüfung der Ölpumpe kostet 4,50 €.".encode("cp1252"), "Prüfung der Ölpumpe"),
+        ("a.txt", "L'été à Paris: café crème.".encode("cp1252"), "L'été à Paris"),
+        ("a.txt", "Notepad 冷却塔".encode("utf-16"), "Notepad 冷却塔"),
+        ("a.txt", b"\xfe\xff" + "UTF-16BE 冷却塔".encode("utf-16-be"), "UTF-16BE 冷却塔"),
+        ("a.txt", "UTF-32 café".encode("utf-32"), "UTF-32 café"),
+    ],
+)
+def test_i_ingest_text_in_the_encodings_windows_saves_is_read(name: str, data: bytes, text: str) -> None:
+    """A Markdown or text file by its byte-order mark, else UTF-8, else GB18030, Big5 or Windows-1252 (the
+    legacy encodings of Chinese and Western Windows): never a `corrupt` for a file an editor reads."""
+    assert text in extract(name, data).body
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"plain\x00words \xff", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", b"\xff\xfeodd", bytes(range(256)) * 4],
+    ids=["nul", "png", "utf-16-odd-length", "every-byte"],
+)
+def test_i_ingest_binary_named_text_is_corrupt(data: bytes) -> None:
+    """Bytes no text encoding reads (a NUL without a byte-order mark, a mark its bytes do not follow)."""
+    with pytest.raises(ExtractionError) as caught:
+        extract("x.txt", data)
+    assert caught.value.code == "corrupt"
+
+
 def test_i_ingest_encrypted_pdf_is_a_typed_error() -> None:
     with pytest.raises(ExtractionError) as caught:
         extract("locked.pdf", encrypted_pdf())

@@ -227,17 +227,29 @@ def test_i_ingest_a_file_sent_without_doc_id_gets_the_id_kb_ingest_gives_it(
     assert "sync" in caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("name", "data", "shown"),
+    [
+        ("冷却塔维护.md", "# 冷却塔维护\n\n电导率在 **1500 μS/cm** 以下。\n".encode(), "**1500 μS/cm**"),
+        ("冷却塔维护.md", "\ufeff# 冷却塔维护\r\n\r\n电导率 1500 μS/cm 以下。\r\n".encode(), "电导率 1500"),
+        ("冷却塔.txt", "冷却塔维护\r\n\r\n电导率每周检测一次。\r\n".encode("gb18030"), "每周检测一次"),
+        ("cafe.txt", "Café rules\r\n\r\nLunch costs 4.50 € with your badge.".encode("cp1252"), "4.50 €"),
+        ("notepad.txt", "Unicode (Notepad): 冷却塔 café\r\n".encode("utf-16"), "冷却塔 café"),
+    ],
+    ids=["utf-8", "utf-8-bom-crlf", "gb18030", "cp1252", "utf-16"],
+)
 def test_i_ingest_one_markdown_file_through_either_door_is_one_unchanged_document(
-    c: Container, tmp_path: Path
+    c: Container, tmp_path: Path, name: str, data: bytes, shown: str
 ) -> None:
     """`kb ingest FILE.md` sends the text; the console sends the file's bytes, which the job extracts.
     Both store the same document (title, body, structured source with its format), so the second is
-    `unchanged`, whichever door comes first."""
+    `unchanged`, whichever door comes first: also for a text file with a byte-order mark, Windows line
+    ends, or in a legacy encoding both doors decode alike (extraction.decode_text)."""
     from kb_cli.commands.ingest import _file_document
     from kb_cli.main import parse
 
-    note = tmp_path / "冷却塔维护.md"
-    note.write_text("# 冷却塔维护\n\n冷却水的电导率应保持在 **1500 μS/cm** 以下。\n", encoding="utf-8")
+    note = tmp_path / name
+    note.write_bytes(data)
     args = parse(["ingest", "--source", SOURCE, "--tenant", "acme", str(note)])
     cli = _file_document(args, "tower", note, note.name, None)
     console = {
@@ -248,6 +260,8 @@ def test_i_ingest_one_markdown_file_through_either_door_is_one_unchanged_documen
     }
     for first, second in ((cli, console), (console, cli)):
         assert run_job(c, {"documents": [{**first, "doc_id": "tower"}]}).counts.done == 1
+        stored = c.backend.get_document(SOURCE, "tower")
+        assert stored is not None and shown in stored.body and "\ufeff" not in stored.body + stored.title
         again = run_job(c, {"documents": [{**second, "doc_id": "tower"}]})
         assert (again.counts.unchanged, again.counts.done) == (1, 0)
         c.admin.delete_document(SOURCE, "tower")

@@ -195,8 +195,8 @@ def test_issue22_p7_cjk_file_names_get_readable_ids_with_the_same_suffix_under_a
 
 def test_issue22_p7_issue26_L6_M5_kb_ingest_files_client_side(tmp_path, monkeypatch, capsys):
     """A single file without --doc-id takes its file name; a .txt without a heading is titled by its file
-    name; a remote directory walk skips links and hidden files; a non-UTF-8 or > 5 MiB file gets one typed
-    line and the rest is sent; exit 1."""
+    name; a remote directory walk skips links and hidden files; a file that is not text or is > 5 MiB gets
+    one typed line and the rest is sent; exit 1."""
     from kb_cli import main
 
     sent: list[dict] = []
@@ -214,14 +214,14 @@ def test_issue22_p7_issue26_L6_M5_kb_ingest_files_client_side(tmp_path, monkeypa
     (root / "link.md").symlink_to(tmp_path / "notes.txt")
     (root / "linked").symlink_to(root / ".git", target_is_directory=True)
     (root / "ok.md").write_text("# OK\nbody", encoding="utf-8")
-    (root / "bad.txt").write_bytes(b"\xff\xfe\x00bad")
+    (root / "bad.txt").write_bytes(b"\x00\x01\x02bad\xff")
     (root / "big.md").write_bytes(b"x" * (5 * 1024 * 1024 + 1))
     sent.clear()
     assert main.main(["ingest", "--source", "s@1", "--doc-id", "d", str(root), "--endpoint", "http://x"]) == 1
     assert [d["doc_id"] for d in sent[0]["documents"]] == ["d-ok"]
     err = capsys.readouterr().err.splitlines()
     assert [line.split(":")[1].strip() for line in err] == ["bad.txt", "big.md"]
-    assert err[0].startswith("kb ingest: bad.txt: invalid_utf8") and err[1].startswith(
+    assert err[0].startswith("kb ingest: bad.txt: corrupt") and err[1].startswith(
         "kb ingest: big.md: too_large"
     )
 

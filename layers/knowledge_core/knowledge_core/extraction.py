@@ -147,18 +147,48 @@ def markdown_title(text: str) -> tuple[str | None, str]:
     return None, text
 
 
-def _decode(data: bytes) -> str:
+# Text files without a byte-order mark that are not UTF-8: the legacy encodings of the service's two
+# languages as Windows saves them (Simplified Chinese GBK/GB18030, Traditional Chinese Big5, Western
+# Windows-1252), the likeliest of them as charset_normalizer measures it. Among every encoding it knows it
+# reads short Western text as Baltic or UTF-16 and short Chinese as Korean.
+LEGACY_ENCODINGS = ("gb18030", "big5", "cp1252")
+_BOMS = (
+    (b"\xef\xbb\xbf", "utf-8-sig"),
+    (b"\xff\xfe\x00\x00", "utf-32"),
+    (b"\x00\x00\xfe\xff", "utf-32"),
+    (b"\xff\xfe", "utf-16"),
+    (b"\xfe\xff", "utf-16"),
+)
+
+
+def decode_text(data: bytes) -> str:
+    """A Markdown or text file's characters: by its byte-order mark (UTF-8, UTF-16, UTF-32), else UTF-8,
+    else one of LEGACY_ENCODINGS; `corrupt` when none reads it (a NUL byte without a mark is binary)."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(encoding)
+            except UnicodeDecodeError:
+                raise ExtractionError("corrupt") from None
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ExtractionError("corrupt") from None
+        pass
+    if b"\x00" in data:
+        raise ExtractionError("corrupt")
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(data, cp_isolation=list(LEGACY_ENCODINGS)).best()
+    if best is None:
+        raise ExtractionError("corrupt")
+    return str(best)
 
 
 def _plain(data: bytes, budget: _Budget) -> tuple[str | None, str]:
     # The body is the file itself: a file over the body limit (and a BOM) is refused before decoding.
     if len(data) > budget.limits.max_output_bytes + 3:
         raise ExtractionError("too_large")
-    return markdown_title(_decode(data))
+    return markdown_title(decode_text(data))
 
 
 def _markdown(data: bytes, budget: _Budget) -> Extracted:

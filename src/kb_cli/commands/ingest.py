@@ -147,11 +147,12 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
     """A file as a job document: Markdown/text as a body (title from its `# heading`, else its file name),
     other formats as bytes the worker extracts. `uri` is what the caller named or the path relative to the
     directory: never this machine's absolute path, which agents would see in references. FileRefused when
-    it is larger than a document may be or a text file is not UTF-8."""
+    it is larger than a document may be or a text file is not text (extraction.decode_text)."""
     import base64
 
     from knowledge_core.domain.ingestion import file_format
     from knowledge_core.domain.metadata_sources import combine_metadata
+    from knowledge_core.extraction import ExtractionError, decode_text
 
     from ..demo import markdown_document
 
@@ -166,9 +167,9 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
         raise FileRefused("too_large", f"more than {MAX_BODY_BYTES} bytes (5 MiB)")
     if (kind := file_format(file.name)) in ("markdown", "text"):
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise FileRefused("invalid_utf8", f"not UTF-8 text (byte {exc.start})") from None
+            text = decode_text(data)  # what a job that reads the file decodes, so either door stores one text
+        except ExtractionError:
+            raise FileRefused("corrupt", "not text in UTF-8, UTF-16, GB18030, Big5 or Windows-1252") from None
         doc = markdown_document(args.source, doc_id, text, title)
         if title is None and not text.startswith("# "):  # no heading: the file's name, not a generated id
             doc = doc.model_copy(update={"title": file.stem})
