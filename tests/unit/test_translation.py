@@ -123,14 +123,37 @@ def test_a_search_variants_and_cross_references_are_not_senses(lexicon) -> None:
     assert "japanese" not in lexicon.en_zh
 
 
-def test_a_search_english_root_folds_plurals_only() -> None:
-    assert [english_root(w) for w in ("Policies", "keys", "class", "bus", "SSO")] == [
+def test_a_search_english_root_folds_plurals_and_possessives_only() -> None:
+    words = ("Policies", "keys", "class", "bus", "SSO", "Warsaw's", "Panthers'", "o'clock")
+    assert [english_root(w) for w in words] == [
         "policy",
         "key",
         "class",
         "bus",
         "sso",
+        "warsaw",
+        "panther",
+        "o'clock",
     ]
+
+
+def test_a_search_a_possessive_translates_as_its_word() -> None:
+    """ "Warsaw's population" asks for 华沙 as "Warsaw" does, and a sense's possessive ("to bear to the end of
+    one's patience") gives its word, not a root no document holds ("one'"); a folded stop word stays out."""
+    lexicon = parse_cedict(
+        [
+            "華沙 华沙 [Hua2 sha1] /Warsaw, capital of Poland/",
+            "人口 人口 [ren2 kou3] /population/",
+            "皇帝 皇帝 [huang2 di4] /emperor/",
+            "遵旨 遵旨 [zun1 zhi3] /to obey the emperor's decree/",
+            "明志 明志 [ming2 zhi4] /to demonstrate one's sincere convictions/",
+        ],
+        {},
+    )
+    assert chinese_terms("What is Warsaw's population?", lexicon) == ["华沙", "人口"]
+    assert chinese_terms("the emperor's", lexicon)[0] == "皇帝"
+    assert lexicon.zh_en["遵旨"] == ("obey", "emperor", "decree")
+    assert lexicon.zh_en["明志"] == ("demonstrate", "sincere", "conviction")
 
 
 def test_a_search_compiled_lexicon_round_trips(lexicon) -> None:

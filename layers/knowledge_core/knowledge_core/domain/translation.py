@@ -57,9 +57,10 @@ _REVERSE_POOL = 20
 
 
 def english_root(word: str) -> str:
-    """Lower case, plural folded ("policies" -> "policy", "keys" -> "key"): enough to meet dictionary
-    senses, which are singular."""
+    """Lower case, possessive and plural folded ("Warsaw's" -> "warsaw", "policies" -> "policy", "keys" ->
+    "key"): enough to meet dictionary senses, which are singular."""
     w = word.lower()
+    w = (w[:-2] if w.endswith("'s") else w).rstrip("'")
     if len(w) > 4 and w.endswith("ies"):
         return w[:-3] + "y"
     if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
@@ -67,10 +68,15 @@ def english_root(word: str) -> str:
     return w
 
 
+def content_roots(text: str) -> list[str]:
+    """The roots of the English words of `text` that are not stop words, as written or as folded ("one's")."""
+    roots = ((w, english_root(w)) for w in _EN_WORD_RE.findall(text))
+    return [root for w, root in roots if w.lower() not in EN_STOPWORDS and root not in EN_STOPWORDS]
+
+
 def sense_words(sense: str) -> list[str]:
     """The content words of one dictionary sense, parenthesised notes dropped."""
-    text = _PARENTHESES.sub(" ", sense)
-    return [english_root(w) for w in _EN_WORD_RE.findall(text) if w.lower() not in EN_STOPWORDS]
+    return content_roots(_PARENTHESES.sub(" ", sense))
 
 
 def proper_name(sense: str) -> str:
@@ -162,10 +168,8 @@ def english_terms(text: str, lexicon: Lexicon) -> list[str]:
 def chinese_terms(text: str, lexicon: Lexicon) -> list[str]:
     """The usual Chinese words of the English words in `text`."""
     out: list[str] = []
-    for word in _EN_WORD_RE.findall(text):
-        if word.lower() in EN_STOPWORDS:
-            continue
-        out.extend(lexicon.en_zh.get(english_root(word), ()))
+    for root in content_roots(text):
+        out.extend(lexicon.en_zh.get(root, ()))
     return out
 
 
