@@ -76,14 +76,9 @@ def _content_words(text: str) -> list[tuple[str, str]]:
     return [(w, root) for w, root in roots if w.lower() not in EN_STOPWORDS and root not in EN_STOPWORDS]
 
 
-def content_roots(text: str) -> list[str]:
-    """The roots of the English words of `text` that are not stop words."""
-    return [root for _, root in _content_words(text)]
-
-
 def sense_words(sense: str) -> list[str]:
     """The content words of one dictionary sense, parenthesised notes dropped."""
-    return content_roots(_PARENTHESES.sub(" ", sense))
+    return [root for _, root in _content_words(_PARENTHESES.sub(" ", sense))]
 
 
 def proper_name(sense: str) -> str:
@@ -153,8 +148,7 @@ def parse_cedict(lines: Iterable[str], frequencies: Mapping[str, int]) -> Lexico
             for w in words:
                 candidates = reverse.setdefault(w, {})
                 candidates[word] = max(candidates.get(word, 0.0), weight)
-    en_zh = {w: _usual(candidates, frequencies) for w, candidates in reverse.items()}
-    en_zh = {w: zh for w, zh in en_zh.items() if zh}
+    en_zh = {w: zh for w, candidates in reverse.items() if (zh := _usual(candidates, frequencies))}
     return Lexicon(zh_en, en_zh, max((len(w) for w in zh_en), default=1), en_stems=stem_index(en_zh))
 
 
