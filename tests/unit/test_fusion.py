@@ -113,6 +113,22 @@ def test_r_fuse_lexical_rerank_deterministic() -> None:
     ] == ["d2", "d3", "d1"]
 
 
+def test_r_fuse_lexical_rerank_counts_what_the_query_asks_about_not_its_function_words() -> None:
+    """LEXICAL counts the query's terms as the router does (§3.3: function words out): an FAQ passage
+    full of "Do I … who … a" does not pass the passage that names the page and the SEV2 it asks about
+    (the demo agent once cited a failover runbook's FAQ first for "who do I page for a SEV2")."""
+    ranked = RankedList(
+        "a@1",
+        [
+            c("a@1", "handbook", 9.0, "SEV2: page the primary; escalate after 15 minutes."),
+            c("a@1", "runbook", 8.0, "Q: Do I still need to do anything? Who can approve a switchover?"),
+        ],
+        top_k=5,
+    )
+    lexical = fuse([ranked], query="who do I page for a SEV2", top_k=5, rerank="LEXICAL")
+    assert [(f.candidate.doc_id, f.lexical) for f in lexical] == [("handbook", 2), ("runbook", 0)]
+
+
 def test_r_fuse_empty() -> None:
     assert fuse([], query="q", top_k=5) == []
     assert fuse([RankedList("a@1", [], top_k=5)], query="q", top_k=5) == []

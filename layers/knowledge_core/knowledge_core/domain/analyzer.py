@@ -76,6 +76,12 @@ def unique_terms(text: str) -> list[str]:
     return list(dict.fromkeys(terms(text)))
 
 
+def content_terms(text: str) -> list[str]:
+    """`unique_terms` without English function words (`FUNCTION_WORDS`): what a query asks about, as the
+    router matches it against a source's description and the LEXICAL rerank counts it in a passage."""
+    return [t for t in unique_terms(text) if t not in FUNCTION_WORDS]
+
+
 # --- search-index analysis (the backends' index and query terms; the router keeps `terms`) ---------------
 
 # Lucene's English stop set: words too common to rank by.
@@ -114,6 +120,28 @@ ENGLISH_STOPWORDS = frozenset(
         "was",
         "will",
         "with",
+    )
+)
+# Lucene's stop set and the words of a question (who, how, do I, …): present in any English text.
+FUNCTION_WORDS = ENGLISH_STOPWORDS | frozenset(
+    (
+        "can",
+        "do",
+        "does",
+        "from",
+        "how",
+        "i",
+        "my",
+        "our",
+        "we",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "you",
+        "your",
     )
 )
 # Bounded by bytes (S5): query words come from callers. 8 MiB holds ~50,000 ordinary words; a word longer

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .analyzer import count_terms_in, unique_terms
+from .analyzer import content_terms, count_terms_in
 
 RRF_K = 60
 
@@ -77,7 +77,8 @@ def positive(candidate: Candidate, min_score: float) -> bool:
 
 
 def lexical_matches(candidate: Candidate, query_terms: list[str]) -> int:
-    """How many distinct query terms (English words, CJK bigrams) occur in the title or content."""
+    """How many distinct query terms (English words, CJK bigrams: `analyzer.content_terms`, so "who", "do",
+    "I" and "a" count for nothing) occur in the title or content."""
     return count_terms_in(candidate.title + "\n" + candidate.passage, query_terms)
 
 
@@ -130,7 +131,7 @@ def fuse(
         item.fusion_score = min(1.0, item.rrf / best)
     fused.sort(key=lambda f: (-f.rrf, f.candidate.source_key, f.candidate.doc_id))
     if rerank == "LEXICAL":
-        terms = unique_terms(query)
+        terms = content_terms(query)
         for item in fused:
             item.lexical = lexical_matches(item.candidate, terms)
         fused.sort(key=lambda f: -f.lexical)  # stable: ties keep fusion order

@@ -11,33 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from .analyzer import ENGLISH_STOPWORDS, unique_terms
+from .analyzer import content_terms
 from .errors import ProtocolError, SourceDenied
 from .models import TOOL_MODES, RoutingRule, Source
 from .scope import KnowledgeScope
-
-# Function words that would make every English description "match" (no query-everything fallback).
-ROUTING_STOPWORDS = ENGLISH_STOPWORDS | frozenset(
-    [
-        "can",
-        "do",
-        "does",
-        "from",
-        "how",
-        "i",
-        "my",
-        "our",
-        "we",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "you",
-        "your",
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -124,8 +101,9 @@ def rule_matches(rule: RoutingRule, source: Source, query: str, context: dict[st
 
 
 def routing_terms(text: str) -> set[str]:
-    """English words and Chinese character bigrams of `text`, without function words."""
-    return {t for t in unique_terms(text) if t not in ROUTING_STOPWORDS}
+    """English words and Chinese character bigrams of `text`, without function words (they would make every
+    English description "match": there is no query-everything fallback)."""
+    return set(content_terms(text))
 
 
 def description_match(source: Source, query_terms: set[str]) -> int:
