@@ -6,7 +6,8 @@ questions in its own language; XQuAD gives each question's answer spans. Per que
 doors of one source (the same retrieval step as every door, K-PIPE):
 
 - search (§2.3): is the top hint the right document, and does its **summary** contain an answer;
-- the agent tool's `knowledge_search` (§3.6, routing defaults, source `topK` 5): does the first reference
+- the agent tool's `knowledge_search` (§3.6, routing defaults but `rerank` — `kb eval --tool-rerank`,
+  NONE by default — source `topK` 5): does the first reference
   (and any of the first three) contain an answer, how many references a call returns, and the **noise
   share**: the references beyond the first that hold no answer, as a share of all references returned
   (pooled over queries: five references of which only the first helps is 0.8; the issue's 0.79);
@@ -141,6 +142,7 @@ class AnswerResult:
     backend: str
     documents: int
     ranking: str
+    rerank: str  # the tool agent's knowledgeRouting.rerank
     overall: AnswerMetrics
     by_language: dict[str, AnswerMetrics]
     ingest_seconds: float
@@ -151,9 +153,9 @@ class AnswerResult:
         return asdict(self)
 
 
-def _publish_tool_agent(container: Any, name: str) -> tuple[str, str, Any, str]:
+def _publish_tool_agent(container: Any, name: str, rerank: str) -> tuple[str, str, Any, str]:
     """A fresh source (`topK` 5, the default), an AUTO agent that always selects it (routing defaults
-    otherwise: `rerank: NONE`, `topK` 8) and a workspace route for it."""
+    otherwise: `topK` 8; `rerank` as asked, NONE by default) and a workspace route for it."""
     from knowledge_core.domain.models import AgentDefinition, Principal, SourceDefinition
 
     run = uuid.uuid4().hex[:8]
@@ -168,6 +170,7 @@ def _publish_tool_agent(container: Any, name: str) -> tuple[str, str, Any, str]:
             "allowedKnowledge": [{"id": source_id, "version": "1"}],
             "knowledgeRouting": {
                 "mode": "AUTO",
+                "rerank": rerank,
                 "rules": [{"knowledge": {"id": source_id, "version": "1"}, "always": True}],
             },
         }
@@ -225,7 +228,12 @@ def observe(
 
 
 def evaluate_answers(
-    collection: LongCollection, container: Any, backend: str, *, progress: bool = True
+    collection: LongCollection,
+    container: Any,
+    backend: str,
+    *,
+    rerank: str = "NONE",
+    progress: bool = True,
 ) -> AnswerResult:
     """Ingest the long documents into a fresh source and measure every query through search and the tool."""
     from tqdm import tqdm
@@ -233,7 +241,7 @@ def evaluate_answers(
     from .eval_corpus import put_eval_documents, ranking_of
 
     started = time.perf_counter()
-    source_key, route, principal, agent = _publish_tool_agent(container, collection.name)
+    source_key, route, principal, agent = _publish_tool_agent(container, collection.name, rerank)
     put_eval_documents(container, source_key, collection.documents, collection.name, progress=progress)
     ingest_seconds = time.perf_counter() - started
     t0 = time.perf_counter()
@@ -261,6 +269,7 @@ def evaluate_answers(
         backend=backend,
         documents=len(collection.documents),
         ranking=ranking_of(container),
+        rerank=rerank,
         overall=answer_metrics(collection.queries, seen),
         by_language=per_lang,
         ingest_seconds=round(ingest_seconds, 3),
@@ -292,12 +301,13 @@ ANSWER_COLUMNS = (
 
 def format_answers(results: list[AnswerResult]) -> str:
     """One row per result and language: the long-document figures."""
-    head = f"{'collection':<22} {'backend':<10} {'lang':<4} {'q':>4} " + " ".join(
+    head = f"{'collection':<22} {'backend':<10} {'rerank':<7} {'lang':<4} {'q':>4} " + " ".join(
         f"{c:>7}" for c, _ in ANSWER_COLUMNS
     )
     lines = [head, "-" * len(head)]
     for r in results:
         for lang, m in [*r.by_language.items(), ("all", r.overall)]:
             values = " ".join(f"{getattr(m, key):>7.3f}" for _, key in ANSWER_COLUMNS)
-            lines.append(f"{r.collection:<22} {r.backend:<10} {lang:<4} {m.queries:>4} {values}")
+            where = f"{r.collection:<22} {r.backend:<10} {r.rerank:<7}"
+            lines.append(f"{where} {lang:<4} {m.queries:>4} {values}")
     return "\n".join(lines)

@@ -23,7 +23,8 @@ import tokenize
 import uuid
 import zipfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -441,6 +442,24 @@ def build_container(
     return Container(settings, clock=SystemClock())
 
 
+@contextmanager
+def fresh_container(
+    backend: str, opensearch_url: str | None, semantic: Semantic | None, lexicon: str | None
+) -> Iterator[Any]:
+    """`build_container` in a temporary directory for one collection; afterwards its OpenSearch indices are
+    dropped and its search backend closed (the background FTS5 compaction stops) before the directory goes."""
+    with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
+        container = build_container(backend, Path(tmp), opensearch_url, semantic, lexicon)
+        try:
+            yield container
+        finally:
+            try:
+                if backend == "opensearch":
+                    container.backend.drop_indices()
+            finally:
+                container.close()
+
+
 def with_ranking(container: Any, semantic: Semantic) -> Any:
     """The same service over the same index, state and embedder as `container` (so nothing is ingested or
     embedded again), ranking with `semantic`'s knobs: a tuning grid ingests a collection once."""
@@ -722,6 +741,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rrf-k", type=int, default=HybridRanking.rrf_k, help="rank constant of --fusion rrf"
     )
+    parser.add_argument(
+        "--tool-rerank",
+        choices=["NONE", "LEXICAL"],
+        default="NONE",
+        help="xquad-long: the knowledgeRouting.rerank of the agent whose tool calls are measured "
+        "(default NONE, the routing default)",
+    )
 
 
 FUSIONS = ["blend", "blend-norm", "rrf"]
@@ -844,17 +870,10 @@ def run(args: argparse.Namespace) -> int:
     answers = _run_answers([n for n in names if is_long_task(n)], args, semantic, lexicon, opensearch_url)
     for name in [n for n in names if not is_long_task(n)]:
         collection = _load(name, args)
-        with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
-            container = build_container(args.backend, Path(tmp), opensearch_url, semantic, lexicon)
-            try:
-                results.append(
-                    evaluate(
-                        collection, container, args.backend, depth=args.depth, progress=not args.no_progress
-                    )
-                )
-            finally:
-                if args.backend == "opensearch":
-                    container.backend.drop_indices()
+        with fresh_container(args.backend, opensearch_url, semantic, lexicon) as container:
+            results.append(
+                evaluate(collection, container, args.backend, depth=args.depth, progress=not args.no_progress)
+            )
     if results:
         print(format_table(results))
     if answers:
@@ -885,15 +904,16 @@ def _run_answers(
     for name in names:
         split = "train" if name.endswith(TRAIN_SUFFIX) else "test"
         collection = load_xquad_long(split, Path(args.xquad_dir), args.limit)
-        with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
-            container = build_container(args.backend, Path(tmp), url, semantic, lexicon)
-            try:
-                out.append(
-                    evaluate_answers(collection, container, args.backend, progress=not args.no_progress)
+        with fresh_container(args.backend, url, semantic, lexicon) as container:
+            out.append(
+                evaluate_answers(
+                    collection,
+                    container,
+                    args.backend,
+                    rerank=args.tool_rerank,
+                    progress=not args.no_progress,
                 )
-            finally:
-                if args.backend == "opensearch":
-                    container.backend.drop_indices()
+            )
     return out
 
 
