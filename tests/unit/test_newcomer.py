@@ -323,3 +323,40 @@ def test_a_search_kb_search_prints_whole_summaries_and_json(capsys, monkeypatch)
     args = build_parser().parse_args(["search", "--route", "plant", "--token", "t", "--json", "alarm"])
     assert args.func(args, call) == 0
     assert json.loads(capsys.readouterr().out) == answer
+
+
+def test_kb_doc_takes_the_document_after_its_action(monkeypatch, capsys):
+    """`kb doc show ID --source S` (as a newcomer types it; it was refused as an unrecognized argument) is
+    `kb doc show --doc-id ID`; two different documents, none, or one given to `list` get a one-line refusal
+    (exit 2) and no request."""
+    from kb_cli import main
+
+    calls: list[tuple] = []
+
+    def call(endpoint, method, path, body=None):
+        calls.append((method, path))
+        doc = {"doc_id": "faq", "title": "FAQ", "tenant": "default", "status": "ready", "chars": 9}
+        return {"documents": [{**doc, "revision": "sha256:ab", "updated_at": "2026-12-04T17:52:16Z"}]}
+
+    monkeypatch.setattr(main, "call", call)
+    base = ["--source", "s@1", "--endpoint", "http://x"]
+    assert main.main(["doc", "disable", "faq", *base]) == 0
+    assert main.main(["doc", "delete", *base, "--doc-id", "faq"]) == 0
+    assert main.main(["doc", "enable", "faq", *base, "--doc-id", "faq"]) == 0
+    assert calls == [
+        ("POST", "/admin/v1/sources/s@1/documents/faq/disable"),
+        ("DELETE", "/admin/v1/sources/s@1/documents/faq"),
+        ("POST", "/admin/v1/sources/s@1/documents/faq/enable"),
+    ]
+    assert main.main(["doc", "show", "faq", *base]) == 0
+    assert "title:     FAQ" in capsys.readouterr().out
+    calls.clear()
+    assert main.main(["doc", "show", "faq", *base, "--doc-id", "other"]) == 2
+    assert main.main(["doc", "show", *base]) == 2
+    assert main.main(["doc", "list", "faq", *base]) == 2
+    assert calls == []
+    assert capsys.readouterr().err.splitlines() == [
+        "kb doc show: two documents given: faq and --doc-id other",
+        "kb doc show: the following arguments are required: DOC_ID (or --doc-id)",
+        "kb doc list: list takes no document (given: faq)",
+    ]

@@ -26,6 +26,7 @@ def register_tenant(sub: Subparsers) -> None:
 def register_doc(sub: Subparsers) -> None:
     p = sub.add_parser("doc", help="list a source's documents, show one, or delete, disable or enable one")
     p.add_argument("action", choices=["delete", "disable", "enable", "list", "show"])
+    p.add_argument("doc", nargs="?", metavar="DOC_ID", help="the document, as --doc-id: kb doc show ID")
     add_endpoint(p)
     p.add_argument("--source", required=True)
     p.add_argument("--doc-id", help="the document (every action but list)")
@@ -47,11 +48,13 @@ def cmd_tenant_migrate(args: argparse.Namespace, call: Call) -> int:
 
 
 def cmd_doc(args: argparse.Namespace, call: Call) -> int:
+    """The document is `--doc-id` or the word after the action (`kb doc show ID --source S`), not both."""
+    refused = _doc_argument(args)
+    if refused:
+        print(f"kb doc {args.action}: {refused}", file=sys.stderr)
+        return 2
     if args.action == "list":
         return cmd_doc_list(args, call)
-    if not args.doc_id:
-        print(f"kb doc {args.action}: the following arguments are required: --doc-id", file=sys.stderr)
-        return 2
     if args.action == "show":
         return cmd_doc_show(args, call)
     base = f"/admin/v1/sources/{seg(args.source)}/documents/{seg(args.doc_id)}"
@@ -61,3 +64,13 @@ def cmd_doc(args: argparse.Namespace, call: Call) -> int:
         call(args.endpoint, "POST", f"{base}/{args.action}", {})
     print(f"{args.action.removesuffix('e')}ed {args.source} {args.doc_id}")
     return 0
+
+
+def _doc_argument(args: argparse.Namespace) -> str | None:
+    """Why the document arguments do not fit the action (None: they do); sets `args.doc_id` from DOC_ID."""
+    if args.action == "list":
+        return f"list takes no document (given: {args.doc})" if args.doc is not None else None
+    if args.doc is not None and args.doc_id is not None and args.doc != args.doc_id:
+        return f"two documents given: {args.doc} and --doc-id {args.doc_id}"
+    args.doc_id = args.doc_id if args.doc_id is not None else args.doc
+    return None if args.doc_id else "the following arguments are required: DOC_ID (or --doc-id)"
