@@ -7,7 +7,8 @@ Per configuration (an environment for `kb serve`) and size (an index bench/scale
 under --cache): one `kb serve --embedding-model none` (BM25) over that index. The default configurations
 compare the service as it was before issue 23's third part (`KB_SQLITE_LIBRARY=stdlib`: Debian's SQLite
 3.40; `KB_SQLITE_SEARCH_SLICES=1`: one FTS5 statement), the newer SQLite of adapters/sqlite/driver.py with
-one statement, and the defaults (that SQLite; a large source's id range read in slices at once).
+one statement, FTS5's own bm25() (`KB_SQLITE_RANK=bm25`: the ranking before kb_bm25, adapters/sqlite/rank.py),
+and the defaults (that SQLite; a large source's id range read in slices at once; kb_bm25).
 
     nice -n 10 python bench/scale_bench.py --sizes 10000,100000 --rankings bm25 --no-serve  # build once
     nice -n 10 python bench/serve_growth.py --sizes 10000,100000
@@ -37,6 +38,7 @@ WARM = 3  # searches before each block, not timed
 CONFIGURATIONS: dict[str, dict[str, str]] = {
     "stdlib SQLite, one statement": {"KB_SQLITE_LIBRARY": "stdlib", "KB_SQLITE_SEARCH_SLICES": "1"},
     "one statement": {"KB_SQLITE_SEARCH_SLICES": "1"},
+    "FTS5's bm25()": {"KB_SQLITE_RANK": "bm25"},
     "defaults": {},
 }
 

@@ -18,6 +18,8 @@ trap cleanup EXIT
 
 # The console's browser tests: chromium + CJK fonts (Debian) and axe-core (npm lockfile).
 bash scripts/browser_deps.sh
+# The embedded index's ranking function kb_bm25: a C compiler and SQLite's extension header (Debian).
+bash scripts/build_deps.sh
 
 eval "$($BIN/kb services start --state "$STATE")"
 export OPENSEARCH_URL DYNAMODB_ENDPOINT

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from . import rank
 from .db import SqliteDatabase, statements
 from .driver import sqlite3
 
@@ -42,12 +43,13 @@ CREATE TABLE IF NOT EXISTS source_ranges (
 )
 """
 
-# The score is `bm25(...)` in SQLite's own ORDER BY ... LIMIT (a bounded sorter), not FTS5's `rank` column
+# The score is `bm25(...)` (rank.py: kb_bm25, the same scores without a %_docsize read per matching row) in
+# SQLite's own ORDER BY ... LIMIT (a bounded sorter), not FTS5's `rank` column
 # with `ORDER BY rank`: the same scores and order (ties by passage id), 0.6-0.9x the time per query on the
 # scale corpus (bench/results/scale_plans.md: FTS5's sorted-rank cursor costs more per matching row).
 _CANDIDATES_SQL = (
     "WITH top AS MATERIALIZED ("
-    f"SELECT passages.rowid AS id, bm25(passages, {BM25_WEIGHTS}) AS rank FROM passages "
+    f"SELECT passages.rowid AS id, {{rank}}(passages, {BM25_WEIGHTS}) AS rank FROM passages "
     "WHERE passages MATCH ? AND passages.rowid BETWEEN ? AND ?{restriction} "
     "ORDER BY rank, passages.rowid LIMIT ?) "
     "SELECT r.doc_id, -top.rank AS score, d.acl, r.id FROM top JOIN passage_rows r ON r.id = top.id "
@@ -73,8 +75,11 @@ class Restriction:
 
 
 def candidates_sql(restriction: Restriction | None = None) -> str:
-    """The candidate statement; parameters: match, first id, last id, *restriction params, limit (-1: all)."""
-    return _CANDIDATES_SQL.format(restriction=f" AND ({restriction.sql})" if restriction else "")
+    """The candidate statement; parameters: match, first id, last id, *restriction params, limit (-1: all).
+    Its score is `rank.function()`'s: kb_bm25 where it loads, else FTS5's bm25() (the same scores)."""
+    return _CANDIDATES_SQL.format(
+        rank=rank.function(), restriction=f" AND ({restriction.sql})" if restriction else ""
+    )
 
 
 def candidate_rows(

@@ -72,9 +72,11 @@ class SqliteDatabase:
         application_id: int | None = None,
         migrations: Sequence[Migration] = (),
         busy_timeout_s: float = BUSY_TIMEOUT_S,
+        on_connect: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
         self.path = str(private_path(path))  # 0600 before SQLite creates it with the umask's mode (M6)
         self._busy_timeout_s = busy_timeout_s
+        self._on_connect = on_connect  # each new connection, before its first use (the index's ranking)
         self._local = threading.local()
         self._application_id = application_id
         self._migrations = list(migrations)
@@ -100,6 +102,8 @@ class SqliteDatabase:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
+            if self._on_connect is not None:
+                self._on_connect(conn)
             self._local.conn = conn
         return conn
 

@@ -44,7 +44,7 @@ from ...ports import (
     Vector,
 )
 from ..embedding import document_vectors, matching_cosines, passage_text
-from . import candidates, dense_index
+from . import candidates, dense_index, rank
 from .candidates import Restriction
 from .db import BUSY_TIMEOUT_S, SqliteDatabase, statements, write_faults
 from .dense_cache import DenseIndexes
@@ -267,7 +267,8 @@ class SqliteFtsBackend(SearchBackend):
         process may use, at most candidates.MAX_SLICES; 1: one statement). `auto_compact`: the full-text
         index is compacted once writes are quiet and at `warm` (False: only on `compact`)."""
         # Its own schema: the tables below, analyzer version in user_version.
-        self._db = SqliteDatabase(path, busy_timeout_s=busy_timeout_s)
+        # Each connection ranks by kb_bm25 where it can be built (rank.py: bm25() to the bit, faster).
+        self._db = SqliteDatabase(path, busy_timeout_s=busy_timeout_s, on_connect=rank.install)
         self._sliced = candidates.SlicedCandidates(
             self._db, candidates.default_slices() if slices is None else slices
         )
