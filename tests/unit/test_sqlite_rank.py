@@ -141,3 +141,15 @@ def test_i23_kb_bm25_is_built_once_per_user_into_a_private_directory(
     built = path.stat().st_mtime_ns
     rank.library.cache_clear()
     assert rank.library() == path and path.stat().st_mtime_ns == built  # found, not built again
+
+
+def test_i23_a_build_others_may_write_is_not_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A library in a directory group or others may write could be anyone's code: refused, bm25() ranks."""
+    monkeypatch.setenv("KB_CACHE_DIR", str(tmp_path))
+    path = _require_build()
+    path.parent.chmod(0o777)
+    rank.library.cache_clear()
+    assert rank.library() is None and rank.function() == rank.BUILTIN
+    assert "is not this user's alone" in caplog.text

@@ -87,10 +87,19 @@ def library() -> Path | None:
     if not target.is_file():
         compiler = _compiler()
         why = _build(target, source, compiler) if compiler else "no C compiler (cc or gcc) on PATH"
-    why = why or _refused(target)
+    why = why or _not_private(target) or _refused(target)
     if why is None:
         return target
     logger.info("full-text ranking by FTS5's bm25(): %s", why)
+    return None
+
+
+def _not_private(path: Path) -> str | None:
+    """Why a built library may not be loaded: only one this user owns in a directory no one else may write."""
+    for item in (path.parent, path):
+        st = item.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return f"{item} is not this user's alone (owner or group/other write permission)"
     return None
 
 
