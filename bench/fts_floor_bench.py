@@ -4,6 +4,8 @@
 - the raw FTS5 top-k (`bm25()` of `MATCH ?` under ORDER BY ... LIMIT, the service's first fetch) on the
   SQLite Python links (Debian's 3.40 here: the standard library's `sqlite3`) against the same statement
   on the library the service uses (adapters/sqlite/driver.py: `pysqlite3`, SQLite 3.51), same rows checked;
+- the raw top-k by `kb_bm25` (adapters/sqlite/rank.py) against the same statement by `bm25()`, on the
+  service's library, same rows checked;
 - the in-process BM25 search (`SqliteFtsBackend.search`, top_k 3) with one statement (`slices=1`) against
   the default (the source's id range in slices read at once, one thread each: candidates.SlicedCandidates),
   same hits checked;
@@ -70,6 +72,7 @@ def _pair(name: str, subject: list[float], baseline: list[float], base_name: str
 
 
 def bench_size(size: int, cache: Path, rounds: int) -> list[dict[str, Any]]:
+    from knowledge_core.adapters.sqlite import rank
     from knowledge_core.adapters.sqlite.candidates import (
         BM25_WEIGHTS,
         SLICE_MIN_PASSAGES,
@@ -109,6 +112,20 @@ def bench_size(size: int, cache: Path, rounds: int) -> list[dict[str, Any]]:
     rows = [
         _pair("raw top-k, driver", subject, baseline, f"raw top-k, stdlib {stdlib_sqlite3.sqlite_version}")
     ]
+    library = rank.library()  # kb_bm25 (rank.py): the same statement without a %_docsize read per row
+    if library is not None:
+        rank.install(new)
+        kb_sql = raw_sql.replace("bm25(", f"{rank.FUNCTION}(")
+        for m in matches:
+            if new.execute(kb_sql, (m, limit)).fetchall() != new.execute(raw_sql, (m, limit)).fetchall():
+                raise AssertionError(f"kb_bm25 answers {m!r} unlike bm25()")
+        c1, c2 = _cycle(matches), _cycle(matches)
+        subject, baseline = interleaved(
+            lambda: new.execute(kb_sql, (c1(), limit)).fetchall(),
+            lambda: new.execute(raw_sql, (c2(), limit)).fetchall(),
+            rounds,
+        )
+        rows.append(_pair("raw top-k, kb_bm25", subject, baseline, "raw top-k, bm25()"))
 
     one = SqliteFtsBackend(path, slices=1)
     sliced = SqliteFtsBackend(path)

@@ -54,6 +54,7 @@ def _scores(conn: sqlite3.Connection, function: str, match: str) -> list[tuple[i
 
 def test_i23_kb_bm25_scores_every_row_as_bm25_does_before_and_after_writes() -> None:
     path = _require_build()
+    assert rank.described() == rank.FUNCTION
     conn = sqlite3.connect(":memory:")
     rank._load(conn, path)
     conn.execute("CREATE VIRTUAL TABLE passages USING fts5(title_terms, body_terms)")
@@ -116,6 +117,7 @@ def test_i23_without_a_compiler_or_a_loadable_build_the_index_ranks_by_bm25(
     monkeypatch.setattr(rank, "_compiler", lambda: None)
     assert rank.library() is None and rank.function() == rank.BUILTIN
     assert "no C compiler (cc or gcc) on PATH" in caplog.text
+    assert rank.described() == "bm25(): no C compiler (cc or gcc) on PATH"  # kb serve's banner says it
     backend = SqliteFtsBackend(tmp_path / "a.sqlite3", auto_compact=False)
     backend.put_documents([_doc("d1", "w1 w2 w3")])
     assert [d for d, _ in _search(backend, "w2")] == ["d1"]

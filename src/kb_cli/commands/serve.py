@@ -195,8 +195,13 @@ def _listen(args: argparse.Namespace, container: Container, state: Path, ranking
     server = make_server(args.host, args.port, LocalGateway(handlers), log_requests=True)
     host, port = str(server.server_address[0]), server.server_address[1]
     where = f"DynamoDB at {args.dynamodb_endpoint}" if container.table else f"SQLite at {state / STATE_FILE}"
+    backend = args.search_backend
+    if backend == "sqlite":  # its full-text ranking: kb_bm25, built now if need be, or bm25() and why
+        from knowledge_core.adapters.sqlite import rank
+
+        backend = f"sqlite, ranked by {rank.described()}"
     print(
-        f"kb serve listening on http://{host}:{port} (search backend: {args.search_backend}; "
+        f"kb serve listening on http://{host}:{port} (search backend: {backend}; "
         f"{ranking.banner()}; state: {where}; "
         f"up to {args.instances} instances per function)",
         flush=True,

@@ -13,7 +13,9 @@ checks ACLs over those few rows (when hidden, unready or repeated documents exha
 `limit=None`, never OFFSET pages), then reads the text of the passages it keeps (`passage_details`).
 
 FTS5 scores every passage matching any query word before it takes the top-k (its posting lists carry no
-impact bound to skip by), so the statement's time grows with the matches. A large source's range is
+impact bound to skip by), so the statement's time grows with the matches. The score is `rank.function()`'s:
+kb_bm25 (rank.py), bm25() without its %_docsize read per matching row, which was most of that time (0.34x
+the statement's time at 100k passages). A large source's range is
 therefore read in slices at once (`SlicedCandidates`, one thread and connection each, merged exactly):
 0.62-0.85x the time of one statement at 100k and 1M passages on 2 cores (bench/fts_floor_bench.py; not
 0.5x: two threads give 1.3-1.4x the throughput of one here, and each statement's `bm25()` counts every

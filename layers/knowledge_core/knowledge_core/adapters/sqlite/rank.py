@@ -90,8 +90,17 @@ def library() -> Path | None:
     why = why or _not_private(target) or _refused(target)
     if why is None:
         return target
+    _WHY[0] = why
     logger.info("full-text ranking by FTS5's bm25(): %s", why)
     return None
+
+
+_WHY = [f"{RANK_ENV}=bm25"]  # why library() is None, once it has said so
+
+
+def described() -> str:
+    """The ranking function for a banner: `kb_bm25`, or `bm25()` and why."""
+    return FUNCTION if library() is not None else f"bm25(): {_WHY[0]}"
 
 
 def _not_private(path: Path) -> str | None:
