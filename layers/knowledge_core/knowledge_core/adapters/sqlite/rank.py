@@ -1,5 +1,5 @@
 """The ranking function of the embedded full-text index: `kb_bm25` (kb_rank.c) where it can be built and
-loaded, else FTS5's own `bm25()` — the same scores to the bit (tests/integration/test_sqlite_rank.py).
+loaded, else FTS5's own `bm25()` — the same scores to the bit (tests/unit/test_sqlite_rank.py).
 
 `kb_bm25` is bm25() with each row's token count remembered per connection instead of read from FTS5's
 %_docsize table for every matching row, which is most of the full-text top-k's time (issue 23;
@@ -71,6 +71,7 @@ def _build(target: Path, source: bytes, compiler: str) -> str | None:
                 if missing_header
                 else (f"{Path(compiler).name} failed (exit {done.returncode})")
             )
+        out.chmod(0o700)  # whatever the umask: a library others may write is never loaded (_not_private)
         os.replace(out, target)
     return None
 
@@ -84,7 +85,9 @@ def library() -> Path | None:
     source = _source()
     target = cache_root() / hashlib.sha256(source).hexdigest()[:16] / LIBRARY
     why = None
-    if not target.is_file():
+    if not hasattr(sqlite3.Connection, "enable_load_extension"):  # nothing to build for
+        why = "this Python's SQLite module cannot load extensions"
+    elif not target.is_file():
         compiler = _compiler()
         why = _build(target, source, compiler) if compiler else "no C compiler (cc or gcc) on PATH"
     why = why or _not_private(target) or _refused(target)
@@ -144,8 +147,6 @@ def _refused(path: Path) -> str | None:
     """Why `path` cannot stand in for bm25() in this process (None: it loads and scores a sample alike)."""
     conn = sqlite3.connect(":memory:")
     try:
-        if not hasattr(conn, "enable_load_extension"):
-            return "this Python's SQLite module cannot load extensions"
         _load(conn, path)
         conn.execute("CREATE VIRTUAL TABLE t USING fts5(a, b)")
         conn.executemany("INSERT INTO t VALUES (?, ?)", _SAMPLE)
