@@ -20,7 +20,8 @@ class Settings(BaseModel):
     search_backend: Literal["sqlite", "opensearch"] = "opensearch"
     sqlite_path: str = "/tmp/agent-knowledge.sqlite3"
     # How many id ranges of a large source (50k+ passages) one embedded search reads at once, each in its own
-    # thread (adapters/sqlite/candidates.py); 0: the CPUs this process may use, at most 4; 1: one statement.
+    # thread (adapters/sqlite/candidates.py); 0: one statement when ranked by kb_bm25, else the CPUs this
+    # process may use, at most 4; 1: one statement.
     sqlite_search_slices: int = Field(0, ge=0, le=8)
     opensearch_url: str | None = None
     opensearch_index_prefix: str = Field("kb", pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")

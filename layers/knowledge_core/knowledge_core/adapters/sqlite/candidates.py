@@ -105,16 +105,20 @@ _DETAILS_SQL = (
 )
 
 
-# A source this large is searched in slices at once: at 100k passages 0.7-0.85x the time of one statement on
-# 2 cores, at 10k a prototype's hand-off cost more than it saved (1.65x); the threshold lies between, not
-# measured at 50k itself.
+# A source this large is searched in slices at once when ranked by bm25(): at 100k passages 0.7-0.85x the
+# time of one statement on 2 cores, at 10k a prototype's hand-off cost more than it saved (1.65x); the
+# threshold lies between, not measured at 50k itself. Ranked by kb_bm25 (rank.py) slices cost more than they
+# save (1.14x at 100k, 1.28x at 1M, bench/fts_floor_bench.py): each repeats the IDF count of every query
+# word over the whole table, now a large share of the statement, and pays the hand-off.
 SLICE_MIN_PASSAGES = 50_000
 MAX_SLICES = 4
 
 
 def default_slices() -> int:
-    """Slices of a large source's top-k searched at once: the CPUs this process may run on, at most
-    MAX_SLICES (1: never sliced)."""
+    """Slices of a large source's top-k searched at once: 1 (never sliced) with kb_bm25; with bm25() the CPUs
+    this process may run on, at most MAX_SLICES."""
+    if rank.function() == rank.FUNCTION:
+        return 1
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
