@@ -35,9 +35,9 @@ def _require_build() -> Path:
 
 @pytest.fixture(autouse=True)
 def fresh_choice() -> Iterator[None]:
-    rank.library.cache_clear()
+    rank._choice.cache_clear()
     yield
-    rank.library.cache_clear()
+    rank._choice.cache_clear()
 
 
 def _text(rng: random.Random, n: int) -> str:
@@ -102,7 +102,7 @@ def test_i23_search_ranks_by_kb_bm25_with_the_scores_of_bm25(
     answers = [_search(fast, q) for q in ["w1 w2", "w3", "网关离线 w9", "w38 w39 w0"]]
     fast.close()
     monkeypatch.setenv(rank.RANK_ENV, "bm25")
-    rank.library.cache_clear()
+    rank._choice.cache_clear()
     plain = SqliteFtsBackend(path, auto_compact=False)
     assert "kb_bm25" not in candidates.candidates_sql()
     assert [_search(plain, q) for q in ["w1 w2", "w3", "网关离线 w9", "w38 w39 w0"]] == answers
@@ -123,7 +123,7 @@ def test_i23_without_a_compiler_or_a_loadable_build_the_index_ranks_by_bm25(
     assert [d for d, _ in _search(backend, "w2")] == ["d1"]
     backend.close()
 
-    rank.library.cache_clear()  # a damaged build in the cache: refused, never loaded into the index
+    rank._choice.cache_clear()  # a damaged build in the cache: refused, never loaded into the index
     damaged = rank.cache_root() / hashlib.sha256(rank._source()).hexdigest()[:16]
     damaged.mkdir(parents=True)
     (damaged / rank.LIBRARY).write_bytes(b"not a library")
@@ -141,7 +141,7 @@ def test_i23_kb_bm25_is_built_once_per_user_into_a_private_directory(
     assert path.is_relative_to(tmp_path) and path.name == rank.LIBRARY
     assert path.parent.stat().st_mode & 0o777 == 0o700
     built = path.stat().st_mtime_ns
-    rank.library.cache_clear()
+    rank._choice.cache_clear()
     assert rank.library() == path and path.stat().st_mtime_ns == built  # found, not built again
 
 
@@ -152,6 +152,6 @@ def test_i23_a_build_others_may_write_is_not_loaded(
     monkeypatch.setenv("KB_CACHE_DIR", str(tmp_path))
     path = _require_build()
     path.parent.chmod(0o777)
-    rank.library.cache_clear()
+    rank._choice.cache_clear()
     assert rank.library() is None and rank.function() == rank.BUILTIN
     assert "is not this user's alone" in caplog.text

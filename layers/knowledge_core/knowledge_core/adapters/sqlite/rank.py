@@ -76,12 +76,16 @@ def _build(target: Path, source: bytes, compiler: str) -> str | None:
     return None
 
 
-@functools.cache
 def library() -> Path | None:
-    """The built extension (built now when missing) once it ranks a sample as bm25() does, or None with one
-    log line saying why not."""
+    """The built extension (built now when missing) once it ranks a sample as bm25() does, or None."""
+    return _choice()[0]
+
+
+@functools.cache
+def _choice() -> tuple[Path | None, str]:
+    """The extension, or None with why not (said once in the log)."""
     if os.environ.get(RANK_ENV, "").strip().lower() == BUILTIN:
-        return None
+        return None, f"{RANK_ENV}=bm25"
     source = _source()
     target = cache_root() / hashlib.sha256(source).hexdigest()[:16] / LIBRARY
     why = None
@@ -92,18 +96,15 @@ def library() -> Path | None:
         why = _build(target, source, compiler) if compiler else "no C compiler (cc or gcc) on PATH"
     why = why or _not_private(target) or _refused(target)
     if why is None:
-        return target
-    _WHY[0] = why
+        return target, FUNCTION
     logger.info("full-text ranking by FTS5's bm25(): %s", why)
-    return None
-
-
-_WHY = [f"{RANK_ENV}=bm25"]  # why library() is None, once it has said so
+    return None, why
 
 
 def described() -> str:
     """The ranking function for a banner: `kb_bm25`, or `bm25()` and why."""
-    return FUNCTION if library() is not None else f"bm25(): {_WHY[0]}"
+    path, why = _choice()
+    return FUNCTION if path is not None else f"bm25(): {why}"
 
 
 def _not_private(path: Path) -> str | None:
