@@ -76,6 +76,27 @@ def test_r_hybrid_fuse_adds_what_only_the_dense_stage_found() -> None:
     assert [(h.doc_id, round(h.score, 6)) for h in only_dense] == [("z", 0.475)]  # 0.5 · 0.95; b 0.45 cut
 
 
+def test_i24_no_lexical_match_needs_a_close_vector_per_script() -> None:
+    """I-24 / SPEC "no match, no padding": with no BM25 hit in a source, min-max scaling would make the
+    nearest vector score (1 − w) · 1 however far it is; a dense-only candidate then counts only at or above
+    its script's raw-cosine floor (Latin and CJK passages have their cosines from different models). With
+    any BM25 hit the floor does not apply, and a floor of 0 turns the rule off."""
+    ranking = HybridRanking()  # the defaults: blend-norm, floors 0.52 (Latin) and 0.40 (CJK)
+    far_en = Hit("s@1", "en", "EN", "rev", 0.0, "an English passage about gardens")
+    far_zh = Hit("s@1", "zh", "ZH", "rev", 0.0, "关于花园的中文段落")
+    assert ranking.fuse([], [], [(far_en, 0.50), (far_zh, 0.38)], top_k=5, min_score=0.0) == []
+    near_zh = Hit("s@1", "zh2", "ZH2", "rev", 0.0, "另一段中文")
+    out = ranking.fuse([], [], [(far_en, 0.50), (near_zh, 0.45), (far_zh, 0.38)], top_k=5, min_score=0.0)
+    assert [h.doc_id for h in out] == ["zh2"]  # 0.45 passes the CJK floor, 0.50 not the Latin one
+    assert ranking.floor_for(far_en.passage) == 0.52 and ranking.floor_for(far_zh.passage) == 0.40
+    with_word_match = ranking.fuse([hit("a", 3.0)], [0.2], [(far_en, 0.50)], top_k=5, min_score=0.0)
+    assert {h.doc_id for h in with_word_match} == {"a", "en"}  # a BM25 hit: dense candidates as before
+    off = HybridRanking(no_match_floor=0.0, no_match_floor_cjk=0.0)
+    assert [h.doc_id for h in off.fuse([], [], [(far_en, 0.50)], top_k=5, min_score=0.0)] == ["en"]
+    for fusion in ("blend", "rrf"):  # every fusion applies it
+        assert HybridRanking(fusion=fusion).fuse([], [], [(far_en, 0.50)], top_k=5, min_score=0.0) == []
+
+
 def test_r_hybrid_fuse_keeps_bm25_where_no_vector_of_the_model() -> None:
     """A BM25 candidate with no vector of the query's model (another script's passage) keeps its BM25 score:
     no semantic evidence is not negative evidence."""

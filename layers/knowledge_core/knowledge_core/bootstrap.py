@@ -176,6 +176,8 @@ class Container:
             dense=s.semantic_dense,
             fusion=s.semantic_fusion,
             rrf_k=s.semantic_rrf_k,
+            no_match_floor=s.semantic_no_match_floor,
+            no_match_floor_cjk=s.semantic_no_match_floor_cjk,
         )
 
     @cached_property

@@ -54,6 +54,9 @@ class Settings(BaseModel):
     semantic_dense: int = Field(HybridRanking.dense, ge=0, le=200)  # vector candidates; 0: re-score only
     semantic_fusion: Literal["blend", "blend-norm", "rrf"] = HybridRanking.fusion
     semantic_rrf_k: int = Field(HybridRanking.rrf_k, ge=1, le=1000)
+    # With no BM25 match in a source, the raw cosine its dense candidates need (Latin, CJK); 0 turns it off.
+    semantic_no_match_floor: float = Field(HybridRanking.no_match_floor, ge=0, le=1)
+    semantic_no_match_floor_cjk: float = Field(HybridRanking.no_match_floor_cjk, ge=0, le=1)
     # Ingestion jobs: the worker's SQS queue (AWS); directories readable by the service (kb serve only).
     ingest_queue_url: str | None = None
     ingest_directories: bool = False
