@@ -120,6 +120,19 @@ def test_k_pipe_every_door_same_documents_same_order(translated_hybrid_world: Wo
     assert all(titles == doors["search"] for titles in doors.values()), doors
 
 
+@pytest.mark.parametrize("question", ["quantum chromodynamics on a lattice", "量子计算机的原理"])
+def test_i24_no_word_match_no_padding_at_any_door(translated_hybrid_world: World, question: str) -> None:
+    """SPEC 无匹配不强塞文档 (issue 24): a question sharing no word with the source, in either language, gets
+    no document through any door, though min-max scaling gives its nearest passage the best possible
+    semantic score; the evaluation door's deep ranking (asked without the doors' cut) still ranks them."""
+    world = translated_hybrid_world
+    _, agent = _one_source_world(world)
+    doors = _doors(world, agent, question, 0)
+    assert all(titles == [] for name, titles in doors.items() if name != "eval"), doors
+    assert doors["eval"] == []  # the evaluation door as the doors ask it (with the cut)
+    assert len(world.c.knowledge.rank(PRINCIPAL, "kb", question, 3, cut=False)) == 3
+
+
 def test_k_pipe_tool_call_on_opensearch_is_three_batched_requests(translated_hybrid_world: World) -> None:
     """K-PIPE: a hybrid tool call makes three OpenSearch requests whatever the number of hits, never one per
     hit: the `_msearch` of candidates (BM25 and k-NN of every source), one `_msearch` of the shown hits' best

@@ -88,9 +88,13 @@ def test_i24_no_lexical_match_needs_a_close_vector_per_script() -> None:
     near_zh = Hit("s@1", "zh2", "ZH2", "rev", 0.0, "另一段中文")
     out = ranking.fuse([], [], [(far_en, 0.50), (near_zh, 0.45), (far_zh, 0.38)], top_k=5, min_score=0.0)
     assert [h.doc_id for h in out] == ["zh2"]  # 0.45 passes the CJK floor, 0.50 not the Latin one
-    assert ranking.floor_for(far_en.passage) == 0.52 and ranking.floor_for(far_zh.passage) == 0.40
+    assert ranking.floor_for(False) == 0.52 and ranking.floor_for(True) == 0.40
     with_word_match = ranking.fuse([hit("a", 3.0)], [0.2], [(far_en, 0.50)], top_k=5, min_score=0.0)
     assert {h.doc_id for h in with_word_match} == {"a", "en"}  # a BM25 hit: dense candidates as before
+    # The ranking itself (kb eval's deep ranking, asked without the doors' cut): nothing dropped, the order
+    # and scores the same as with the floor for what both keep.
+    deep = ranking.fuse([], [], [(far_en, 0.50), (near_zh, 0.45), (far_zh, 0.38)], 5, 0.0, floored=False)
+    assert [h.doc_id for h in deep] == ["en", "zh2", "zh"] and deep[1].score == out[0].score
     off = HybridRanking(no_match_floor=0.0, no_match_floor_cjk=0.0)
     assert [h.doc_id for h in off.fuse([], [], [(far_en, 0.50)], top_k=5, min_score=0.0)] == ["en"]
     for fusion in ("blend", "rrf"):  # every fusion applies it

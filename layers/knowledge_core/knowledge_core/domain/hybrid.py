@@ -24,12 +24,14 @@ query vector) keeps its plain BM25 scores. Both backends fuse with this one func
 
 No word match, no padding (issue 24, SPEC 无匹配不强塞文档): min-max scaling makes the best cosine 1.0 however
 far it is, so when BM25 matched nothing in a source its nearest vectors would always score (1 − w) · 1 and
-fill the answer. Then a dense candidate counts only if its raw cosine reaches its model's floor
+fill the answer. Then a dense-only hit is answered only if its raw cosine reaches its model's floor
 (`no_match_floor`: passages of Latin script, the English model; `no_match_floor_cjk`: CJK passages, the
 Chinese model): the 5th percentile of the cosines of relevant first hits on the tuning halves of XQuAD
 mixed, en→zh and zh→en (0.524 and 0.405; bench/no_match_floor.py, bench/QUALITY.md), so 95 % of relevant
 hits would pass it while most off-topic nearest neighbours do not. A floor of 0 turns the rule off. With any
-BM25 match in the source nothing changes.
+BM25 match in the source nothing changes. It only drops hits, never reorders the rest: like the relevance cut
+(domain/relevance.py) it decides what the doors answer, and the evaluation door's deep ranking (nDCG@10,
+R@100) asks without it.
 """
 
 from __future__ import annotations
@@ -71,9 +73,9 @@ class HybridRanking:
     def dense_depth(self, top_k: int) -> int:
         return max(top_k, self.dense) if self.dense > 0 else 0
 
-    def floor_for(self, passage: str) -> float:
-        """The raw cosine a dense-only candidate of this passage's script needs when BM25 matched nothing."""
-        return self.no_match_floor_cjk if has_cjk(passage) else self.no_match_floor
+    def floor_for(self, cjk: bool) -> float:
+        """The raw cosine a dense-only hit needs, when BM25 matched nothing, by its passage's script."""
+        return self.no_match_floor_cjk if cjk else self.no_match_floor
 
     def fuse(
         self,
@@ -82,13 +84,13 @@ class HybridRanking:
         dense: list[tuple[Hit, float]],
         top_k: int,
         min_score: float,
+        floored: bool = True,
     ) -> list[Hit]:
         """BM25 hits (best first, with their passage's cosine) and dense hits (best first, with cosine),
         one per document each: the fused hits at or above `min_score`, best first (ties keep BM25 order,
         then dense order), at most `top_k`. A document in both keeps its BM25 passage. With no BM25 hit,
-        only dense hits at or above their script's no-match floor count."""
-        if not lexical:
-            dense = [(h, c) for h, c in dense if c >= self.floor_for(h.passage)]
+        only dense hits at or above their script's no-match floor count, unless `floored` is off (the
+        ranking itself, as `kb eval` measures it without the doors' relevance decisions)."""
         order: dict[str, int] = {}
         hits: list[Hit] = []
         bm25: list[float] = []
@@ -115,6 +117,7 @@ class HybridRanking:
                 cjk[i] = has_cjk(hit.passage)
         if not hits:
             return []
+        raw = list(cos)
         scale = max(bm25) if lexical and max(bm25) > 0 else 1.0
         if self.fusion == "rrf":
             k = self.rrf_k
@@ -136,5 +139,7 @@ class HybridRanking:
                 for b, c in zip(bm25, cos, strict=True)
             ]
         ranked = sorted(range(len(hits)), key=lambda i: -scores[i])
+        if floored and not lexical:  # every hit is dense-only, its raw cosine not None
+            ranked = [i for i in ranked if raw[i] >= self.floor_for(cjk[i])]  # type: ignore[operator]
         kept = [i for i in ranked if scores[i] >= min_score][:top_k]  # only these are copied with a score
         return [replace(hits[i], score=scores[i]) for i in kept]

@@ -135,7 +135,7 @@ class Retrieval:
             self.source_query(a.key, a.top_k, a.min_score, timeout_s, query, a.filter) for a in sources
         ]
         results = self._backend.search(queries, query, viewer)
-        ranked = [self.rank(r, a.min_score, query) for a, r in zip(sources, results, strict=True)]
+        ranked = [self.rank(r, a.min_score, query, a.cut) for a, r in zip(sources, results, strict=True)]
         checked = self.live_check(ranked, [a.top_k for a in sources], viewer)
         for ask, outcome in zip(sources, checked.outcomes, strict=True):
             if ask.cut:  # after the live check: the best hit the cut measures from is a citable one
@@ -183,15 +183,20 @@ class Retrieval:
             filter=filter_,
         )
 
-    def rank(self, result: SourceResult, min_score: float, query: QueryAnalysis) -> SourceOutcome:
+    def rank(
+        self, result: SourceResult, min_score: float, query: QueryAnalysis, cut: bool = True
+    ) -> SourceOutcome:
         """One source's candidates -> all its ranked hits at or above `min_score`: hybrid fusion when the
-        query has vectors (the floor applies to the fused score), BM25 order otherwise."""
+        query has vectors (the floor applies to the fused score; with `cut`, the doors' answer, a source
+        BM25 matched nothing in answers only with vectors above the no-match floor), BM25 order otherwise."""
         outcome = SourceOutcome(result.key, error=result.error, ms=result.ms)
         if result.error is not None:
             return outcome
         if query.vectors:
             everything = len(result.hits) + len(result.dense)
-            outcome.hits = self.ranking.fuse(result.hits, result.cosines, result.dense, everything, min_score)
+            outcome.hits = self.ranking.fuse(
+                result.hits, result.cosines, result.dense, everything, min_score, floored=cut
+            )
         else:
             outcome.hits = [h for h in result.hits if h.score >= min_score]
         return outcome
