@@ -83,9 +83,10 @@ def markdown_document(
 ) -> Document:
     """A Markdown/text file as a document of `tenant`: the first `# heading` is the title unless one is
     given."""
-    lines = text.splitlines()
-    if title is None and lines and lines[0].startswith("# "):
-        title, text = lines[0][2:].strip(), "\n".join(lines[1:]).lstrip("\n")
+    from knowledge_core.extraction import markdown_title
+
+    if title is None:
+        title, text = markdown_title(text)
     return Document(
         source_key=source_key, doc_id=doc_id, title=title or doc_id, body=text, acl=DocumentAcl(tenant=tenant)
     )

@@ -49,6 +49,27 @@ def test_i_ingest_markdown_and_text_keep_their_heading_as_title() -> None:
     assert txt.title is None and txt.body.startswith("阀门检修")
 
 
+@pytest.mark.parametrize(
+    ("text", "title", "body"),
+    [
+        ("差旅报销制度\n\n一、住宿标准\n每晚不超过 500 元。\n", "差旅报销制度", "一、住宿标准"),
+        ("On-call handbook\r\n\r\nA SEV1 pages the primary.\r\n", "On-call handbook", "A SEV1 pages"),
+        ("Dear team,\n\nthe pump is fixed.\n", None, "Dear team,"),  # ends like a sentence
+        ("Replace the seals.\n\nEvery 90 days.\n", None, "Replace the seals."),
+        ("Pump seals\nReplace every 90 days.\n", None, "Pump seals"),  # no blank line after it
+        ("Pump seals\n\n\n", None, "Pump seals"),  # nothing after it: the title would be all of it
+        ("x" * 81 + "\n\nbody\n", None, "x" * 81),  # too long for a title line
+    ],
+)
+def test_i_ingest_text_titles_a_short_first_line_standing_alone(
+    text: str, title: str | None, body: str
+) -> None:
+    """A text file titled the way such files are (a short first line, a blank line after it) keeps that line
+    as its title instead of its file name, and out of its body; anything else has no title of its own."""
+    txt = extract("notes.txt", text.encode())
+    assert txt.title == title and txt.body.startswith(body)
+
+
 def test_i_ingest_html_keeps_content_only() -> None:
     page = """<!doctype html><html><head><title>Gateway offline</title><style>.x{color:red}</style>
     <script>var secret = "tracking";</script></head><body>

@@ -184,21 +184,50 @@ def decode_text(data: bytes) -> str:
     return str(best)
 
 
-def _plain(data: bytes, budget: _Budget) -> tuple[str | None, str]:
+def _plain(data: bytes, budget: _Budget) -> str:
     # The body is the file itself: a file over the body limit (and a BOM) is refused before decoding.
     if len(data) > budget.limits.max_output_bytes + 3:
         raise ExtractionError("too_large")
-    return markdown_title(decode_text(data))
+    return decode_text(data)
 
 
 def _markdown(data: bytes, budget: _Budget) -> Extracted:
-    title, body = _plain(data, budget)
-    return Extracted("markdown", title, body)
+    return Extracted("markdown", *plain_title("markdown", _plain(data, budget)))
 
 
 def _text(data: bytes, budget: _Budget) -> Extracted:
-    title, body = _plain(data, budget)
-    return Extracted("text", title, body)
+    return Extracted("text", *plain_title("text", _plain(data, budget)))
+
+
+def plain_title(fmt: str, text: str) -> tuple[str | None, str]:
+    """A Markdown or text file's own title (None: it has none) and its body without it — one rule for a job
+    that extracts the file and for `kb ingest`, which sends such a file as text: a `# heading` first line,
+    and for text also a title line (`text_title`)."""
+    title, body = markdown_title(text)
+    if title is None and fmt == "text":
+        return text_title(text)
+    return title, body
+
+
+TEXT_TITLE_CHARS = 80
+_SENTENCE_END = tuple(".!?;:,…。！？；：，、")
+
+
+def text_title(text: str) -> tuple[str | None, str]:
+    """A plain text's title line, the way such files are titled: a short first line standing alone (a blank
+    line after it, more text after that, no sentence punctuation at its end) is the title and the rest the
+    body; otherwise no title (the caller's `--title` or the file name)."""
+    lines = text.splitlines()
+    first = lines[0].strip() if lines else ""
+    if (
+        len(lines) >= 3
+        and 0 < len(first) <= TEXT_TITLE_CHARS
+        and not first.endswith(_SENTENCE_END)
+        and not lines[1].strip()
+        and any(line.strip() for line in lines[2:])
+    ):
+        return first, "\n".join(lines[2:]).lstrip("\n")
+    return None, text
 
 
 def _clean(text: str) -> str:

@@ -144,17 +144,15 @@ def _read_regular(file: Path, max_bytes: int = 0) -> bytes:
 
 
 def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, title: str | None) -> dict:
-    """A file as a job document: Markdown/text as a body (title from its `# heading`, else its file name),
-    other formats as bytes the worker extracts. `uri` is what the caller named or the path relative to the
-    directory: never this machine's absolute path, which agents would see in references. FileRefused when
-    it is larger than a document may be or a text file is not text (extraction.decode_text)."""
+    """A file as a job document: Markdown/text as a body (its own title — extraction.plain_title — else its
+    file name), other formats as bytes the worker extracts. `uri` is what the caller named or the path
+    relative to the directory: never this machine's absolute path, which agents would see in references.
+    FileRefused when it is larger than a document may be or a text file is not text (decode_text)."""
     import base64
 
     from knowledge_core.domain.ingestion import file_format
     from knowledge_core.domain.metadata_sources import combine_metadata
-    from knowledge_core.extraction import ExtractionError, decode_text
-
-    from ..demo import markdown_document
+    from knowledge_core.extraction import ExtractionError, decode_text, plain_title
 
     source = {"uri": uri}
     acl = _acl(args)
@@ -170,13 +168,11 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
             text = decode_text(data)  # what a job that reads the file decodes, so either door stores one text
         except ExtractionError:
             raise FileRefused("corrupt", "not text in UTF-8, UTF-16, GB18030, Big5 or Windows-1252") from None
-        doc = markdown_document(args.source, doc_id, text, title)
-        if title is None and not text.startswith("# "):  # no heading: the file's name, not a generated id
-            doc = doc.model_copy(update={"title": file.stem})
+        own_title, body = plain_title(kind, text)  # as a job extracting the file: one document either way
         return {
             "doc_id": doc_id,
-            "title": doc.title,
-            "body": doc.body,
+            "title": title or own_title or file.stem,  # no title of its own: the file's name, not an id
+            "body": body,
             # with its format, as a job that extracts the file records it (the console's upload, a
             # directory the service reads): one file through either door is one stored document, unchanged
             "structured_source": {**source, "format": kind},
