@@ -69,13 +69,14 @@ class Recording(HybridRanking):
         dense: list[tuple[Hit, float]],
         top_k: int,
         min_score: float,
+        floored: bool = True,
     ) -> list[Hit]:
         self.no_match.append(not lexical)
         pairs = [(h, c) for h, c in zip(lexical, lexical_cosines, strict=True) if c is not None] + dense
         for h, c in pairs:
             if h.doc_id not in self.seen or c > self.seen[h.doc_id][0]:
                 self.seen[h.doc_id] = (c, has_cjk(h.passage))
-        return super().fuse(lexical, lexical_cosines, dense, top_k, min_score)
+        return super().fuse(lexical, lexical_cosines, dense, top_k, min_score, floored)
 
 
 def percentile(values: list[float], q: float) -> float:
