@@ -144,6 +144,7 @@ def _nothing_above(args: argparse.Namespace, call: Call, source: dict) -> str:
             f"(its documents' tenants: {', '.join(tenants) or 'none'})"
         )
     return (
-        f"{source['key']} was searched ({mine} document(s) of tenant {args.tenant!r}) but nothing scored "
-        f"above its minScore {source['min_score']}"
+        f"{source['key']} was searched ({mine} document(s) of tenant {args.tenant!r}) but nothing matched: "
+        f"none scored above its minScore {source['min_score']}, or, sharing no word with the query, none "
+        "was close enough in meaning"
     )
