@@ -122,9 +122,10 @@ def test_k_pipe_every_door_same_documents_same_order(translated_hybrid_world: Wo
 
 @pytest.mark.parametrize("question", ["quantum chromodynamics on a lattice", "量子计算机的原理"])
 def test_i24_no_word_match_no_padding_at_any_door(translated_hybrid_world: World, question: str) -> None:
-    """SPEC 无匹配不强塞文档 (issue 24): a question sharing no word with the source, in either language, gets
-    no document through any door, though min-max scaling gives its nearest passage the best possible
-    semantic score; the evaluation door's deep ranking (asked without the doors' cut) still ranks them."""
+    """R-TOOL (§3.6: no match → `references: []`) and 无匹配不强塞文档 (issue 24): a question sharing no
+    word with the source, in either language, gets no document through any door, though min-max scaling
+    gives its nearest passage the best possible semantic score; the evaluation door's deep ranking (asked
+    without the doors' cut) still ranks them."""
     world = translated_hybrid_world
     _, agent = _one_source_world(world)
     doors = _doors(world, agent, question, 0)
