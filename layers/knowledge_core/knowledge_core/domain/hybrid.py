@@ -32,29 +32,73 @@ hits would pass it while most off-topic nearest neighbours do not. A floor of 0 
 BM25 match in the source nothing changes. It only drops hits, never reorders the rest: like the relevance cut
 (domain/relevance.py) it decides what the doors answer, and the evaluation door's deep ranking (nDCG@10,
 R@100) asks without it.
+
+The mixed design (issue 24, bench/QUALITY.md "A gate that tells a copy from noise"): with a multilingual
+model (multilingual-e5-small) beside the two bge models, a passage in the question's own script keeps its
+bge cosine and a passage of the other script is scored by the multilingual model (the translation's words
+still feed BM25; its vector only checks a no-match source, below). Two rules, chosen on the tuning halves:
+- **The least-spread rule, gated.** Min-max scaling stretches a flat group of other-script cosines to a
+  perfect score; so the other script's cosines are scaled over at least `across_spread` (δ 0.2) — unless
+  the gate is open: the multilingual model's best other-script passage is within `across_bias` (0.05) of
+  its best own-script passage (the model's own-language advantage), or it says what the question's own best
+  passages say (its cosine with the nearest of their three best, `across_copy` τ 0.80: the other
+  language's copy of the answer, relevant, not noise). `across` decides, per source.
+- **No match, no padding, across scripts.** When BM25 matched nothing, a dense-only hit of the other
+  script must reach its script's floor with its bge cosine against the translated question (as without the
+  multilingual model; its raw cosines do not separate relevant from off-topic hits: bench/no_match_floor.py),
+  or, with no translation, `no_match_floor_across` (0.80) with the multilingual cosine.
+Without a multilingual model (`Across` None) the ranking is exactly as before.
 """
 
 from __future__ import annotations
 
+import math
+from array import array
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from ..ports import ScriptEvidence, Vector
 from .analyzer import has_cjk
 from .fusion import Hit
 
 
-def _normalized(cos: list[float | None], group: list[bool]) -> list[float | None]:
-    """Cosines min-max scaled to [0, 1] within each group (1.0 where a group's cosines are all equal)."""
+@dataclass(frozen=True)
+class Across:
+    """The mixed design's facts about one source's ranking: the question's script, whether the gate is
+    open (`HybridRanking.across`), and per dense hit its passage's cosine with the translated question
+    (`SourceResult.dense_checks`: the no-match check; empty when BM25 matched something)."""
+
+    question_cjk: bool
+    open: bool
+    checks: tuple[float | None, ...] = ()
+
+
+def _normalized(
+    cos: list[float | None], group: list[bool], least: dict[bool, float] | None = None
+) -> list[float | None]:
+    """Cosines min-max scaled to [0, 1] within each group (1.0 where a group's cosines are all equal); a
+    group in `least` is scaled over at least that spread (its best still 1.0 only if it spans it)."""
     out: list[float | None] = list(cos)
     for g in (False, True):
         values = [c for c, k in zip(cos, group, strict=True) if k == g and c is not None]
         if not values:
             continue
         lo, hi = min(values), max(values)
+        spread = max(hi - lo, (least or {}).get(g, 0.0))
         for i, (c, k) in enumerate(zip(cos, group, strict=True)):
             if k == g and c is not None:
-                out[i] = (c - lo) / (hi - lo) if hi > lo else 1.0
+                out[i] = (c - lo) / spread if spread > 0 else 1.0
     return out
+
+
+def unit_cosine(a: Vector, b: Vector) -> float:
+    """The cosine of two stored int8 vectors of one model (whatever their script ids), from their own
+    norms (rounding to int8 leaves them a little off unit length)."""
+    x, y = array("b", a.data), array("b", b.data)
+    if len(x) != len(y):
+        return 0.0
+    norm = math.sqrt(sum(v * v for v in x)) * math.sqrt(sum(v * v for v in y))
+    return sum(p * q for p, q in zip(x, y, strict=True)) / norm if norm else 0.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +110,10 @@ class HybridRanking:
     rrf_k: int = 60
     no_match_floor: float = 0.52  # raw cosine a dense-only candidate needs when BM25 matched nothing (Latin)
     no_match_floor_cjk: float = 0.40  # the same for CJK passages (the Chinese model's scale)
+    across_spread: float = 0.2  # δ: the other script's least spread while the gate is shut
+    across_bias: float = 0.05  # the gate opens when the best other-script cosine is within this of the own
+    across_copy: float = 0.80  # τ: ... or when it is a copy of the own best passages (their cosine)
+    no_match_floor_across: float = 0.80  # a multilingual cosine's floor when there is no translated check
 
     def depth(self, top_k: int) -> int:
         return max(top_k, self.pool)
@@ -77,6 +125,26 @@ class HybridRanking:
         """The raw cosine a dense-only hit needs, when BM25 matched nothing, by its passage's script."""
         return self.no_match_floor_cjk if cjk else self.no_match_floor
 
+    def across(self, question: str, evidence: ScriptEvidence | None) -> bool:
+        """The gate (mixed design): True when the other script's cosines may be stretched like the
+        question's own — its best passage within `across_bias` of the best own-script one, or a copy of one
+        of the three best (`across_copy`); False with no other-script passage at all."""
+        if evidence is None or evidence.other is None:
+            return False
+        best_other, other = evidence.other
+        if not evidence.own or best_other + self.across_bias >= evidence.own[0][0]:
+            return True
+        return max(unit_cosine(v, other) for _, v in evidence.own) >= self.across_copy
+
+    def _answers(self, raw: float, cjk: bool, check: float | None, across: Across | None) -> bool:
+        """Whether a dense-only hit may answer from a source BM25 matched nothing in (its raw cosine, its
+        passage's script, its translated check)."""
+        if across is None or cjk == across.question_cjk:
+            return raw >= self.floor_for(cjk)
+        if check is not None:
+            return check >= self.floor_for(cjk)
+        return raw >= self.no_match_floor_across and not across.checks
+
     def fuse(
         self,
         lexical: list[Hit],
@@ -85,12 +153,14 @@ class HybridRanking:
         top_k: int,
         min_score: float,
         floored: bool = True,
+        across: Across | None = None,
     ) -> list[Hit]:
         """BM25 hits (best first, with their passage's cosine) and dense hits (best first, with cosine),
         one per document each: the fused hits at or above `min_score`, best first (ties keep BM25 order,
         then dense order), at most `top_k`. A document in both keeps its BM25 passage. With no BM25 hit,
         only dense hits at or above their script's no-match floor count, unless `floored` is off (the
-        ranking itself, as `kb eval` measures it without the doors' relevance decisions)."""
+        ranking itself, as `kb eval` measures it without the doors' relevance decisions). `across`: the
+        mixed design's rules (module docstring)."""
         order: dict[str, int] = {}
         hits: list[Hit] = []
         bm25: list[float] = []
@@ -103,6 +173,8 @@ class HybridRanking:
             cos.append(c)
             cjk.append(has_cjk(hit.passage))
         dense_rank: dict[str, int] = {}
+        checks = across.checks if across is not None else ()
+        check: list[float | None] = [None] * len(hits)
         for rank, (hit, c) in enumerate(dense):
             dense_rank.setdefault(hit.doc_id, rank)
             i = order.get(hit.doc_id)
@@ -112,9 +184,11 @@ class HybridRanking:
                 bm25.append(0.0)
                 cos.append(c)
                 cjk.append(has_cjk(hit.passage))
+                check.append(checks[rank] if rank < len(checks) else None)
             elif cos[i] is None or c > cos[i]:  # type: ignore[operator]
                 cos[i] = c
                 cjk[i] = has_cjk(hit.passage)
+                check[i] = checks[rank] if rank < len(checks) else None
         if not hits:
             return []
         raw = list(cos)
@@ -133,13 +207,18 @@ class HybridRanking:
             ]
         else:
             if self.fusion == "blend-norm":
-                cos = _normalized(cos, cjk)
+                least: dict[bool, float] = {}
+                if across is not None and not across.open:
+                    other = not across.question_cjk
+                    if any(k != other and c is not None for c, k in zip(cos, cjk, strict=True)):
+                        least[other] = self.across_spread
+                cos = _normalized(cos, cjk, least)
             scores = [
                 b if c is None else self.weight * b + (1.0 - self.weight) * scale * c
                 for b, c in zip(bm25, cos, strict=True)
             ]
         ranked = sorted(range(len(hits)), key=lambda i: -scores[i])
         if floored and not lexical:  # every hit is dense-only, its raw cosine not None
-            ranked = [i for i in ranked if raw[i] >= self.floor_for(cjk[i])]  # type: ignore[operator]
+            ranked = [i for i in ranked if self._answers(raw[i], cjk[i], check[i], across)]  # type: ignore[arg-type]
         kept = [i for i in ranked if scores[i] >= min_score][:top_k]  # only these are copied with a score
         return [replace(hits[i], score=scores[i]) for i in kept]

@@ -20,11 +20,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from ..domain.analyzer import has_cjk
 from ..domain.citing import CITE_PASSAGES, NEIGHBOUR_RADIUS, cite
 from ..domain.errors import SourceFailure
 from ..domain.filters import Filter
 from ..domain.fusion import Hit
-from ..domain.hybrid import HybridRanking
+from ..domain.hybrid import Across, HybridRanking
 from ..domain.models import Document, DocumentState, Viewer, citable
 from ..domain.passages import StoredPassage
 from ..domain.relevance import relevance_cut
@@ -122,7 +123,18 @@ class Retrieval:
         """The query once for every source: its translation (unless `expansion` is given) and its vectors."""
         if expansion is None:
             expansion = self._translator.expand(text) if self._translator is not None else ""
-        return QueryAnalysis(text, expansion, tuple(query_vectors(self._embedder, text, expansion)))
+        across = query_across(self._embedder, text)
+        if across is None:
+            return QueryAnalysis(text, expansion, tuple(query_vectors(self._embedder, text, expansion)))
+        # The mixed design: the own script's model and the multilingual one (other script); the translation's
+        # vector only checks a source BM25 matched nothing in (domain.hybrid).
+        other, evidence = across
+        own = query_vector(self._embedder, text)
+        translated = query_vector(self._embedder, expansion) if expansion else None
+        if translated is not None and own is not None and translated.model == own.model:
+            translated = None
+        vectors = (own, other) if own is not None else (other,)
+        return QueryAnalysis(text, expansion, vectors, evidence=evidence, translated=translated)
 
     # --- the step ------------------------------------------------------------------------------------
     def run(
@@ -194,8 +206,12 @@ class Retrieval:
             return outcome
         if query.vectors:
             everything = len(result.hits) + len(result.dense)
+            across = None
+            if query.evidence is not None:
+                gate = self.ranking.across(query.text, result.evidence)
+                across = Across(has_cjk(query.text), gate, tuple(result.dense_checks))
             outcome.hits = self.ranking.fuse(
-                result.hits, result.cosines, result.dense, everything, min_score, floored=cut
+                result.hits, result.cosines, result.dense, everything, min_score, floored=cut, across=across
             )
         else:
             outcome.hits = [h for h in result.hits if h.score >= min_score]
@@ -263,6 +279,23 @@ def query_vector(embedder: Embedder | None, text: str) -> Vector | None:
 
         logger.warning(
             "embedding model failed, ranking by BM25 alone: %s",
+            exc if isinstance(exc, ModelError) else type(exc).__name__,
+        )
+        return None
+
+
+def query_across(embedder: Embedder | None, text: str) -> tuple[Vector, Vector] | None:
+    """The query by the mixed design's multilingual model (other script's id, own script's id), or None:
+    none, or one that fails (logged without the text: the query then ranks as without it)."""
+    if embedder is None:
+        return None
+    try:
+        return embedder.embed_across(text)
+    except Exception as exc:
+        from ..adapters.embedding import ModelError
+
+        logger.warning(
+            "multilingual embedding model failed, ranking without it: %s",
             exc if isinstance(exc, ModelError) else type(exc).__name__,
         )
         return None

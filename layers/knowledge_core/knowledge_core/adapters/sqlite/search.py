@@ -34,14 +34,17 @@ from ...domain.passages import (
 )
 from ...domain.segments import fragmented
 from ...ports import (
+    EVIDENCE_DEPTH,
     DocumentInfo,
     Embedder,
     IndexState,
     QueryAnalysis,
+    ScriptEvidence,
     SearchBackend,
     SourceQuery,
     SourceResult,
     Vector,
+    across_other,
 )
 from ..embedding import document_vectors, matching_cosines, passage_text
 from . import candidates, dense_index, rank
@@ -311,7 +314,7 @@ class SqliteFtsBackend(SearchBackend):
     def search(self, queries: list[SourceQuery], query: QueryAnalysis, viewer: Viewer) -> list[SourceResult]:
         match = _match_expression(query.lexical)
         self._last_rows.rows = {}
-        return [self._search_one(q, match, viewer, query.vectors) for q in queries]
+        return [self._search_one(q, match, viewer, query) for q in queries]
 
     def _remember(self, key: str, match: str, rows: list[tuple[Any, ...]], every_match: bool) -> None:
         """A search's candidate rows (best first) for `passage_candidates` in the same thread: every
@@ -333,9 +336,10 @@ class SqliteFtsBackend(SearchBackend):
         return mine[:per_doc] if every_match or len(mine) >= per_doc else None
 
     def _search_one(
-        self, q: SourceQuery, match: str | None, viewer: Viewer, vectors: Sequence[Vector]
+        self, q: SourceQuery, match: str | None, viewer: Viewer, query: QueryAnalysis
     ) -> SourceResult:
         started = time.perf_counter()
+        vectors = query.vectors
         result = SourceResult(key=q.key)
         if match is None and not vectors:
             return result
@@ -355,10 +359,13 @@ class SqliteFtsBackend(SearchBackend):
                     result.cosines = [None] * len(result.hits)
                 if vectors and q.dense_k:
                     # One scan per query vector (its own model's passages); a document keeps its best cosine.
-                    result.dense = sorted(
-                        (pair for v in vectors for pair in self._dense(conn, q, v, viewer, plan)),
-                        key=lambda p: -p[1],
-                    )
+                    found = {v.model: self._dense_rows(conn, q, v, viewer, plan) for v in vectors}
+                    ranked = sorted((row for rows in found.values() for row in rows), key=lambda p: -p[1])
+                    result.dense = [(hit, c) for hit, c, _ in ranked]
+                    if query.evidence is not None:
+                        result.evidence = self._evidence(conn, q, query, viewer, plan, found)
+                    if query.translated is not None and not result.hits:
+                        result.dense_checks = self._checks(conn, query.translated, [p for *_, p in ranked])
         except sqlite3.OperationalError as exc:
             kind = "timeout" if "interrupt" in str(exc) else "unavailable"
             return SourceResult(key=q.key, error=SourceFailure(kind))
@@ -441,14 +448,43 @@ class SqliteFtsBackend(SearchBackend):
                 found.setdefault(passage_id, {})[model] = Vector(model, vector)
         return found
 
-    def _dense(
+    def _evidence(
+        self,
+        conn: sqlite3.Connection,
+        q: SourceQuery,
+        query: QueryAnalysis,
+        viewer: Viewer,
+        plan: FilterPlan | None,
+        found: dict[str, list[tuple[Hit, float, int]]],
+    ) -> ScriptEvidence:
+        """The multilingual model's view of the source (the mixed design's gate): its nearest passages of
+        the question's own script (`query.evidence`'s id) and its best of the other (the dense stage of the
+        query vector of the same bytes), with their stored vectors."""
+        evidence = query.evidence
+        assert evidence is not None
+        own = self._dense_rows(conn, replace(q, dense_k=EVIDENCE_DEPTH), evidence, viewer, plan)
+        other = across_other(evidence.model)
+        best = found.get(other, [])[:1]
+        stored = self._stored_vectors(conn, [p for *_, p in own + best], [evidence.model, other])
+        mine = tuple((c, v) for _, c, p in own if (v := stored.get(p, {}).get(evidence.model)) is not None)
+        theirs = next(((c, v) for _, c, p in best if (v := stored.get(p, {}).get(other)) is not None), None)
+        return ScriptEvidence(own=mine, other=theirs)
+
+    def _checks(self, conn: sqlite3.Connection, vector: Vector, passage_ids: list[int]) -> list[float | None]:
+        """Per passage its cosine with `vector` (its stored vector of that model; None: none)."""
+        if not passage_ids:
+            return []
+        stored = self._stored_vectors(conn, passage_ids, [vector.model])
+        return matching_cosines([vector], [stored.get(i, {}) for i in passage_ids])
+
+    def _dense_rows(
         self,
         conn: sqlite3.Connection,
         q: SourceQuery,
         vector: Vector,
         viewer: Viewer,
         plan: FilterPlan | None = None,
-    ) -> list[tuple[Hit, float]]:
+    ) -> list[tuple[Hit, float, int]]:
         """The dense stage: the documents (ready, visible to the viewer) of the source's passages nearest to
         `vector`, best passage per document, best first, at most the hybrid ranking's dense depth. §8: a
         selective filter ranks only the admitted passages; a broad one reads the rows of deeper nearest
@@ -472,7 +508,7 @@ class SqliteFtsBackend(SearchBackend):
             picks, complete = _pick(ordered, viewer, want, -float("inf"))
             if complete:
                 break
-        return [(hit, hit.score) for hit, _ in _hits(conn, q.key, picks)]
+        return [(hit, hit.score, pid) for hit, pid in _hits(conn, q.key, picks)]
 
     def passage_candidates(
         self, hits: Sequence[Hit], query: QueryAnalysis, per_doc: int, timeout_s: float
