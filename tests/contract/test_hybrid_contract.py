@@ -144,15 +144,18 @@ def test_a_search_dense_stage_follows_writes(hybrid_world: World) -> None:
 
 
 def test_a_search_dense_stage_never_mixes_models(hybrid_world: World) -> None:
-    """A-SEARCH: the dense stage compares the query's vector with passages of the same model only. Chinese
-    text has vectors of the Chinese model alone (the English model does not cover it), so an English query
-    (English model) sharing no word with a source of Chinese passages finds nothing there, while a Chinese
-    query (Chinese model) finds it."""
+    """A-SEARCH / I-24: the dense stage compares a query vector with passages of the same model id only — a
+    question's own script by its bge model, the other script by the multilingual model under that script's
+    id (the mixed design). An English question sharing no word with a source of Chinese passages finds the
+    one that answers it there in the ranking (its meaning, read by the multilingual model); the doors answer
+    a question about something else with nothing there (no match, no padding: with no word matched, the
+    translation's bge cosine, or without one the multilingual cosine, is checked against a floor)."""
     zh_key, en_key = hybrid_world.publish({"zh": {"topK": 5}, "en": {"topK": 5}})
     hybrid_world.ingest(doc(zh_key, "notebook-zh", *NOTEBOOK_ZH), doc(en_key, "notebook", *NOTEBOOK))
     retrieval = hybrid_world.c.retrieval
     english, chinese = "portable computer runs out of charge fast", "手提电脑没电太快"
-    assert ranked(retrieval, zh_key, 5, english, VIEWER) == []
+    assert [h.doc_id for h in ranked(retrieval, zh_key, 5, english, VIEWER)] == ["notebook-zh"]
+    assert ranked(retrieval, zh_key, 5, "quantum chromodynamics lattice", VIEWER, cut=True) == []
     zh_hits = ranked(retrieval, zh_key, 5, chinese, VIEWER)
     assert [h.doc_id for h in zh_hits] == ["notebook-zh"]
     en_hits = ranked(retrieval, en_key, 5, english, VIEWER)

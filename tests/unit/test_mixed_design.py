@@ -71,7 +71,10 @@ def test_i24_no_match_across_scripts_is_checked_by_the_translation() -> None:
     zh = hit("zh", 0.0, "中文段落")
     dense = [(en, 0.78), (en2, 0.77), (zh, 0.45)]
     checked = ranking.fuse([], [], dense, 5, 0.0, across=Across(True, True, (0.60, 0.30, None)))
-    assert [h.doc_id for h in checked] == ["en", "zh"]  # en2's translated cosine 0.30 < 0.52
+    assert [h.doc_id for h in checked] == [
+        "zh",
+        "en",
+    ]  # a tie: the own script first; en2's translated cosine 0.30 < 0.52
     no_translation = ranking.fuse([], [], dense, 5, 0.0, across=Across(True, True, ()))
     assert [h.doc_id for h in no_translation] == ["zh"]  # 0.78 < 0.80
     assert [h.doc_id for h in ranking.fuse([], [], [(en, 0.81)], 5, 0.0, across=Across(True, True))] == ["en"]

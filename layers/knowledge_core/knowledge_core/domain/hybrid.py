@@ -47,6 +47,7 @@ still feed BM25; its vector only checks a no-match source, below). Two rules, ch
   script must reach its script's floor with its bge cosine against the translated question (as without the
   multilingual model; its raw cosines do not separate relevant from off-topic hits: bench/no_match_floor.py),
   or, with no translation, `no_match_floor_across` (0.80) with the multilingual cosine.
+On equal fused scores (each script's best scales to 1.0) the question's own script comes first.
 Without a multilingual model (`Across` None) the ranking is exactly as before.
 """
 
@@ -217,7 +218,10 @@ class HybridRanking:
                 b if c is None else self.weight * b + (1.0 - self.weight) * scale * c
                 for b, c in zip(bm25, cos, strict=True)
             ]
-        ranked = sorted(range(len(hits)), key=lambda i: -scores[i])
+        if across is None:
+            ranked = sorted(range(len(hits)), key=lambda i: -scores[i])
+        else:  # equal scores (each script's best is 1.0): the question's own language first
+            ranked = sorted(range(len(hits)), key=lambda i: (-scores[i], cjk[i] != across.question_cjk))
         if floored and not lexical:  # every hit is dense-only, its raw cosine not None
             ranked = [i for i in ranked if self._answers(raw[i], cjk[i], check[i], across)]  # type: ignore[arg-type]
         kept = [i for i in ranked if scores[i] >= min_score][:top_k]  # only these are copied with a score
