@@ -190,8 +190,10 @@ class SabotagedBackend(OpenSearchBackend):
         viewer: Viewer,
         vectors: Sequence[Vector] = (),
         dense: bool | None = None,
+        evidence: Vector | None = None,
     ) -> list[dict]:
-        body = super().search_body(queries, text, viewer, vectors, dense)  # no embedder: one search a source
+        # no embedder: one search a source
+        body = super().search_body(queries, text, viewer, vectors, dense, evidence)
         for i, q in enumerate(queries):
             how = self.failing.get(q.key)
             if how == "missing_index":

@@ -36,9 +36,22 @@ sees a passage row older than its document, and the row's status/ACL filters and
 document's. A row without `version` (written by an older release during an upgrade) makes the retrieval
 step check its hits against the documents (`_mget`) as before.
 
+A model added after passages were indexed (a new embedder model, e.g. the multilingual one) gets its k-NN
+field at `ensure_indices` (deploy/admin time, never the read path), and the passages without it are
+backfilled there: those the embedder assigns the model (`models_for` of the text ingestion embeds: title,
+heading path, passage) get its vector by bulk partial updates, BACKFILL_BATCH at a time (a stored vector of
+the model is reused), each only if the row is unchanged since read. The fields still to backfill are
+named in the passages mapping's `_meta` until done, so an interrupted backfill resumes at the next run
+and a finished one is not repeated (the embedded backend's `_embed_missing`).
+
 Search (domain.hybrid): per source a BM25 search (with the passage vectors in `_source`) and, when the
-query has a vector, a filtered k-NN search on that model's field (same source, status and ACL filters),
-both collapsed to parent documents, all in the one `_msearch`. Cosines are computed in process from the
+query has a vector, a filtered k-NN search on that model's field per query vector (same source, status,
+ACL and metadata filters), all collapsed to parent documents, all in the one `_msearch`. With the mixed
+design's evidence vector (the multilingual model under the question's own script's id) one more k-NN search
+of it per source finds the EVIDENCE_DEPTH nearest documents (`ScriptEvidence.own`; never ranked); `other`
+is the best hit of the dense search by the same model under the other script's id. With a translated
+vector and no BM25 hit, each dense hit's passage gets its cosine with that vector (`dense_checks`, from the
+stored vectors the k-NN hits carry: no extra request). Cosines are computed in process from the
 stored int8 vectors, never across models; ranking is not the adapter's (services.retrieval fuses). A
 node without the k-NN plugin (plain OpenSearch; Amazon OpenSearch Service has it) gets indices without
 k-NN fields, and a k-NN search the node rejects leaves the BM25 candidates alone (logged once).
@@ -59,7 +72,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,21 +84,25 @@ from ..domain.passages import (
     StoredPassage,
     document_passages,
     hit_source,
+    indexed_text,
     page_starts_of,
     pages_of,
 )
 from ..domain.segments import fragmented, target_segments
 from ..ports import (
+    EVIDENCE_DEPTH,
     DocumentInfo,
     Embedder,
     IndexState,
     QueryAnalysis,
+    ScriptEvidence,
     SearchBackend,
     SourceQuery,
     SourceResult,
     Vector,
+    across_other,
 )
-from .embedding import document_vectors, matching_cosines
+from .embedding import cosines, document_vectors, matching_cosines, passage_text
 from .opensearch_filters import METADATA_PROPERTIES, METADATA_TEMPLATES, filter_query, metadata_fields
 
 logger = logging.getLogger(__name__)
@@ -103,6 +120,10 @@ KNN_PASSAGES_PER_DOC = 4
 MAX_RESULT_WINDOW = 10_000
 # After the node rejects a k-NN search, searches skip it this long before trying again.
 DENSE_RETRY_S = 300.0
+# Passages read, embedded and updated per request of a backfill of a model added later (`ensure_indices`).
+BACKFILL_BATCH = 256
+# The passages mapping's `_meta` key naming the k-NN fields whose backfill has not finished.
+BACKFILL_PENDING = "kb_backfill_pending"
 # One bulk request stays under the smallest Amazon OpenSearch Service HTTP payload limit (10 MiB).
 BULK_MAX_BYTES = 8 * 1024 * 1024
 _HIT_FIELDS = [
@@ -465,6 +486,8 @@ class OpenSearchBackend(SearchBackend):
                 self._dense_unavailable(exc.error)
                 knn, body = False, self.index_templates(knn=False)[name]
                 client.indices.put_index_template(name=name, body=body, request_timeout=timeout)
+        # The k-NN fields before any move (a new index's copy has the old ones): the backfill's baseline.
+        mapped_before = self._mapped_knn_fields(timeout) if knn and self._embedder is not None else None
         for index, alias in (
             (self.passages_index, self.passages_alias),
             (self.documents_index, self.documents_alias),
@@ -484,16 +507,125 @@ class OpenSearchBackend(SearchBackend):
         self._knn_fields = frozenset()
         if knn and self._embedder is not None:
             properties = self.knn_properties()
+            # Passages of a model's field new to the index (or of one an interrupted backfill left) get its
+            # vectors; the pending mark goes in with the fields, so an interruption resumes at the next run.
+            pending: list[str] = []
+            if mapped_before is not None:
+                fields, left = mapped_before
+                pending = sorted((set(properties) - fields) | (left & set(properties)))
+            mapping: dict[str, Any] = {"properties": properties}
+            if pending:
+                mapping["_meta"] = {BACKFILL_PENDING: pending}
             try:  # a model added since the index was made gets its field (a no-op when present)
-                client.indices.put_mapping(
-                    index=self.passages_alias, body={"properties": properties}, request_timeout=timeout
-                )
+                client.indices.put_mapping(index=self.passages_alias, body=mapping, request_timeout=timeout)
                 self._knn_fields = frozenset(properties)
             except RequestError as exc:
                 if not _no_knn(exc):
                     raise
                 self._dense_unavailable(exc.error)
+                pending = []
+            if pending:
+                self._backfill_vectors(pending)
+                client.indices.put_mapping(
+                    index=self.passages_alias,
+                    body={"_meta": {BACKFILL_PENDING: []}},
+                    request_timeout=timeout,
+                )
         self._ready = True
+
+    def _mapped_knn_fields(self, timeout: float) -> tuple[set[str], set[str]] | None:
+        """The k-NN fields every index behind the passages alias maps, and those an interrupted backfill
+        left pending (`_meta`); None when there is no passages index yet (nothing to backfill)."""
+        from opensearchpy.exceptions import NotFoundError
+
+        try:
+            found = self.client.indices.get_mapping(index=self.passages_alias, request_timeout=timeout)
+        except NotFoundError:
+            return None
+        if not found:
+            return None
+        fields: set[str] | None = None
+        left: set[str] = set()
+        for body in found.values():
+            mappings = body.get("mappings") or {}
+            mine = {f for f, m in (mappings.get("properties") or {}).items() if m.get("type") == "knn_vector"}
+            fields = mine if fields is None else fields & mine
+            left.update((mappings.get("_meta") or {}).get(BACKFILL_PENDING) or ())
+        return fields or set(), left
+
+    def _backfill_vectors(self, fields: Sequence[str]) -> None:
+        """Give the passages without a vector of a model (its k-NN field missing, `fields`) one, where the
+        embedder assigns the model to the passage's text (`models_for`, the text ingestion embeds). A
+        stored vector of the model (a row copied from an index without its field) is reused; the others
+        are embedded BACKFILL_BATCH at a time. Each row is updated only if unchanged since it was read
+        (`if_seq_no`): a row rewritten meanwhile was embedded by its write. Idempotent: a second run
+        finds only passages the model does not cover."""
+        embedder = self._embedder
+        if embedder is None:
+            return
+        by_field = {knn_field(m): m for m in embedder.models}
+        for field in fields:
+            model = by_field.get(field)
+            if model is None:
+                continue
+            after: list[Any] | None = None
+            seen = written = 0
+            while True:
+                body: dict[str, Any] = {
+                    "size": BACKFILL_BATCH,
+                    "sort": [
+                        {"doc_key": "asc"},
+                        {"passage_no": {"order": "asc", "unmapped_type": "integer"}},
+                    ],
+                    "query": {"bool": {"must_not": [{"exists": {"field": field}}]}},
+                    "seq_no_primary_term": True,
+                    "_source": ["title", "headings", "text", *_VECTOR_FIELDS],
+                }
+                if after is not None:
+                    body["search_after"] = after
+                hits = self.client.search(
+                    index=self.passages_alias, body=body, request_timeout=max(self._timeout_s, 30.0)
+                )["hits"]["hits"]
+                seen += len(hits)
+                written += self._backfill_batch(model, hits)
+                if len(hits) < BACKFILL_BATCH:
+                    break
+                after = hits[-1]["sort"]
+                logger.info("backfilling %s: %d passages read, %d given vectors so far", model, seen, written)
+            logger.info("backfilled %s: %d passages read, %d given vectors", model, seen, written)
+
+    def _backfill_batch(self, model: str, hits: list[dict[str, Any]]) -> int:
+        """One batch of `_backfill_vectors`: the vectors of `model` of the rows it covers, as partial
+        updates of their stored vectors and k-NN field; the number of rows written."""
+        embedder = self._embedder
+        if embedder is None:
+            return 0
+        mine: list[tuple[dict[str, Any], dict[str, Vector], str]] = []
+        for h in hits:
+            src = h["_source"]
+            text = passage_text(
+                src.get("title") or "", indexed_text(src.get("headings"), src.get("text") or "")
+            )
+            if model in embedder.models_for(text):
+                mine.append((h, _stored_vectors(src), text))
+        missing = [text for _, stored, text in mine if model not in stored]
+        embedded = iter(embedder.embed_passages(missing, [model]) if missing else [])
+        lines: list[dict[str, Any]] = []
+        for h, stored, _ in mine:
+            vs = [stored[model]] if model in stored else next(embedded)
+            vector = next((v for v in vs if v.model == model), None)
+            if vector is None:
+                continue
+            every = {**stored, model: vector}
+            change = {
+                "vectors": {m: base64.b64encode(v.data).decode("ascii") for m, v in every.items()},
+                **knn_value(vector),
+            }
+            meta = {"_index": h["_index"], "_id": h["_id"], "if_seq_no": h["_seq_no"]}
+            lines += [{"update": {**meta, "if_primary_term": h["_primary_term"]}}, {"doc": change}]
+        if lines:
+            self._bulk([lines], tolerate=(409,))  # 409: rewritten since it was read (embedded by its write)
+        return len(lines) // 2
 
     def _map_metadata(self, alias: str, timeout: float) -> None:
         """Indices made before metadata filters get its typed fields and templates (a no-op when present):
@@ -674,10 +806,12 @@ class OpenSearchBackend(SearchBackend):
         viewer: Viewer,
         vectors: Sequence[Vector] = (),
         dense: bool | None = None,
+        evidence: Vector | None = None,
     ) -> list[dict[str, Any]]:
         """The `_msearch` body: per source a header and a collapsed, filtered, thresholded BM25 search (with
         the passage vectors when there are query vectors) and, unless the dense stage is off, one more entry
-        per vector: the k-NN search on its model's field, for `dense_k` documents."""
+        per vector: the k-NN search on its model's field, for `dense_k` documents; then, with an `evidence`
+        vector, its k-NN search for EVIDENCE_DEPTH documents (the gate's evidence: it never ranks)."""
         body: list[dict[str, Any]] = []
         matched = text_query(text)
         visible = acl_filter(viewer)
@@ -703,13 +837,17 @@ class OpenSearchBackend(SearchBackend):
                     **common,
                 }
             )
-            for v in vectors if dense and q.dense_k else ():
-                k = min(q.dense_k * KNN_PASSAGES_PER_DOC, 10_000)
-                knn = {"vector": knn_bytes(v), "k": k}
+            if not (dense and q.dense_k):
+                continue
+            nearest = [(v, q.dense_k) for v in vectors]
+            if evidence is not None:
+                nearest.append((evidence, EVIDENCE_DEPTH))
+            for v, size in nearest:
+                knn = {"vector": knn_bytes(v), "k": min(size * KNN_PASSAGES_PER_DOC, 10_000)}
                 body.append({"index": self.passages_alias})
                 body.append(
                     {
-                        "size": q.dense_k,
+                        "size": size,
                         "query": {
                             "knn": {knn_field(v.model): {**knn, "filter": {"bool": {"filter": filters}}}}
                         },
@@ -746,7 +884,7 @@ class OpenSearchBackend(SearchBackend):
         started = time.perf_counter()
         vectors = query.vectors
         dense = self._dense_on(vectors[0] if vectors else None)
-        body = self.search_body(queries, query.lexical, viewer, vectors, dense)
+        body = self.search_body(queries, query.lexical, viewer, vectors, dense, query.evidence)
         try:  # the read path only reads: indices are made at deploy/admin time (`prepare`, ingestion)
             raw = self.msearch(body, max(q.timeout_s for q in queries) + 1.0)
         except transport_errors() as exc:  # transport failures of the one round trip fail every source
@@ -756,15 +894,15 @@ class OpenSearchBackend(SearchBackend):
         responses = iter(raw.get("responses", []))
         results: list[SourceResult] = []
         for q in queries:
-            # One k-NN response per query vector when the dense stage runs for this source.
-            want = 1 + (len(vectors) if dense and q.dense_k else 0)
+            # One k-NN response per query vector (and one of the evidence vector) when the dense stage runs.
+            want = 1 + (len(vectors) + (query.evidence is not None) if dense and q.dense_k else 0)
             entries = list(itertools.islice(responses, want))
             if len(entries) < want:  # a short response never becomes "no results"
                 results.append(
                     SourceResult(q.key, error=SourceFailure("unavailable", "missing msearch response"))
                 )
                 continue
-            results.append(self._source_result(q, entries[0], entries[1:], vectors, elapsed))
+            results.append(self._source_result(q, entries[0], entries[1:], query, elapsed))
         return results
 
     def _source_result(
@@ -772,10 +910,13 @@ class OpenSearchBackend(SearchBackend):
         q: SourceQuery,
         response: dict[str, Any],
         knn_responses: list[dict[str, Any]],
-        vectors: Sequence[Vector],
+        query: QueryAnalysis,
         ms: float,
     ) -> SourceResult:
-        """One source's lexical candidates (with their passages' cosines) and dense candidates."""
+        """One source's lexical candidates (with their passages' cosines) and dense candidates; with the
+        query's evidence vector, what the multilingual model saw (`ScriptEvidence`); with its translated
+        vector and no lexical candidate, each dense candidate's cosine with it (`dense_checks`)."""
+        vectors = query.vectors
         result = SourceResult(q.key, ms=response.get("took", ms))
         result.error = _sub_failure(response) or next(
             (f for f in map(self._dense_failure, knn_responses) if f is not None), None
@@ -785,10 +926,19 @@ class OpenSearchBackend(SearchBackend):
         raw_hits = response["hits"]["hits"]
         result.hits = [_hit(q.key, h) for h in raw_hits]
         result.cosines = _cosines(vectors, raw_hits) if vectors else [None] * len(raw_hits)
-        result.dense = sorted(
-            (p for v, r in zip(vectors, knn_responses, strict=False) for p in self._dense_hits(q.key, v, r)),
-            key=lambda p: -p[1],
-        )
+        per_vector = [
+            self._dense_hits(q.key, v, r)
+            for v, r in zip(vectors, knn_responses[: len(vectors)], strict=False)
+        ]
+        dense = sorted((d for found in per_vector for d in found), key=lambda d: -d.cosine)
+        result.dense = [(d.hit, d.cosine) for d in dense]
+        evidence = query.evidence
+        if evidence is not None and len(knn_responses) > len(vectors) and "hits" in knn_responses[-1]:
+            own = self._dense_hits(q.key, evidence, knn_responses[-1])
+            result.evidence = _script_evidence(evidence, own, vectors, per_vector)
+        translated = query.translated
+        if translated is not None and not result.hits:  # the no-match check of dense-only candidates
+            result.dense_checks = cosines(translated, [d.stored.get(translated.model) for d in dense])
         return result
 
     def _dense_failure(self, response: dict[str, Any]) -> SourceFailure | None:
@@ -800,17 +950,18 @@ class OpenSearchBackend(SearchBackend):
         return _sub_failure(response)
 
     @staticmethod
-    def _dense_hits(source_key: str, vector: Vector, response: dict[str, Any]) -> list[tuple[Hit, float]]:
-        """The k-NN sub-search's documents, best first, with the cosine of their passage (same model only)."""
+    def _dense_hits(source_key: str, vector: Vector, response: dict[str, Any]) -> list[_DenseHit]:
+        """The k-NN sub-search's documents, best first, with the cosine of their passage (same model only)
+        and the passage's stored vectors."""
         if "hits" not in response:  # rejected: see `_dense_failure`
             return []
         raw_hits = response["hits"]["hits"]
         found = [
-            (replace(_hit(source_key, h), score=c), c)
+            _DenseHit(replace(_hit(source_key, h), score=c), c, _stored_vectors(h["_source"]))
             for h, c in zip(raw_hits, _cosines([vector], raw_hits), strict=True)
             if c is not None
         ]
-        return sorted(found, key=lambda pair: -pair[1])
+        return sorted(found, key=lambda d: -d.cosine)
 
     def passage_candidates(
         self, hits: Sequence[Hit], query: QueryAnalysis, per_doc: int, timeout_s: float
@@ -1402,6 +1553,32 @@ def _stored_vectors(src: dict[str, Any]) -> dict[str, Vector]:
     if src.get("vector") and src.get("vector_model"):
         found.setdefault(src["vector_model"], Vector(src["vector_model"], base64.b64decode(src["vector"])))
     return found
+
+
+@dataclass(frozen=True)
+class _DenseHit:
+    """A k-NN sub-search's document: its hit, its passage's cosine with the query vector and the
+    passage's stored vectors by model."""
+
+    hit: Hit
+    cosine: float
+    stored: dict[str, Vector]
+
+
+def _script_evidence(
+    evidence: Vector, own: list[_DenseHit], vectors: Sequence[Vector], per_vector: list[list[_DenseHit]]
+) -> ScriptEvidence:
+    """What the multilingual model saw of a source: the evidence vector's nearest documents (best passage
+    each, own script) and the best hit of the dense stage of the same model under the other script's id
+    (`across_other`), each with its stored vector (like the embedded backend's `_evidence`)."""
+    other_model = across_other(evidence.model)
+    best = next(
+        (found[:1] for v, found in zip(vectors, per_vector, strict=False) if v.model == other_model), []
+    )
+    return ScriptEvidence(
+        own=tuple((d.cosine, d.stored[evidence.model]) for d in own[:EVIDENCE_DEPTH]),
+        other=next(((d.cosine, d.stored[other_model]) for d in best), None),
+    )
 
 
 def _cosines(queries: Sequence[Vector], raw_hits: list[dict[str, Any]]) -> list[float | None]:
