@@ -17,8 +17,9 @@ score, the tool by RRF and its `rerank`), what they charge and what they return.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from ..domain.analyzer import has_cjk
 from ..domain.citing import CITE_PASSAGES, NEIGHBOUR_RADIUS, cite
@@ -41,6 +42,7 @@ from ..ports import (
 )
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 DocKey = tuple[str, str]
 
@@ -267,21 +269,24 @@ class Retrieval:
         return self._backend.get_documents(list(dict.fromkeys((h.source_key, h.doc_id) for h in hits)))
 
 
+def _guarded(embed: Callable[[], _T], failing: str) -> _T | None:
+    """`embed()`, or None when the model fails to load or run (logged as `failing`, without the text: the
+    query then ranks without that model rather than failing)."""
+    try:
+        return embed()
+    except Exception as exc:
+        from ..adapters.embedding import ModelError
+
+        logger.warning("%s: %s", failing, exc if isinstance(exc, ModelError) else type(exc).__name__)
+        return None
+
+
 def query_vector(embedder: Embedder | None, text: str) -> Vector | None:
     """The query's vector, or None: no embedder, no model for its script, or a model that fails to load or
     run (logged, without the text: the query then ranks by BM25 alone rather than failing)."""
     if embedder is None:
         return None
-    try:
-        return embedder.embed_query(text)
-    except Exception as exc:
-        from ..adapters.embedding import ModelError
-
-        logger.warning(
-            "embedding model failed, ranking by BM25 alone: %s",
-            exc if isinstance(exc, ModelError) else type(exc).__name__,
-        )
-        return None
+    return _guarded(lambda: embedder.embed_query(text), "embedding model failed, ranking by BM25 alone")
 
 
 def query_across(embedder: Embedder | None, text: str) -> tuple[Vector, Vector] | None:
@@ -289,16 +294,9 @@ def query_across(embedder: Embedder | None, text: str) -> tuple[Vector, Vector] 
     none, or one that fails (logged without the text: the query then ranks as without it)."""
     if embedder is None:
         return None
-    try:
-        return embedder.embed_across(text)
-    except Exception as exc:
-        from ..adapters.embedding import ModelError
-
-        logger.warning(
-            "multilingual embedding model failed, ranking without it: %s",
-            exc if isinstance(exc, ModelError) else type(exc).__name__,
-        )
-        return None
+    return _guarded(
+        lambda: embedder.embed_across(text), "multilingual embedding model failed, ranking without it"
+    )
 
 
 def query_vectors(embedder: Embedder | None, text: str, expansion: str = "") -> list[Vector]:
