@@ -91,6 +91,35 @@ def write_model(root: Path, name: str, **manifest: object) -> None:
         (d / "tokenizer.json").write_text("{}")
 
 
+def test_i24_two_scripts_cosines_of_one_document_are_never_compared_raw() -> None:
+    """R-HYBRID / I-24 (demo-en q183): a document whose BM25 passage is English (bge cosine 0.778) and whose
+    nearest passage is bilingual, so of the CJK group (multilingual cosine 0.796: that model's cosines run
+    higher) keeps the cosine that scales best within its own script, not the raw larger number; blend and
+    rrf keep their better raw one."""
+    lexical = [
+        hit("sla", 28.0, "Ticket priority (P1-P4) is different from the incident severity (SEV1-SEV4)"),
+        hit("bilingual", 15.0, "| 优先级 Priority | L1 → L2 最长停留 |"),
+        hit("incident", 13.0, "Escalate if impact grows after 60 minutes (SEV2)"),
+    ]
+    dense = [
+        (hit("bilingual", 0.0, "L1 满足以下任一条件必须升级 / L1 must escalate when"), 0.827),
+        (hit("export", 0.0, "device_id,device_name 冷库 A-03"), 0.808),
+        (hit("sla", 0.0, "| Languages | English, 中文 |"), 0.796),
+        (hit("audit", 0.0, "审计日志 audit log"), 0.770),
+    ]
+    ranking = HybridRanking()
+    fused = ranking.fuse(lexical, [0.778, 0.812, 0.679], dense, 5, 0.0, across=Across(False, True))
+    scores = {h.doc_id: h.score for h in fused}
+    assert fused[0].doc_id == "sla"
+    assert scores["sla"] == pytest.approx(28.0)  # its English cosine is the English group's best: 1.0
+    assert scores["incident"] == pytest.approx(0.4 * 13.0)  # the English group's least
+    assert scores["bilingual"] == pytest.approx(0.4 * 15.0 + 0.6 * 28.0)  # the CJK group's best
+    # The cited passage stays the BM25 one whichever cosine a document keeps.
+    assert fused[0].passage.startswith("Ticket priority")
+    raw = HybridRanking(fusion="blend").fuse(lexical, [0.778, 0.812, 0.679], dense, 5, 0.0)
+    assert {h.doc_id: h.score for h in raw}["sla"] == pytest.approx(0.4 * 28.0 + 0.6 * 28.0 * 0.796)
+
+
 def test_i24_the_multilingual_model_is_stored_per_script(tmp_path: Path) -> None:
     """R-HYBRID / I-24: beside a model per script, the multilingual model's vectors are stored under one
     id per script (its dense stage over one id reads only that script's passages, on every backend); a

@@ -3,7 +3,10 @@
 Candidates are the union of BM25's top `pool` documents and the vector stage's top `dense` documents (the
 best passage of each, by cosine with a query vector of the same model: the query's own, or its
 translation's — adapters.embedding.query_vectors). Each candidate has a BM25 score (0 when BM25 did not
-return it) and a cosine (the better of its BM25 passage's and its dense passage's). A BM25 candidate with
+return it) and a cosine (the better of its BM25 passage's and its dense passage's; when they are of two
+scripts, so from two models, the one that scales better within its own script under blend-norm — raw
+cosines of two models are never compared: a multilingual cosine of 0.80 is not nearer than a bge 0.78,
+bench/QUALITY.md "Two models' cosines of one document"). A BM25 candidate with
 no vector of a query vector's model has no semantic evidence either way: it keeps its BM25 score (blend)
 or its BM25 rank alone (rrf). Three fusions; the default is blend-norm with w = 0.4, chosen on the tuning
 splits only (bench/QUALITY.md: SciFact train and the five XQuAD tuning halves, with cross-lingual query
@@ -146,6 +149,31 @@ class HybridRanking:
             return check >= self.floor_for(cjk)
         return raw >= self.no_match_floor_across and not across.checks
 
+    def _cosines(
+        self, seen: list[dict[bool, float]], scripts: list[bool], across: Across | None
+    ) -> tuple[list[float | None], list[bool], list[float | None]]:
+        """Per document, the cosine fusion uses, its passage's script and that passage's raw cosine. Two
+        scripts' cosines come from two models on different scales and are never compared raw: under
+        blend-norm each is first scaled within its script (over every document's best passage of that
+        script) and a document keeps its better scaled one; under blend and rrf, its better raw one.
+        `scripts`: each document's first passage's script, kept by a document without a cosine."""
+        if self.fusion == "blend-norm":
+            least: dict[bool, float] = {}
+            if across is not None and not across.open and any(across.question_cjk in s for s in seen):
+                least[not across.question_cjk] = self.across_spread  # a cosine of the question's own script
+            flat = [(k, c) for s in seen for k, c in s.items()]
+            scaled = _normalized([c for _, c in flat], [k for k, _ in flat], least)
+            values = iter(zip(flat, scaled, strict=True))  # not None: every input is a cosine
+            by: list[dict[bool, float]] = [
+                {k: v or 0.0 for (k, _), v in (next(values) for _ in s)} for s in seen
+            ]
+        else:
+            by = seen
+        cjk = [max(b, key=b.__getitem__, default=k) for b, k in zip(by, scripts, strict=True)]
+        cos = [b.get(k) for b, k in zip(by, cjk, strict=True)]
+        raw = [s.get(k) for s, k in zip(seen, cjk, strict=True)]
+        return cos, cjk, raw
+
     def fuse(
         self,
         lexical: list[Hit],
@@ -165,34 +193,35 @@ class HybridRanking:
         order: dict[str, int] = {}
         hits: list[Hit] = []
         bm25: list[float] = []
-        cos: list[float | None] = []
-        cjk: list[bool] = []  # the script of the passage each cosine comes from
+        seen: list[dict[bool, float]] = []  # per document, its best passage's cosine per script
+        scripts: list[bool] = []  # per document, its first passage's script
+        checks = across.checks if across is not None else ()
+        check: list[dict[bool, float | None]] = []  # per document and script, that passage's check
         for hit, c in zip(lexical, lexical_cosines, strict=True):
             order[hit.doc_id] = len(hits)
             hits.append(hit)
             bm25.append(hit.score)
-            cos.append(c)
-            cjk.append(has_cjk(hit.passage))
+            scripts.append(has_cjk(hit.passage))
+            seen.append({} if c is None else {scripts[-1]: c})
+            check.append({})
         dense_rank: dict[str, int] = {}
-        checks = across.checks if across is not None else ()
-        check: list[float | None] = [None] * len(hits)
         for rank, (hit, c) in enumerate(dense):
             dense_rank.setdefault(hit.doc_id, rank)
             i = order.get(hit.doc_id)
             if i is None:
-                order[hit.doc_id] = len(hits)
+                order[hit.doc_id] = i = len(hits)
                 hits.append(hit)
                 bm25.append(0.0)
-                cos.append(c)
-                cjk.append(has_cjk(hit.passage))
-                check.append(checks[rank] if rank < len(checks) else None)
-            elif cos[i] is None or c > cos[i]:  # type: ignore[operator]
-                cos[i] = c
-                cjk[i] = has_cjk(hit.passage)
-                check[i] = checks[rank] if rank < len(checks) else None
+                seen.append({})
+                check.append({})
+                scripts.append(has_cjk(hit.passage))
+            script = has_cjk(hit.passage)
+            if script not in seen[i] or c > seen[i][script]:
+                seen[i][script] = c
+                check[i][script] = checks[rank] if rank < len(checks) else None
         if not hits:
             return []
-        raw = list(cos)
+        cos, cjk, raw = self._cosines(seen, scripts, across)
         scale = max(bm25) if lexical and max(bm25) > 0 else 1.0
         if self.fusion == "rrf":
             k = self.rrf_k
@@ -207,13 +236,6 @@ class HybridRanking:
                 for i, h in enumerate(hits)
             ]
         else:
-            if self.fusion == "blend-norm":
-                least: dict[bool, float] = {}
-                if across is not None and not across.open:
-                    other = not across.question_cjk
-                    if any(k != other and c is not None for c, k in zip(cos, cjk, strict=True)):
-                        least[other] = self.across_spread
-                cos = _normalized(cos, cjk, least)
             scores = [
                 b if c is None else self.weight * b + (1.0 - self.weight) * scale * c
                 for b, c in zip(bm25, cos, strict=True)
@@ -223,6 +245,6 @@ class HybridRanking:
         else:  # equal scores (each script's best is 1.0): the question's own language first
             ranked = sorted(range(len(hits)), key=lambda i: (-scores[i], cjk[i] != across.question_cjk))
         if floored and not lexical:  # every hit is dense-only, its raw cosine not None
-            ranked = [i for i in ranked if self._answers(raw[i], cjk[i], check[i], across)]  # type: ignore[arg-type]
+            ranked = [i for i in ranked if self._answers(raw[i], cjk[i], check[i].get(cjk[i]), across)]  # type: ignore[arg-type]
         kept = [i for i in ranked if scores[i] >= min_score][:top_k]  # only these are copied with a score
         return [replace(hits[i], score=scores[i]) for i in kept]
