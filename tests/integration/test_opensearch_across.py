@@ -185,6 +185,14 @@ def test_a_search_across_evidence_never_ranks(opensearch_url: str, prefix: str) 
     assert by_doc["pump-b"] == pytest.approx(_cos(QUERY_VECTORS[0].data, VECTORS["Pump B"]["bge-en"]))
     # No dense candidate carries an evidence cosine: Pump C's m-e5.en one (0.71) is no candidate's score.
     assert {round(c, 4) for _, c in mixed.dense} == {round(c, 4) for _, c in plain.dense}
+    # Each cosine says its model (fusion scales it with that model's passages: Embedder.cjk_model).
+    assert len(plain.cosine_models) == len(plain.hits) and len(plain.dense_models) == len(plain.dense)
+    for hit, model in zip(plain.hits, plain.cosine_models, strict=True):
+        assert model == ("m-e5.zh" if hit.doc_id.startswith("zh-") else "bge-en")
+    for (hit, c), model in zip(plain.dense, plain.dense_models, strict=True):
+        assert model == ("m-e5.zh" if hit.doc_id.startswith("zh-") else "bge-en")
+        stored = VECTORS[{d.doc_id: d.title for d in DOCS}[hit.doc_id]][model]
+        assert c == pytest.approx(_cos(dict((v.model, v.data) for v in QUERY_VECTORS)[model], stored))
 
 
 def test_a_search_across_dense_checks_without_lexical_match(opensearch_url: str, prefix: str) -> None:

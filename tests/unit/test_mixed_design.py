@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from knowledge_core.adapters.embedding import OnnxEmbedder, across_ids
 from knowledge_core.domain.hybrid import Across, HybridRanking, unit_cosine
-from knowledge_core.ports import Hit, QueryAnalysis, ScriptEvidence, SourceQuery
+from knowledge_core.ports import Hit, QueryAnalysis, ScriptEvidence, SourceQuery, Vector
 
 from tests.fake_embedder import MixedEmbedder, topic_vector
 
@@ -193,6 +194,46 @@ def test_i24_sqlite_reports_the_multilingual_evidence(tmp_path: Path) -> None:
     assert not empty.hits and len(empty.dense_checks) == len(empty.dense)
     checks = {h.doc_id: c for (h, _), c in zip(empty.dense, empty.dense_checks, strict=True)}
     assert checks["en-bat"] == pytest.approx(1.0, abs=0.01) and checks["zh-bat"] is None
+
+
+def test_i24_a_cosine_is_scaled_by_its_model_not_by_the_cited_text(tmp_path: Path) -> None:
+    """SPEC 无匹配不强塞文档 / R-HYBRID / I-24 (a newcomer's walk): an English body under a Chinese title is
+    embedded as a CJK passage (title and text are embedded together), so its cosines come from the CJK
+    models whatever script the cited text shows. The backend says each cosine's model, and fusion takes
+    the model's script (`Embedder.cjk_model`): an English question that BM25 matches nowhere no longer
+    gets that passage through the English floor with a multilingual cosine (0.69 ≥ 0.52), but must pass the
+    other script's check (no translation: 0.80)."""
+    from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
+    from knowledge_core.domain.models import Document, DocumentAcl, Viewer
+    from knowledge_core.services.retrieval import Retrieval
+
+    class Leaning(MixedEmbedder):
+        def embed_passages(self, texts: Any, models: Any = None) -> list[list[Vector]]:
+            return [
+                [topic_vector(v.model, 1, 40 if v.model == "multi.zh" else 0) for v in vs]
+                for vs in super().embed_passages(texts, models)
+            ]
+
+    embedder = Leaning()
+    assert [embedder.cjk_model(m) for m in embedder.models] == [False, True, True, False]
+    backend = SqliteFtsBackend(tmp_path / "kb.sqlite3", embedder=embedder)
+    acl = DocumentAcl(tenant="t")
+    backend.put_documents(
+        [Document(source_key="s@1", doc_id="roses", title="花园", body="Roses need water", acl=acl)]
+    )
+    other, evidence = embedder.embed_across("garden plants")  # type: ignore[misc]
+    own = embedder.embed_query("garden plants")
+    query = QueryAnalysis("garden plants", "", (own, other), evidence=evidence)  # type: ignore[arg-type]
+    viewer = Viewer(tenant="t", subject="u")
+    [result] = backend.search([SourceQuery("s@1", 5, float("-inf"), dense_k=5)], query, viewer)
+    assert not result.hits and [h.doc_id for h, _ in result.dense] == ["roses"]
+    assert result.dense_models == ["multi.zh"] and result.dense[0][1] == pytest.approx(87 / 127, abs=0.01)
+    retrieval = Retrieval(backend, embedder=embedder)
+    assert retrieval.rank(result, 0.0, query).hits == []  # the other script's rule: 0.69 < 0.80
+    assert [h.doc_id for h in retrieval.rank(result, 0.0, query, cut=False).hits] == ["roses"]
+    # Without the models (a backend that does not say them), the cited text decides, as before.
+    result.dense_models = []
+    assert [h.doc_id for h in retrieval.rank(result, 0.0, query).hits] == ["roses"]
 
 
 def test_i24_kb_models_fetch_writes_the_multilingual_manifest(

@@ -236,6 +236,11 @@ class SourceResult:
     # translated vector (None: no stored vector of that model), the no-match check.
     evidence: ScriptEvidence | None = None
     dense_checks: list[float | None] = field(default_factory=list)
+    # The model each cosine comes from (`cosines`: per lexical hit, None without one; `dense`: per entry), so
+    # fusion scales it with the cosines of that model's passages (`Embedder.cjk_model`) whatever script the
+    # cited text shows: a passage is embedded with its title and heading path, which may be of another script.
+    cosine_models: list[str | None] = field(default_factory=list)
+    dense_models: list[str] = field(default_factory=list)
 
 
 class QueryTranslator(ABC):
@@ -266,6 +271,13 @@ class Embedder(ABC):
     def models_for(self, text: str) -> tuple[str, ...]:
         """The models that embed `text` as a passage."""
         return self.models
+
+    def cjk_model(self, model: str) -> bool | None:
+        """Whether `model`'s stored vectors are of CJK passages (True), of Latin ones (False), or of both
+        (None: one model for both scripts, so its cosine takes its passage's script) — by which script's
+        texts `models_for` gives it (the multilingual model: one id per script, `across_ids`)."""
+        cjk, latin = model in self.models_for("中"), model in self.models_for("a")
+        return cjk if cjk != latin else None
 
     def embed_across(self, text: str) -> tuple[Vector, Vector] | None:
         """The query by a multilingual model (the mixed design), once, as two vectors of the same bytes:

@@ -424,6 +424,12 @@ def matching_cosines(queries: Sequence[Vector], stored: Sequence[Mapping[str, Ve
     return result
 
 
+def matching_models(queries: Sequence[Vector], stored: Sequence[Mapping[str, Vector]]) -> list[str | None]:
+    """Per candidate, the model `matching_cosines` compares it by: the first query vector's model it has a
+    vector of (None: none) — the scale its cosine runs on (domain.hybrid groups cosines by it)."""
+    return [next((q.model for q in queries if q.model in s), None) for s in stored]
+
+
 def passage_text(title: str, passage: str) -> str:
     """What a passage's vector embeds: its parent's title and its own text."""
     return f"{title}\n\n{passage}" if title else passage

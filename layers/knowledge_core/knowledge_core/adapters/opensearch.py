@@ -102,7 +102,7 @@ from ..ports import (
     Vector,
     across_other,
 )
-from .embedding import cosines, document_vectors, matching_cosines, passage_text
+from .embedding import cosines, document_vectors, matching_cosines, matching_models, passage_text
 from .opensearch_filters import METADATA_PROPERTIES, METADATA_TEMPLATES, filter_query, metadata_fields
 
 logger = logging.getLogger(__name__)
@@ -925,20 +925,26 @@ class OpenSearchBackend(SearchBackend):
             return result
         raw_hits = response["hits"]["hits"]
         result.hits = [_hit(q.key, h) for h in raw_hits]
-        result.cosines = _cosines(vectors, raw_hits) if vectors else [None] * len(raw_hits)
+        stored = [_stored_vectors(h["_source"]) for h in raw_hits]
+        result.cosines = matching_cosines(vectors, stored)
+        result.cosine_models = matching_models(vectors, stored)
         per_vector = [
             self._dense_hits(q.key, v, r)
             for v, r in zip(vectors, knn_responses[: len(vectors)], strict=False)
         ]
-        dense = sorted((d for found in per_vector for d in found), key=lambda d: -d.cosine)
-        result.dense = [(d.hit, d.cosine) for d in dense]
+        dense = sorted(
+            ((d, v.model) for v, found in zip(vectors, per_vector, strict=False) for d in found),
+            key=lambda pair: -pair[0].cosine,
+        )
+        result.dense = [(d.hit, d.cosine) for d, _ in dense]
+        result.dense_models = [model for _, model in dense]
         evidence = query.evidence
         if evidence is not None and len(knn_responses) > len(vectors) and "hits" in knn_responses[-1]:
             own = self._dense_hits(q.key, evidence, knn_responses[-1])
             result.evidence = _script_evidence(evidence, own, vectors, per_vector)
         translated = query.translated
         if translated is not None and not result.hits:  # the no-match check of dense-only candidates
-            result.dense_checks = cosines(translated, [d.stored.get(translated.model) for d in dense])
+            result.dense_checks = cosines(translated, [d.stored.get(translated.model) for d, _ in dense])
         return result
 
     def _dense_failure(self, response: dict[str, Any]) -> SourceFailure | None:

@@ -6,7 +6,10 @@ translation's — adapters.embedding.query_vectors). Each candidate has a BM25 s
 return it) and a cosine (the better of its BM25 passage's and its dense passage's; when they are of two
 scripts, so from two models, the one that scales better within its own script under blend-norm — raw
 cosines of two models are never compared: a multilingual cosine of 0.80 is not nearer than a bge 0.78,
-bench/QUALITY.md "Two models' cosines of one document"). A BM25 candidate with
+bench/QUALITY.md "Two models' cosines of one document"). A cosine's script is that of the passages its
+model embeds (the backend names the model, `SourceResult.cosine_models` / `dense_models`), not the cited
+text's: a passage is embedded with its title and heading path, so an English section under a Chinese title
+is a CJK passage to the models. A BM25 candidate with
 no vector of a query vector's model has no semantic evidence either way: it keeps its BM25 score (blend)
 or its BM25 rank alone (rrf). Three fusions; the default is blend-norm with w = 0.4, chosen on the tuning
 splits only (bench/QUALITY.md: SciFact train and the five XQuAD tuning halves, with cross-lingual query
@@ -58,6 +61,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -93,6 +97,12 @@ def _normalized(
             if k == g and c is not None:
                 out[i] = (c - lo) / spread if spread > 0 else 1.0
     return out
+
+
+def _script(given: Sequence[bool | None], i: int, passage: bool) -> bool:
+    """The script a cosine is scaled with: the one given for its model, else its passage's."""
+    known = given[i] if i < len(given) else None
+    return passage if known is None else known
 
 
 def unit_cosine(a: Vector, b: Vector) -> float:
@@ -183,26 +193,30 @@ class HybridRanking:
         min_score: float,
         floored: bool = True,
         across: Across | None = None,
+        scripts: tuple[Sequence[bool | None], Sequence[bool | None]] | None = None,
     ) -> list[Hit]:
         """BM25 hits (best first, with their passage's cosine) and dense hits (best first, with cosine),
         one per document each: the fused hits at or above `min_score`, best first (ties keep BM25 order,
         then dense order), at most `top_k`. A document in both keeps its BM25 passage. With no BM25 hit,
         only dense hits at or above their script's no-match floor count, unless `floored` is off (the
         ranking itself, as `kb eval` measures it without the doors' relevance decisions). `across`: the
-        mixed design's rules (module docstring)."""
+        mixed design's rules (module docstring). `scripts`: per lexical cosine and per dense hit, the script
+        of the passages its model embeds (None, or no `scripts`: its cited passage's own) — a passage is
+        embedded with its title and heading path, so its vector's script may not be its cited text's."""
         order: dict[str, int] = {}
         hits: list[Hit] = []
         bm25: list[float] = []
         seen: list[dict[bool, float]] = []  # per document, its best passage's cosine per script
-        scripts: list[bool] = []  # per document, its first passage's script
+        firsts: list[bool] = []  # per document, its first passage's script
         checks = across.checks if across is not None else ()
         check: list[dict[bool, float | None]] = []  # per document and script, that passage's check
-        for hit, c in zip(lexical, lexical_cosines, strict=True):
+        lexical_scripts, dense_scripts = scripts if scripts is not None else ((), ())
+        for n, (hit, c) in enumerate(zip(lexical, lexical_cosines, strict=True)):
             order[hit.doc_id] = len(hits)
             hits.append(hit)
             bm25.append(hit.score)
-            scripts.append(has_cjk(hit.passage))
-            seen.append({} if c is None else {scripts[-1]: c})
+            firsts.append(has_cjk(hit.passage))
+            seen.append({} if c is None else {_script(lexical_scripts, n, firsts[-1]): c})
             check.append({})
         dense_rank: dict[str, int] = {}
         for rank, (hit, c) in enumerate(dense):
@@ -214,14 +228,14 @@ class HybridRanking:
                 bm25.append(0.0)
                 seen.append({})
                 check.append({})
-                scripts.append(has_cjk(hit.passage))
-            script = has_cjk(hit.passage)
+                firsts.append(has_cjk(hit.passage))
+            script = _script(dense_scripts, rank, has_cjk(hit.passage))
             if script not in seen[i] or c > seen[i][script]:
                 seen[i][script] = c
                 check[i][script] = checks[rank] if rank < len(checks) else None
         if not hits:
             return []
-        cos, cjk, raw = self._cosines(seen, scripts, across)
+        cos, cjk, raw = self._cosines(seen, firsts, across)
         scale = max(bm25) if lexical and max(bm25) > 0 else 1.0
         if self.fusion == "rrf":
             k = self.rrf_k

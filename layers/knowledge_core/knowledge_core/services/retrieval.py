@@ -213,11 +213,30 @@ class Retrieval:
                 gate = self.ranking.across(result.evidence)
                 across = Across(has_cjk(query.text), gate, tuple(result.dense_checks))
             outcome.hits = self.ranking.fuse(
-                result.hits, result.cosines, result.dense, everything, min_score, floored=cut, across=across
+                result.hits,
+                result.cosines,
+                result.dense,
+                everything,
+                min_score,
+                floored=cut,
+                across=across,
+                scripts=self._scripts(result),
             )
         else:
             outcome.hits = [h for h in result.hits if h.score >= min_score]
         return outcome
+
+    def _scripts(self, result: SourceResult) -> tuple[list[bool | None], list[bool | None]] | None:
+        """Per lexical cosine and per dense hit, the script of the passages its model's vectors are of
+        (`Embedder.cjk_model`; None: its passage's own); None when the backend did not say the models."""
+        embedder = self._embedder
+        said = len(result.cosine_models) == len(result.hits) and len(result.dense_models) == len(result.dense)
+        if embedder is None or not said:
+            return None
+        models = {m for m in [*result.cosine_models, *result.dense_models] if m is not None}
+        known = {m: embedder.cjk_model(m) for m in models}
+        lexical = [known.get(m) if m else None for m in result.cosine_models]
+        return lexical, [known[m] for m in result.dense_models]
 
     def live_check(self, ranked: list[SourceOutcome], top_ks: Sequence[int], viewer: Viewer) -> Retrieved:
         """Each source's best `top_k` hits whose document, now, is still in that source, ready, visible to

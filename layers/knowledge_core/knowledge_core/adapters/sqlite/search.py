@@ -46,7 +46,7 @@ from ...ports import (
     Vector,
     across_other,
 )
-from ..embedding import document_vectors, matching_cosines, passage_text
+from ..embedding import document_vectors, matching_cosines, matching_models, passage_text
 from . import candidates, dense_index, rank
 from .candidates import Restriction
 from .db import BUSY_TIMEOUT_S, SqliteDatabase, statements, write_faults
@@ -354,18 +354,25 @@ class SqliteFtsBackend(SearchBackend):
                     result.hits, passage_ids = self._lexical(conn, q, match, viewer, plan, deadline)
                 if vectors and passage_ids:
                     stored = self._stored_vectors(conn, passage_ids, [v.model for v in vectors])
-                    result.cosines = matching_cosines(vectors, [stored.get(i, {}) for i in passage_ids])
+                    mine = [stored.get(i, {}) for i in passage_ids]
+                    result.cosines = matching_cosines(vectors, mine)
+                    result.cosine_models = matching_models(vectors, mine)
                 else:
                     result.cosines = [None] * len(result.hits)
                 if vectors and q.dense_k:
                     # One scan per query vector (its own model's passages); a document keeps its best cosine.
                     found = {v.model: self._dense_rows(conn, q, v, viewer, plan) for v in vectors}
-                    ranked = sorted((row for rows in found.values() for row in rows), key=lambda p: -p[1])
-                    result.dense = [(hit, c) for hit, c, _ in ranked]
+                    ranked = sorted(
+                        ((hit, c, p, model) for model, rows in found.items() for hit, c, p in rows),
+                        key=lambda row: -row[1],
+                    )
+                    result.dense = [(hit, c) for hit, c, _, _ in ranked]
+                    result.dense_models = [model for *_, model in ranked]
                     if query.evidence is not None:
                         result.evidence = self._evidence(conn, q, query.evidence, viewer, plan, found)
                     if query.translated is not None and not result.hits:
-                        result.dense_checks = self._checks(conn, query.translated, [p for *_, p in ranked])
+                        passages = [p for _, _, p, _ in ranked]
+                        result.dense_checks = self._checks(conn, query.translated, passages)
         except sqlite3.OperationalError as exc:
             kind = "timeout" if "interrupt" in str(exc) else "unavailable"
             return SourceResult(key=q.key, error=SourceFailure(kind))
