@@ -134,6 +134,32 @@ def test_i24_no_word_match_no_padding_at_any_door(translated_hybrid_world: World
     assert len(world.c.knowledge.rank(PRINCIPAL, "kb", question, 3, cut=False)) == 3
 
 
+KETTLE = (
+    "kettle-en",
+    "Electric Kettle Care / 电热水壶保养",
+    "## Safety\n\nNever immerse the base in water. Unplug the kettle before cleaning.",
+)
+
+
+def test_i24_no_padding_under_a_title_of_the_other_script(translated_hybrid_world: World) -> None:
+    """无匹配不强塞文档 / R-HYBRID (issue 24, a newcomer's walk): an English section under a bilingual title
+    is embedded with its title, so as a Chinese passage; its cosines are the Chinese side's models' and
+    face that side's no-match check, whatever script the cited text shows. A question sharing no word with the
+    source gets no document through search or the agent tool (it got the kettle at 0.600 when fusion took
+    the script from the cited text); a question about kettles still finds it."""
+    world = translated_hybrid_world
+    key, agent = _one_source_world(world)
+    world.ingest(doc(key, *KETTLE))
+    for n, question in enumerate(["quantum chromodynamics on a lattice", "量子计算机的原理"]):
+        hints = world.c.knowledge.search(PRINCIPAL, "kb", SearchRequest(query=question, limit=3)).wire()
+        assert hints["hints"] == [], hints
+        assert _tool(world, agent, "knowledge_search", question, 10 + n) == []
+    found = world.c.knowledge.search(
+        PRINCIPAL, "kb", SearchRequest(query="unplug the kettle", limit=3)
+    ).wire()
+    assert [h["title"] for h in found["hints"]][:1] == [KETTLE[1]]
+
+
 def test_k_pipe_tool_call_on_opensearch_is_three_batched_requests(translated_hybrid_world: World) -> None:
     """K-PIPE: a hybrid tool call makes three OpenSearch requests whatever the number of hits, never one per
     hit: the `_msearch` of candidates (BM25 and k-NN of every source), one `_msearch` of the shown hits' best
