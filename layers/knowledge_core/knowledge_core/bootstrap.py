@@ -8,6 +8,7 @@ OpenSearch or SQLite FTS5."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -139,7 +140,8 @@ class Container:
 
         try:
             model = OnnxEmbedder(
-                self.settings.embedding_model_dir, cross_script=self.settings.embedding_cross_script
+                self.settings.embedding_model_dir.split(os.pathsep),
+                cross_script=self.settings.embedding_cross_script,
             )
         except ModelError as exc:
             self.embedding_error = str(exc)

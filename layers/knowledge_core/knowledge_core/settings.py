@@ -41,7 +41,8 @@ class Settings(BaseModel):
     secret_refresh_seconds: float = Field(60.0, ge=1, le=3600)
     registry_cache_seconds: float = Field(2.0, ge=0, le=60)
     region: str = "us-east-1"
-    # Hybrid ranking (domain.hybrid): a model directory from `kb models fetch` turns it on.
+    # Hybrid ranking (domain.hybrid): a model directory from `kb models fetch` turns it on (or several,
+    # joined by os.pathsep: kb serve passes the cache's usable ones when its multilingual model is not).
     embedding_model_dir: str | None = None
     embedding_cache: str | None = None  # a SQLite file remembering passage vectors (local use)
     # Passages embedded by every covering model, not only the one for their script (adapters.embedding).
