@@ -160,17 +160,18 @@ class HybridRanking:
         return raw >= self.no_match_floor_across and not across.checks
 
     def _cosines(
-        self, seen: list[dict[bool, float]], scripts: list[bool], across: Across | None
+        self, seen: list[dict[bool, float]], firsts: list[bool], across: Across | None
     ) -> tuple[list[float | None], list[bool], list[float | None]]:
         """Per document, the cosine fusion uses, its passage's script and that passage's raw cosine. Two
         scripts' cosines come from two models on different scales and are never compared raw: under
         blend-norm each is first scaled within its script (over every document's best passage of that
         script) and a document keeps its better scaled one; under blend and rrf, its better raw one.
-        `scripts`: each document's first passage's script, kept by a document without a cosine."""
+        `firsts`: each document's first passage's script, kept by a document without a cosine."""
         if self.fusion == "blend-norm":
             least: dict[bool, float] = {}
-            if across is not None and not across.open and any(across.question_cjk in s for s in seen):
-                least[not across.question_cjk] = self.across_spread  # a cosine of the question's own script
+            own = across.question_cjk if across is not None and not across.open else None
+            if own is not None and any(own in s for s in seen):  # the gate shut, a cosine of the own script
+                least[not own] = self.across_spread
             flat = [(k, c) for s in seen for k, c in s.items()]
             scaled = _normalized([c for _, c in flat], [k for k, _ in flat], least)
             values = iter(zip(flat, scaled, strict=True))  # not None: every input is a cosine
@@ -179,7 +180,7 @@ class HybridRanking:
             ]
         else:
             by = seen
-        cjk = [max(b, key=b.__getitem__, default=k) for b, k in zip(by, scripts, strict=True)]
+        cjk = [max(b, key=b.__getitem__, default=k) for b, k in zip(by, firsts, strict=True)]
         cos = [b.get(k) for b, k in zip(by, cjk, strict=True)]
         raw = [s.get(k) for s, k in zip(seen, cjk, strict=True)]
         return cos, cjk, raw
