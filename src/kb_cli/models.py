@@ -28,6 +28,8 @@ import os
 import shutil
 import sys
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,13 +128,14 @@ def _complete(target: Path) -> bool:
     )
 
 
-def _write_dir(target: Path, files: dict[str, bytes]) -> None:
-    """`files` written beside `target` and renamed into it: complete or absent, never half-written."""
+@contextmanager
+def _staged(target: Path) -> Iterator[Path]:
+    """A directory beside `target` to fill, renamed into it when the block ends without an error: complete
+    or absent, never half-written."""
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    for name, data in files.items():
-        (partial / name).write_bytes(data)
+    yield partial
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
 
@@ -171,8 +174,9 @@ def fetch_multilingual(dest: Path | None = None) -> Path:
             return target
     except (OSError, ValueError):
         pass
-    body = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
-    _write_dir(target, {"model.json": body.encode("utf-8")})
+    with _staged(target) as partial:
+        body = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+        (partial / "model.json").write_text(body, encoding="utf-8")
     return target
 
 
@@ -188,9 +192,13 @@ def fetch(model: str = DEFAULT_MODEL, dest: Path | None = None) -> Path:
     if _complete(target):
         return target
     jar = _jar(spec, root)
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    with _staged(target) as partial:
+        _unpack(spec, jar, partial, model)
+    return target
+
+
+def _unpack(spec: ModelSpec, jar: Path, partial: Path, model: str) -> None:
+    """The model's ONNX file and tokenizer out of its jar, and its manifest, into `partial`."""
     digest = hashlib.sha256()
     with zipfile.ZipFile(jar) as zf:
         for entry, name in ((spec.onnx, "model.onnx"), (spec.tokenizer, "tokenizer.json")):
@@ -214,9 +222,6 @@ def fetch(model: str = DEFAULT_MODEL, dest: Path | None = None) -> Path:
     (partial / "model.json").write_text(
         json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)  # complete or absent, never half-written
-    return target
 
 
 def fetch_defaults(dest: Path | None = None) -> Path:
@@ -329,11 +334,12 @@ def _without_multilingual(path: str | Path, exc: Exception) -> tuple[str | None,
     try:
         dirs = model_dirs(path)
         kept = [d for d in dirs if not read_manifest(d).across]
-        if not 0 < len(kept) < len(dirs):
-            raise exc
-        embedder = OnnxEmbedder(kept)
-        embedder.check()
+        embedder = OnnxEmbedder(kept) if 0 < len(kept) < len(dirs) else None
+        if embedder is not None:
+            embedder.check()
     except UnusableModel:
+        embedder = None
+    if embedder is None:
         return None, f"BM25 (fallback: {exc})"
     line = f"hybrid with {embedder.model_id} ({path}; multilingual model left out: {exc})"
     return os.pathsep.join(str(d) for d in kept), line

@@ -411,23 +411,27 @@ class OnnxEmbedder(Embedder):
         return out
 
 
-def matching_cosines(queries: Sequence[Vector], stored: Sequence[Mapping[str, Vector]]) -> list[float | None]:
+def matching(
+    queries: Sequence[Vector], stored: Sequence[Mapping[str, Vector]]
+) -> tuple[list[float | None], list[str | None]]:
     """Per candidate (its stored vectors by model), the cosine with the first query vector of a model it
-    has (None: none): vectors of two models are never compared."""
+    has (None: none) and that model — the scale its cosine runs on (domain.hybrid groups cosines by it):
+    vectors of two models are never compared."""
     result: list[float | None] = [None] * len(stored)
+    models: list[str | None] = [None] * len(stored)
     for query in queries:
         missing = [i for i, c in enumerate(result) if c is None]
         if not missing:
             break
         for i, c in zip(missing, cosines(query, [stored[i].get(query.model) for i in missing]), strict=True):
-            result[i] = c
-    return result
+            if c is not None:
+                result[i], models[i] = c, query.model
+    return result, models
 
 
-def matching_models(queries: Sequence[Vector], stored: Sequence[Mapping[str, Vector]]) -> list[str | None]:
-    """Per candidate, the model `matching_cosines` compares it by: the first query vector's model it has a
-    vector of (None: none) — the scale its cosine runs on (domain.hybrid groups cosines by it)."""
-    return [next((q.model for q in queries if q.model in s), None) for s in stored]
+def matching_cosines(queries: Sequence[Vector], stored: Sequence[Mapping[str, Vector]]) -> list[float | None]:
+    """The cosines of `matching`."""
+    return matching(queries, stored)[0]
 
 
 def passage_text(title: str, passage: str) -> str:

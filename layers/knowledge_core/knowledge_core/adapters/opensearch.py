@@ -102,7 +102,7 @@ from ..ports import (
     Vector,
     across_other,
 )
-from .embedding import cosines, document_vectors, matching_cosines, matching_models, passage_text
+from .embedding import cosines, document_vectors, matching, matching_cosines, passage_text
 from .opensearch_filters import METADATA_PROPERTIES, METADATA_TEMPLATES, filter_query, metadata_fields
 
 logger = logging.getLogger(__name__)
@@ -926,8 +926,7 @@ class OpenSearchBackend(SearchBackend):
         raw_hits = response["hits"]["hits"]
         result.hits = [_hit(q.key, h) for h in raw_hits]
         stored = [_stored_vectors(h["_source"]) for h in raw_hits]
-        result.cosines = matching_cosines(vectors, stored)
-        result.cosine_models = matching_models(vectors, stored)
+        result.cosines, result.cosine_models = matching(vectors, stored)
         per_vector = [
             self._dense_hits(q.key, v, r)
             for v, r in zip(vectors, knn_responses[: len(vectors)], strict=False)

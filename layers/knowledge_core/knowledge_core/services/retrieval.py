@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TypeVar
 
 from ..domain.analyzer import has_cjk
@@ -229,14 +230,19 @@ class Retrieval:
     def _scripts(self, result: SourceResult) -> tuple[list[bool | None], list[bool | None]] | None:
         """Per lexical cosine and per dense hit, the script of the passages its model's vectors are of
         (`Embedder.cjk_model`; None: its passage's own); None when the backend did not say the models."""
-        embedder = self._embedder
         said = len(result.cosine_models) == len(result.hits) and len(result.dense_models) == len(result.dense)
-        if embedder is None or not said:
+        if not said:
             return None
-        models = {m for m in [*result.cosine_models, *result.dense_models] if m is not None}
-        known = {m: embedder.cjk_model(m) for m in models}
-        lexical = [known.get(m) if m else None for m in result.cosine_models]
-        return lexical, [known[m] for m in result.dense_models]
+        script = self._model_scripts
+        return [script.get(m) if m else None for m in result.cosine_models], [
+            script.get(m) for m in result.dense_models
+        ]
+
+    @cached_property
+    def _model_scripts(self) -> dict[str, bool | None]:
+        """Each model's script (`Embedder.cjk_model`), once: it follows from the embedder's models alone."""
+        embedder = self._embedder
+        return {m: embedder.cjk_model(m) for m in embedder.models} if embedder is not None else {}
 
     def live_check(self, ranked: list[SourceOutcome], top_ks: Sequence[int], viewer: Viewer) -> Retrieved:
         """Each source's best `top_k` hits whose document, now, is still in that source, ready, visible to

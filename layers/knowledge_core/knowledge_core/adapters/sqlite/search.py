@@ -46,7 +46,7 @@ from ...ports import (
     Vector,
     across_other,
 )
-from ..embedding import document_vectors, matching_cosines, matching_models, passage_text
+from ..embedding import document_vectors, matching, matching_cosines, passage_text
 from . import candidates, dense_index, rank
 from .candidates import Restriction
 from .db import BUSY_TIMEOUT_S, SqliteDatabase, statements, write_faults
@@ -355,8 +355,7 @@ class SqliteFtsBackend(SearchBackend):
                 if vectors and passage_ids:
                     stored = self._stored_vectors(conn, passage_ids, [v.model for v in vectors])
                     mine = [stored.get(i, {}) for i in passage_ids]
-                    result.cosines = matching_cosines(vectors, mine)
-                    result.cosine_models = matching_models(vectors, mine)
+                    result.cosines, result.cosine_models = matching(vectors, mine)
                 else:
                     result.cosines = [None] * len(result.hits)
                 if vectors and q.dense_k:
