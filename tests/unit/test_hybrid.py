@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from knowledge_core.adapters.embedding import CachedEmbedder, ModelError, OnnxEmbedder, VectorMatrix, cosines
-from knowledge_core.domain.hybrid import HybridRanking
+from knowledge_core.domain.hybrid import Across, HybridRanking
 from knowledge_core.ports import Embedder, Hit, Vector
 
 
@@ -79,8 +79,8 @@ def test_r_hybrid_fuse_adds_what_only_the_dense_stage_found() -> None:
 def test_i24_no_lexical_match_needs_a_close_vector_per_script() -> None:
     """I-24 / SPEC "no match, no padding": with no BM25 hit in a source, min-max scaling would make the
     nearest vector score (1 − w) · 1 however far it is; a dense-only candidate then counts only at or above
-    its script's raw-cosine floor (Latin and CJK passages have their cosines from different models). With
-    any BM25 hit the floor does not apply, and a floor of 0 turns the rule off."""
+    its script's raw-cosine floor (Latin and CJK passages have their cosines from different models). A floor
+    of 0 turns the rule off."""
     ranking = HybridRanking()  # the defaults: blend-norm, floors 0.52 (Latin) and 0.40 (CJK)
     far_en = Hit("s@1", "en", "EN", "rev", 0.0, "an English passage about gardens")
     far_zh = Hit("s@1", "zh", "ZH", "rev", 0.0, "关于花园的中文段落")
@@ -89,8 +89,9 @@ def test_i24_no_lexical_match_needs_a_close_vector_per_script() -> None:
     out = ranking.fuse([], [], [(far_en, 0.50), (near_zh, 0.45), (far_zh, 0.38)], top_k=5, min_score=0.0)
     assert [h.doc_id for h in out] == ["zh2"]  # 0.45 passes the CJK floor, 0.50 not the Latin one
     assert ranking.floor_for(False) == 0.52 and ranking.floor_for(True) == 0.40
-    with_word_match = ranking.fuse([hit("a", 3.0)], [0.2], [(far_en, 0.50)], top_k=5, min_score=0.0)
-    assert {h.doc_id for h in with_word_match} == {"a", "en"}  # a BM25 hit: dense candidates as before
+    near_en = Hit("s@1", "en2", "EN2", "rev", 0.0, "an English passage about flowers")
+    with_word_match = ranking.fuse([hit("a", 3.0)], [0.2], [(near_en, 0.60)], top_k=5, min_score=0.0)
+    assert {h.doc_id for h in with_word_match} == {"a", "en2"}  # beside a BM25 hit, a close vector answers
     # The ranking itself (kb eval's deep ranking, asked without the doors' cut): nothing dropped, the order
     # and scores the same as with the floor for what both keep.
     deep = ranking.fuse([], [], [(far_en, 0.50), (near_zh, 0.45), (far_zh, 0.38)], 5, 0.0, floored=False)
@@ -244,3 +245,29 @@ def test_r_hybrid_blend_norm_scales_cosines_per_script() -> None:
         [*zh, *en], [0.8, 0.7, 0.5, 0.4], [], top_k=5, min_score=0.0
     )
     assert [h.doc_id for h in plain] == ["zh-a", "zh-b", "en-a", "en-b"]
+
+
+def test_i24_a_far_vector_beside_word_matches_is_not_padding() -> None:
+    """I-24 / SPEC "no match, no padding", beside BM25's hits: a dense-only hit of the question's own script
+    (its model's cosine with the question itself) needs its script's floor too. The walk's case: a Chinese
+    question on bee swarming, one English beekeeping note found through the translation's words, and a
+    Chinese coffee-machine manual sharing no word with it (bge-zh cosine 0.31) — min-max scaling made the
+    manual, alone in its script, the first answer. A hit of the other script (found by the translation's
+    or the multilingual vector) is left to fusion as before, and the deep ranking drops nothing."""
+    ranking = HybridRanking()
+    bees = Hit("s@1", "bees", "Beekeeping", "rev", 3.3, "Count mites with a sugar roll of 300 bees.")
+    coffee = Hit("s@1", "coffee", "咖啡机保养手册", "rev", 0.0, "当出水变慢或者咖啡温度下降时需要除垢。")
+    swarm = Hit("s@1", "swarm", "分蜂", "rev", 0.0, "如果在巢框底部发现王台，说明蜂群正准备分蜂。")
+    question_zh = Across(question_cjk=True, open=False)
+    dense = [(swarm, 0.61), (coffee, 0.31)]
+    for across in (question_zh, None):  # with the multilingual model, and with the bge pair alone
+        out = ranking.fuse([bees], [0.55], dense, 5, 0.0, across=across)
+        assert {h.doc_id for h in out} == {"swarm", "bees"}  # the manual (0.31 < 0.40) is not padding
+        deep = ranking.fuse([bees], [0.55], dense, 5, 0.0, floored=False, across=across)
+        assert {h.doc_id for h in deep} == {"swarm", "bees", "coffee"}
+    # An English question: the English note is the question's own script and needs its floor; the Chinese
+    # passage is the other script's, left to fusion.
+    question_en = Across(question_cjk=False, open=False)
+    note = Hit("s@1", "note", "Note", "rev", 0.0, "An English note about kettles")
+    out = ranking.fuse([bees], [0.55], [(note, 0.45), (coffee, 0.31)], 5, 0.0, across=question_en)
+    assert {h.doc_id for h in out} == {"bees", "coffee"}

@@ -34,10 +34,14 @@ fill the answer. Then a dense-only hit is answered only if its raw cosine reache
 (`no_match_floor`: passages of Latin script, the English model; `no_match_floor_cjk`: CJK passages, the
 Chinese model): the 5th percentile of the cosines of relevant first hits on the tuning halves of XQuAD
 mixed, en→zh and zh→en (0.524 and 0.405; bench/no_match_floor.py, bench/QUALITY.md), so 95 % of relevant
-hits would pass it while most off-topic nearest neighbours do not. A floor of 0 turns the rule off. With any
-BM25 match in the source nothing changes. It only drops hits, never reorders the rest: like the relevance cut
-(domain/relevance.py) it decides what the doors answer, and the evaluation door's deep ranking (nDCG@10,
-R@100) asks without it.
+hits would pass it while most off-topic nearest neighbours do not. A floor of 0 turns the rule off. Beside
+BM25's hits the floor holds too for a dense-only hit of the question's own script (its model's cosine with
+the question itself, `_near`): alone in its script, min-max scaling would make a far passage 1.0 and put it
+first (a Chinese coffee-machine manual, cosine 0.31, for a Chinese question on bees that BM25 matched in an
+English note through the translation); the other script's dense-only hits are left to fusion. Measured on
+the tuning halves: the long Chinese questions' noise 0.092 → 0.087, nothing else moved (bench/QUALITY.md).
+It only drops hits, never reorders the rest: like the relevance cut (domain/relevance.py) it decides what
+the doors answer, and the evaluation door's deep ranking (nDCG@10, R@100) asks without it.
 
 The mixed design (issue 24, bench/QUALITY.md "A gate that tells a copy from noise"): with a multilingual
 model (multilingual-e5-small) beside the two bge models, a passage in the question's own script keeps its
@@ -159,6 +163,14 @@ class HybridRanking:
             return check >= self.floor_for(cjk)
         return raw >= self.no_match_floor_across and not across.checks
 
+    def _near(self, raw: float | None, cjk: bool, across: Across | None) -> bool:
+        """Whether a dense-only hit may answer beside BM25's hits: its raw cosine reaches its script's floor
+        when it is of the question's own script (its model's cosine with the question itself); a hit of the
+        other script, found by the translation's or the multilingual vector, is left to fusion's rules."""
+        if raw is None or (across is not None and cjk != across.question_cjk):
+            return True
+        return raw >= self.floor_for(cjk)
+
     def _cosines(
         self, seen: list[dict[bool, float]], firsts: list[bool], across: Across | None
     ) -> tuple[list[float | None], list[bool], list[float | None]]:
@@ -199,7 +211,8 @@ class HybridRanking:
         """BM25 hits (best first, with their passage's cosine) and dense hits (best first, with cosine),
         one per document each: the fused hits at or above `min_score`, best first (ties keep BM25 order,
         then dense order), at most `top_k`. A document in both keeps its BM25 passage. With no BM25 hit,
-        only dense hits at or above their script's no-match floor count, unless `floored` is off (the
+        only dense hits at or above their script's no-match floor count, and beside BM25's hits a dense-only
+        hit of the question's own script needs that floor too (`_near`), unless `floored` is off (the
         ranking itself, as `kb eval` measures it without the doors' relevance decisions). `across`: the
         mixed design's rules (module docstring). `scripts`: per lexical cosine and per dense hit, the script
         of the passages its model embeds (None, or no `scripts`: its cited passage's own) — a passage is
@@ -261,5 +274,7 @@ class HybridRanking:
             ranked = sorted(range(len(hits)), key=lambda i: (-scores[i], cjk[i] != across.question_cjk))
         if floored and not lexical:  # every hit is dense-only, its raw cosine not None
             ranked = [i for i in ranked if self._answers(raw[i], cjk[i], check[i].get(cjk[i]), across)]  # type: ignore[arg-type]
+        elif floored:  # BM25 matched elsewhere: a dense-only hit of the question's own script needs its floor
+            ranked = [i for i in ranked if bm25[i] > 0 or self._near(raw[i], cjk[i], across)]
         kept = [i for i in ranked if scores[i] >= min_score][:top_k]  # only these are copied with a score
         return [replace(hits[i], score=scores[i]) for i in kept]
