@@ -16,6 +16,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from kb_cli.evaluation import recall_at_k
+
 Query = dict[str, Any]
 
 
@@ -26,8 +28,8 @@ def per_query(path: str) -> dict[str, dict[str, Query]]:
 
 
 def recall_at_3(query: Query) -> float:
-    relevant = set(query["relevant"])
-    return len(relevant & set(query["top"][:3])) / len(relevant)
+    """`kb eval`'s R@3 of one query, from its top ten and its relevant documents."""
+    return recall_at_k(query["top"], dict.fromkeys(query["relevant"], 1), 3)
 
 
 def ndcg_at_10(query: Query) -> float:
