@@ -282,6 +282,38 @@ def test_i_ingest_console_uploads_several_files_with_the_ids_kb_ingest_gives(
     assert [h["title"] for h in hints] == ["Boiler"]
 
 
+def test_i_ingest_console_uploads_into_the_source_whose_documents_are_shown(
+    page: Any, console: KbServer, tmp_path: Path
+) -> None:
+    """Opening a source's documents points the upload at that source, and choosing the upload's source
+    shows its documents: the form once stayed on the first source listed, so a file meant for the source
+    on screen went into another one."""
+    source = {
+        "id": "zzshelf-docs",
+        "version": "1.0.0",
+        "description": "Shelf notes",
+        "topK": 5,
+        "minScore": 0.0,
+    }
+    assert console.request("POST", "/admin/v1/sources", source).status in (200, 201)
+    note = tmp_path / "zzshelf.md"
+    note.write_text("# Shelf note\n\nThe zzshelf racks hold 400 kg per level.\n", encoding="utf-8")
+    open_view(page, console, "sources")
+    page.locator("tr", has_text="zzshelf-docs@1.0.0").get_by_role("button", name="Documents").click()
+    page.wait_for_selector("text=Documents of zzshelf-docs@1.0.0")
+    assert page.locator("select[name=source]").input_value() == "zzshelf-docs@1.0.0"
+    page.set_input_files("input[name=file]", str(note))
+    page.click("form button[type=submit]")
+    page.wait_for_selector("text=Ingested zzshelf.md into zzshelf-docs@1.0.0", timeout=60_000)
+    page.wait_for_selector("td >> text=zzshelf")
+    listed = console.request("GET", "/admin/v1/sources/zzshelf-docs@1.0.0/documents").json["documents"]
+    assert [d["doc_id"] for d in listed] == ["zzshelf"]
+    demo = console.request("GET", "/admin/v1/sources/demo-docs@1.0.0/documents").json["documents"]
+    assert "zzshelf" not in {d["doc_id"] for d in demo}
+    page.locator("select[name=source]").select_option("demo-docs@1.0.0")
+    page.wait_for_selector("text=Documents of demo-docs@1.0.0")
+
+
 def test_issue22_p9_console_try_it_defaults_to_demo_and_explains_no_hints(
     page: Any, console: KbServer
 ) -> None:

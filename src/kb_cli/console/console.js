@@ -255,7 +255,11 @@ function yesNo(value) {
 async function renderSources(view) {
   const { data } = await api("GET", "/admin/v1/sources");
   const docs = h("section", { "aria-live": "polite" });
+  // The documents shown and the upload's source are one choice: opening a source's documents points the
+  // upload at it, and choosing the upload's source shows its documents (a file meant for the source on
+  // screen once went to the first one listed).
   const showDocs = async (key) => {
+    sourceSelect.value = key;
     const { data: list } = await api("GET", `/admin/v1/sources/${seg(key)}/documents`);
     fill(docs, 
       h("h3", { text: t("docs.title", { source: key }) }),
@@ -280,7 +284,8 @@ async function renderSources(view) {
         ])),
       list.truncated ? h("p", { class: "muted", text: t("truncatedList", { n: list.documents.length }) }) : null);
   };
-  const sourceSelect = h("select", { name: "source" }, data.sources.map((s) => h("option", { value: s.key, text: s.key })));
+  const sourceSelect = h("select", { name: "source", onchange: () => showDocs(sourceSelect.value) },
+    data.sources.map((s) => h("option", { value: s.key, text: s.key })));
   const fileInput = h("input", { type: "file", name: "file", multiple: true, accept: ".md,.markdown,.txt,.html,.htm,.pdf,.docx" });
   const docIdInput = h("input", { name: "doc_id", placeholder: t("docIdOrPrefix") });
   const tenantInput = h("input", { name: "tenant", value: "default" });
