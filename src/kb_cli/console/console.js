@@ -33,7 +33,7 @@ const STRINGS = {
     search: "Search", hints: "Hints", read: "Read", next: "Next page", endOfDoc: "End of the document.",
     maxBytes: "Max bytes", bytes: "{n} bytes of {max}", pageOf: "Page {n}", total: "Document: {n} bytes",
     chainEnd: "The read chain limit was reached: search again for the rest.",
-    searchStatus: "Status {status}, {n} hints, response {bytes} of {max} bytes",
+    searchStatus: "Status {status}, hints: {n}, response {bytes} of {max} bytes",
     "why.title": "Why no hints", "why.noAgent": "Route {route} points at no agent.",
     "why.noSource": "No source selected: agent {agent} routes {mode} and nothing in this search selects a source.",
     "why.rule": "The rule for {source} needs {needs}; a search carries no trusted context.",
