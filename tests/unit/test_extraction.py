@@ -96,6 +96,59 @@ def test_i_ingest_pdf_keeps_page_starts() -> None:
     assert pdf.body[pdf.page_starts[1] :].startswith("Page two talks about valves.")
 
 
+def pdf_mapping_a_code_to_nul(pages: list[str]) -> bytes:
+    """A PDF whose font's ToUnicode map sends code 0x01 to U+0000, with that code drawn before every letter
+    (as some producers' fonts do): pypdf extracts a NUL beside every letter."""
+    cmap = (
+        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Nul def "
+        b"1 begincodespacerange <00> <FF> endcodespacerange 1 beginbfchar <01> <0000> endbfchar "
+        b"endcmap CMapName currentdict /CMap defineresource pop end end"
+    )
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b""]
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 4 0 R >>")
+    objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(cmap), cmap))
+    kids = []
+    for text in pages:
+        drawn = b"".join(b"\x01" + bytes([c]) for c in text.encode("latin-1"))
+        content = b"BT /F1 12 Tf 72 720 Td (" + drawn + b") Tj ET"
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % len(objects)
+        )
+        kids.append(b"%d 0 R" % len(objects))
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), len(kids))
+    out, offsets = b"%PDF-1.4\n", []
+    for n, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (n, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+
+
+def test_i_ingest_extracted_text_has_no_control_characters() -> None:
+    """A PDF whose font maps glyphs to U+0000 gives a NUL beside every letter (pypdf returns what the file
+    says): left in, every word would be split in the index and agents would read "\\u0000". Every format's
+    text leaves out C0 controls but tab, newline and carriage return, DEL and C1 controls (a form feed or
+    vertical tab is a newline), and the PDF's page starts still point at its pages."""
+    from pypdf import PdfReader
+
+    data = pdf_mapping_a_code_to_nul(["Pump seals", "Valve torque"])
+    assert "\x00" in PdfReader(io.BytesIO(data)).pages[0].extract_text()  # the file is as described
+    pdf = extract("nul.pdf", data)
+    assert pdf.body == "Pump seals\n\nValve torque\n\n" and pdf.page_starts == [0, 12]
+    assert pdf.body[pdf.page_starts[1] :].startswith("Valve torque")
+    text = extract("log.txt", "Tower\x00 log\x07\fpH 9.5\x1b\x7f\x85\vdone\tok\r\n".encode())
+    assert text.body == "Tower log\npH 9.5\ndone\tok\r\n"
+    md = extract("t.md", b"# Tit\x00le\n\nBody\x00.\n")
+    assert (md.title, md.body) == ("Title", "Body.")
+    with pytest.raises(ExtractionError) as caught:  # nothing but controls is nothing
+        extract("c.txt", b"\x00\x01\x02")
+    assert caught.value.code in ("empty", "corrupt")
+
+
 def test_i_ingest_docx_headings_become_markdown_headings() -> None:
     doc = extract("v.docx", make_docx())
     assert doc.title == "Valve manual"

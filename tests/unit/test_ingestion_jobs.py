@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -235,8 +236,9 @@ def test_i_ingest_a_file_sent_without_doc_id_gets_the_id_kb_ingest_gives_it(
         ("冷却塔.txt", "冷却塔维护\r\n\r\n电导率每周检测一次。\r\n".encode("gb18030"), "每周检测一次"),
         ("cafe.txt", "Café rules\r\n\r\nLunch costs 4.50 € with your badge.".encode("cp1252"), "4.50 €"),
         ("notepad.txt", "Unicode (Notepad): 冷却塔 café\r\n".encode("utf-16"), "冷却塔 café"),
+        ("controls.md", "# Tower\x00 log\n\npH\x00 9\x07.5\fok\x1b\x85".encode(), "pH 9.5\nok"),
     ],
-    ids=["utf-8", "utf-8-bom-crlf", "gb18030", "cp1252", "utf-16"],
+    ids=["utf-8", "utf-8-bom-crlf", "gb18030", "cp1252", "utf-16", "control-characters"],
 )
 def test_i_ingest_one_markdown_file_through_either_door_is_one_unchanged_document(
     c: Container, tmp_path: Path, name: str, data: bytes, shown: str
@@ -244,7 +246,8 @@ def test_i_ingest_one_markdown_file_through_either_door_is_one_unchanged_documen
     """`kb ingest FILE.md` sends the text; the console sends the file's bytes, which the job extracts.
     Both store the same document (title, body, structured source with its format), so the second is
     `unchanged`, whichever door comes first: also for a text file with a byte-order mark, Windows line
-    ends, or in a legacy encoding both doors decode alike (extraction.decode_text)."""
+    ends, or in a legacy encoding both doors decode alike (extraction.decode_text), or with control
+    characters both leave out (extraction.printable_text: a NUL would otherwise refuse the text door)."""
     from kb_cli.commands.ingest import _file_document
     from kb_cli.main import parse
 
@@ -262,6 +265,7 @@ def test_i_ingest_one_markdown_file_through_either_door_is_one_unchanged_documen
         assert run_job(c, {"documents": [{**first, "doc_id": "tower"}]}).counts.done == 1
         stored = c.backend.get_document(SOURCE, "tower")
         assert stored is not None and shown in stored.body and "\ufeff" not in stored.body + stored.title
+        assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", stored.body + stored.title)
         again = run_job(c, {"documents": [{**second, "doc_id": "tower"}]})
         assert (again.counts.unchanged, again.counts.done) == (1, 0)
         c.admin.delete_document(SOURCE, "tower")

@@ -16,7 +16,8 @@ import io
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 from .domain.ingestion import ErrorCode, file_format
@@ -130,13 +131,37 @@ def _extract(filename: str, data: bytes, budget: _Budget) -> Extracted:
         raise ExtractionError("too_large")
     if not data.strip():
         raise ExtractionError("empty")
-    extracted = _EXTRACTORS[kind](data, budget)
+    extracted = _printable(_EXTRACTORS[kind](data, budget))
     if not extracted.body.strip():
         raise ExtractionError("empty")
     budget.check_output(len(extracted.body))
     if len(extracted.body.encode("utf-8")) > budget.limits.max_output_bytes:
         raise ExtractionError("too_large")
     return extracted
+
+
+# Characters no reader can use: C0 controls but tab, newline and carriage return, DEL, and C1 controls. A PDF
+# whose font maps glyphs to U+0000 puts a NUL beside every letter of its extracted text (pypdf returns what
+# the file says), which would split every word in the index and reach agents as "\u0000"; a UTF-8 text
+# file may hold them too. A form feed or vertical tab (a page or line break) becomes a newline.
+_NOT_TEXT = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+_BREAKS = str.maketrans({"\f": "\n", "\v": "\n"})
+
+
+def printable_text(text: str) -> str:
+    """`text` without the characters of `_NOT_TEXT` (form feeds and vertical tabs as newlines)."""
+    return _NOT_TEXT.sub("", text.translate(_BREAKS))
+
+
+def _printable(extracted: Extracted) -> Extracted:
+    """`extracted` without the characters of `_NOT_TEXT`, each page cleaned alone so that `page_starts`
+    stay the offsets where the pages start."""
+    title = printable_text(extracted.title) if extracted.title is not None else None
+    body, starts = extracted.body, extracted.page_starts
+    cuts = [0, *starts, len(body)]
+    pieces = [printable_text(body[a:b]) for a, b in pairwise(cuts)]  # before page 1, then each page
+    offsets = [sum(len(p) for p in pieces[: n + 1]) for n in range(len(starts))]
+    return replace(extracted, title=title, body="".join(pieces), page_starts=offsets)
 
 
 def markdown_title(text: str) -> tuple[str | None, str]:
@@ -197,6 +222,13 @@ def _markdown(data: bytes, budget: _Budget) -> Extracted:
 
 def _text(data: bytes, budget: _Budget) -> Extracted:
     return Extracted("text", *plain_title("text", _plain(data, budget)))
+
+
+def printable_document(fmt: str, text: str) -> tuple[str | None, str]:
+    """A Markdown or text file's title and body as a job that extracts it stores them (`plain_title`, then
+    `printable_text`): for `kb ingest`, which sends such a file as text, so one file is one document."""
+    title, body = plain_title(fmt, text)
+    return (printable_text(title) if title is not None else None), printable_text(body)
 
 
 def plain_title(fmt: str, text: str) -> tuple[str | None, str]:

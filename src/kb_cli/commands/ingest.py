@@ -152,7 +152,7 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
 
     from knowledge_core.domain.ingestion import file_format
     from knowledge_core.domain.metadata_sources import combine_metadata
-    from knowledge_core.extraction import ExtractionError, decode_text, plain_title
+    from knowledge_core.extraction import ExtractionError, decode_text, printable_document
 
     source = {"uri": uri}
     acl = _acl(args)
@@ -168,7 +168,7 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
             text = decode_text(data)  # what a job that reads the file decodes, so either door stores one text
         except ExtractionError:
             raise FileRefused("corrupt", "not text in UTF-8, UTF-16, GB18030, Big5 or Windows-1252") from None
-        own_title, body = plain_title(kind, text)  # as a job extracting the file: one document either way
+        own_title, body = printable_document(kind, text)  # as a job extracting it: one document either way
         return {
             "doc_id": doc_id,
             "title": title or own_title or file.stem,  # no title of its own: the file's name, not an id
