@@ -96,21 +96,22 @@ def test_i_ingest_pdf_keeps_page_starts() -> None:
     assert pdf.body[pdf.page_starts[1] :].startswith("Page two talks about valves.")
 
 
-def pdf_mapping_a_code_to_nul(pages: list[str]) -> bytes:
-    """A PDF whose font's ToUnicode map sends code 0x01 to U+0000, with that code drawn before every letter
-    (as some producers' fonts do): pypdf extracts a NUL beside every letter."""
+def pdf_with_unicode_map(pages: list[bytes], unicode: dict[int, int]) -> bytes:
+    """A PDF drawing each page's bytes as one line in Helvetica, its font's ToUnicode map sending each code
+    of `unicode` to that code point: what a producer's font says its glyphs are, right or wrong."""
+    chars = " ".join(f"<{code:02X}> <{point:04X}>" for code, point in unicode.items())
     cmap = (
-        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Nul def "
-        b"1 begincodespacerange <00> <FF> endcodespacerange 1 beginbfchar <01> <0000> endbfchar "
-        b"endcmap CMapName currentdict /CMap defineresource pop end end"
+        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Shown def "
+        b"1 begincodespacerange <00> <FF> endcodespacerange %d beginbfchar %s endbfchar "
+        b"endcmap CMapName currentdict /CMap defineresource pop end end" % (len(unicode), chars.encode())
     )
     objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b""]
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 4 0 R >>")
     objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(cmap), cmap))
     kids = []
-    for text in pages:
-        drawn = b"".join(b"\x01" + bytes([c]) for c in text.encode("latin-1"))
-        content = b"BT /F1 12 Tf 72 720 Td (" + drawn + b") Tj ET"
+    for drawn in pages:
+        escaped = drawn.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)")
+        content = b"BT /F1 12 Tf 72 720 Td (" + escaped + b") Tj ET"
         objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
         objects.append(
             b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
@@ -126,6 +127,13 @@ def pdf_mapping_a_code_to_nul(pages: list[str]) -> bytes:
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
     return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+
+
+def pdf_mapping_a_code_to_nul(pages: list[str]) -> bytes:
+    """Code 0x01 drawn before every letter, its glyph mapped to U+0000 (as some producers' fonts do): pypdf
+    extracts a NUL beside every letter."""
+    drawn = [b"".join(b"\x01" + bytes([c]) for c in text.encode("latin-1")) for text in pages]
+    return pdf_with_unicode_map(drawn, {1: 0})
 
 
 def test_i_ingest_extracted_text_has_no_control_characters() -> None:
@@ -147,6 +155,48 @@ def test_i_ingest_extracted_text_has_no_control_characters() -> None:
     with pytest.raises(ExtractionError) as caught:  # nothing but controls is nothing
         extract("c.txt", b"\x00\x01\x02")
     assert caught.value.code in ("empty", "corrupt")
+
+
+def test_i_ingest_pdf_look_alike_glyphs_are_the_characters_they_show() -> None:
+    """A CJK font may map its ideographs to the Kangxi radicals ("⿊" U+2FCA for 黑: Noto CJK in Chrome's
+    PDFs), to the CJK radicals supplement ("⻄" U+2EC4 for 西, which NFKC leaves alone) or to compatibility
+    ideographs, a Latin font its ligatures to U+FB01 ("ﬁ"): a search for 黑豹 or
+    "find" would miss them. They become the characters they show; other punctuation stays as printed."""
+    unicode = {1: 0x2FCA, 2: 0x8C79, 3: 0xFB01, 4: 0xF900, 5: 0xFF0C, 6: 0x2F0A, 7: 0x2EC4, 8: 0x2EE2}
+    drawn = b"\x01\x02\x05\x06 \x03nd \x04 \x07\x08"  # ⿊豹，⼊ ﬁnd 豈 ⻄⻢
+    pdf = extract("k.pdf", pdf_with_unicode_map([drawn], unicode))
+    assert pdf.body.strip() == "黑豹，入 find 豈 西马"
+
+
+def test_i_ingest_pdf_lines_run_on_into_paragraphs() -> None:
+    """pypdf gives one line per printed line: a sentence wrapped over three lines was three "sentences"
+    to summaries and readers, and a CJK word cut at a line's end lost its bigram. A line runs on into the
+    next unless it is short (a paragraph's last line, a heading); CJK lines join without a space, a word
+    hyphenated at the end joins its rest; a list item starts its own paragraph. (A paragraph whose last
+    line is nearly full runs on into the next one: its sentences stay whole all the same.)"""
+    english = (
+        "Pressure relief valves are tested every six months by a certified technician who records the set "
+        "pressure and the reseat pressure."
+    )
+    chinese = "安全阀每六个月由持证技术人员检测一次，记录整定压力、回座压力以及任何泄漏情况，并填写记录。" * 2
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    for text in ("Valve testing", english, "A second paragraph.", "- first item", "- second item"):
+        pdf.multi_cell(0, 8, text, new_x="LMARGIN", new_y="NEXT")
+    extracted = extract("v.pdf", bytes(pdf.output()))
+    blocks = extracted.body.strip().split("\n\n")
+    assert blocks[:2] == ["Valve testing", english]  # the heading alone, the paragraph on one line
+    assert blocks[-2:] == ["- first item", "- second item"]
+    from knowledge_core.extraction import _pdf_page
+
+    wrapped = "\n".join(chinese[i : i + 40] for i in range(0, len(chinese), 40))  # 40 wide characters a line
+    assert _pdf_page(wrapped + "\n短行") == chinese + "\n\n短行"
+    assert _pdf_page("The relief valve on the steam header is a well-\nknown part.\nEnd.") == (
+        "The relief valve on the steam header is a well-known part.\n\nEnd."
+    )
 
 
 def test_i_ingest_docx_headings_become_markdown_headings() -> None:

@@ -15,6 +15,7 @@ import contextlib
 import io
 import re
 import time
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
@@ -407,11 +408,80 @@ def _pdf(data: bytes, budget: _Budget) -> Extracted:
     starts: list[int] = []
     for text in texts:
         starts.append(len(body))
-        page = _BLANK_RUNS.sub("\n\n", text.replace("\r\n", "\n")).strip()
+        page = _pdf_page(text)
         if page:
             body += page + "\n\n"
     title = _clean(meta_title) if isinstance(meta_title, str) and meta_title.strip() else None
     return Extracted("pdf", title, body, starts)
+
+
+# Glyphs a PDF font maps to look-alike code points rather than the characters they show: a CJK font's
+# ideographs to the Kangxi radicals (U+2F00–U+2FD5: "⿊" for 黑, "⼊" for 入) and the CJK radicals supplement
+# (U+2E81–U+2EF3: "⻄" for 西, "⻢" for 马 — Noto CJK in Chrome's PDFs), to CJK compatibility ideographs
+# (U+F900–U+FAFF), and Latin ligatures (U+FB00–U+FB06: "ﬁ"). Each becomes the character it shows, so words
+# are found and read as typed: NFKC for all but the supplement, which NFKC leaves alone; its ideographs are
+# the Unicode Character Database's EquivalentUnifiedIdeograph.txt (14.0; U+2E9A is unassigned). Nothing
+# else is normalized (NFKC of the whole text would turn "，" into "," and "6½" into "61⁄2").
+_RADICALS_SUPPLEMENT = (
+    "厂乛乚乙亻冂𠘨刀刂卜㔾小小兀尣尢𡯂巳幺彑彐忄心扌攵旡日月歺母民氵氺灬爫爫丬牛犭王𤴔目示礻𥫗糹纟罓罒㓁冗𦉫羊𦍌𦍋耂肀"
+    "聿肉𦥑艹艹艹虎衤覀西见角𧢲讠贝𧾷车辶辶辶邑钅長镸长门𨸏阝雨青韦页风飞食𩙿飠饣𩠐马骨鬼鱼鸟卤麦黄黾斉齐歯齿竜龙龜亀龟"
+)
+_LOOK_ALIKES = {
+    **{
+        cp: unicodedata.normalize("NFKC", chr(cp))
+        for start, end in ((0x2F00, 0x2FDF), (0xF900, 0xFAFF), (0xFB00, 0xFB06))
+        for cp in range(start, end + 1)
+        if unicodedata.normalize("NFKC", chr(cp)) != chr(cp)
+    },
+    **dict(zip((cp for cp in range(0x2E81, 0x2EF4) if cp != 0x2E9A), _RADICALS_SUPPLEMENT, strict=True)),
+}
+# Characters two columns wide (CJK, kana, Hangul, fullwidth forms): a line's printed width, and where a
+# wrapped line joins the next without a space.
+_WIDE = re.compile(
+    r"[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6]"
+)
+_ITEM = re.compile(r"\s*(?:[•·▪◦‣●○■□\-*–—]|\(?\d{1,3}[.)]|\(?[a-z][.)])\s")
+_SHORT_LINE = 0.75  # of the page's full line: a line this short ends its paragraph
+_SHORT_SENTENCE_LINE = 0.9  # ... and one this short that ends a sentence (a full line is justified text's)
+_ENDS_SENTENCE = re.compile(r"[.!?。！？][\"'”’)）」』]*$")
+
+
+def _pdf_page(text: str) -> str:
+    """A PDF page's text (pypdf: one line per printed line) as paragraphs. A line runs on into the next
+    unless it is short — under `_SHORT_LINE` of the page's full line (its longest), or under
+    `_SHORT_SENTENCE_LINE` when it ends a sentence: a paragraph's last line, a heading (a line longer than
+    the text's, a table's or two columns', only makes more lines short, as before) — or the next starts a
+    list item; always after a word hyphenated at its end. Lines join without a space between two wide (CJK)
+    characters and after a hyphen, else with one. Paragraphs are separated by a blank line, as in
+    Markdown, so sentences and words are whole again for the index, summaries and readers."""
+    text = printable_text(text.replace("\r\n", "\n")).translate(_LOOK_ALIKES)
+    lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
+    widths = [len(line) + len(_WIDE.findall(line)) for line in lines]
+    full = max(widths, default=0)
+    if not full:
+        return ""
+    paragraphs: list[str] = []
+    current = ""
+    for line, width, after in zip(lines, widths, [*lines[1:], ""], strict=True):
+        if not line:
+            if current:
+                paragraphs.append(current)
+            current = ""
+            continue
+        if not current:
+            current = line
+        elif (_WIDE.match(current[-1]) and _WIDE.match(line[0])) or current.endswith("-"):
+            current += line
+        else:
+            current += " " + line
+        wrapped = current[-1] == "-" and current[-2:-1].isalpha()  # a word hyphenated at the line's end
+        short = width < (_SHORT_SENTENCE_LINE if _ENDS_SENTENCE.search(line) else _SHORT_LINE) * full
+        if not wrapped and (short or not after or _ITEM.match(after)):
+            paragraphs.append(current)
+            current = ""
+    if current:
+        paragraphs.append(current)
+    return "\n\n".join(paragraphs)
 
 
 def _pdf_reader(reader_class: Any, data: bytes) -> Any:

@@ -18,9 +18,9 @@ text stay within PASSAGE_TOKENS (400) estimated tokens, which leaves the title r
 
 Blocks pack into a passage while they fit; a list, table or code block that fits is never cut (it starts
 a new passage instead). A longer block is cut on sentence boundaries (English `.!?;` before a space, CJK
-`。！？；` anywhere, closing quotes kept), a longer sentence on line breaks (PDF text: one line per line),
-then on spaces, then — CJK runs without punctuation — on characters. Consecutive passages cut from one
-block share up to PASSAGE_OVERLAP tokens of whole sentences (chosen on the tuning splits: bench/QUALITY.md).
+`。！？；` anywhere, closing quotes kept), a longer sentence on line breaks, then on spaces, then — CJK
+runs without punctuation — on characters. Consecutive passages cut from one block share up to
+PASSAGE_OVERLAP tokens of whole sentences (chosen on the tuning splits: bench/QUALITY.md).
 """
 
 from __future__ import annotations
