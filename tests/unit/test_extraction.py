@@ -172,7 +172,8 @@ def test_i_ingest_pdf_lines_run_on_into_paragraphs() -> None:
     """pypdf gives one line per printed line: a sentence wrapped over three lines was three "sentences"
     to summaries and readers, and a CJK word cut at a line's end lost its bigram. A line runs on into the
     next unless it is short (a paragraph's last line, a heading); CJK lines join without a space, a word
-    hyphenated at the end joins its rest; a list item starts its own paragraph. (A paragraph whose last
+    hyphenated at the end joins its rest; a list item starts its own paragraph; the first page's opening
+    paragraph, when it is the PDF's title, is a heading (`# title`, as Markdown). (A paragraph whose last
     line is nearly full runs on into the next one: its sentences stay whole all the same.)"""
     english = (
         "Pressure relief valves are tested every six months by a certified technician who records the set "
@@ -182,13 +183,14 @@ def test_i_ingest_pdf_lines_run_on_into_paragraphs() -> None:
     from fpdf import FPDF
 
     pdf = FPDF()
+    pdf.set_title("Valve testing")
     pdf.add_page()
     pdf.set_font("helvetica", size=12)
     for text in ("Valve testing", english, "A second paragraph.", "- first item", "- second item"):
         pdf.multi_cell(0, 8, text, new_x="LMARGIN", new_y="NEXT")
     extracted = extract("v.pdf", bytes(pdf.output()))
     blocks = extracted.body.strip().split("\n\n")
-    assert blocks[:2] == ["Valve testing", english]  # the heading alone, the paragraph on one line
+    assert blocks[:2] == ["# Valve testing", english]  # the title a heading, the paragraph on one line
     assert blocks[-2:] == ["- first item", "- second item"]
     from knowledge_core.extraction import _pdf_page
 

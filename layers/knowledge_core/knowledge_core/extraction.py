@@ -404,14 +404,18 @@ def _pdf(data: bytes, budget: _Budget) -> Extracted:
         raise
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError):
         raise ExtractionError("corrupt") from None
+    title = _clean(meta_title) if isinstance(meta_title, str) and meta_title.strip() else None
+    if title is not None:
+        title = printable_text(title).translate(_LOOK_ALIKES)
     body = ""
     starts: list[int] = []
     for text in texts:
         starts.append(len(body))
         page = _pdf_page(text)
+        if not body and title and page.split("\n\n", 1)[0] == title:
+            page = "# " + page  # the first page opens with the title: a heading, as Markdown's `# title`
         if page:
             body += page + "\n\n"
-    title = _clean(meta_title) if isinstance(meta_title, str) and meta_title.strip() else None
     return Extracted("pdf", title, body, starts)
 
 
