@@ -165,7 +165,17 @@ def test_i_ingest_pdf_look_alike_glyphs_are_the_characters_they_show() -> None:
     unicode = {1: 0x2FCA, 2: 0x8C79, 3: 0xFB01, 4: 0xF900, 5: 0xFF0C, 6: 0x2F0A, 7: 0x2EC4, 8: 0x2EE2}
     drawn = b"\x01\x02\x05\x06 \x03nd \x04 \x07\x08"  # ⿊豹，⼊ ﬁnd 豈 ⻄⻢
     pdf = extract("k.pdf", pdf_with_unicode_map([drawn], unicode))
-    assert pdf.body.strip() == "黑豹，入 find 豈 西马"
+    assert pdf.body.strip() == "黑豹，入 find 豈西马"  # (no space between two CJK characters)
+
+
+def test_i_ingest_pdf_justified_cjk_spacing_is_not_text() -> None:
+    """A justified line's spacing comes out of pypdf as spaces between CJK characters ("补 充 同"), cutting
+    every bigram of the words it splits: dropped between two CJK characters, kept around Latin words and
+    digits and between Hangul words (Korean spaces its words)."""
+    unicode = {1: 0x8865, 2: 0x5145, 3: 0x540C, 4: 0x3002, 5: 0xD55C, 6: 0xAD6D}  # 补 充 同 。 한 국
+    drawn = b"\x01 \x02 \x03 \x04 A B 24 \x01 \x05 \x06"
+    pdf = extract("j.pdf", pdf_with_unicode_map([drawn], unicode))
+    assert pdf.body.strip() == "补充同。 A B 24 补 한 국"
 
 
 def test_i_ingest_pdf_lines_run_on_into_paragraphs() -> None:

@@ -444,6 +444,12 @@ _LOOK_ALIKES = {
 _WIDE = re.compile(
     r"[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6]"
 )
+# A space between two CJK characters (ideographs, kana, CJK punctuation and fullwidth forms; not Hangul,
+# whose words are spaced): a justified line's spacing that pypdf returns as text ("时 补 充 同 型 号"),
+# which would cut every bigram of the words it splits.
+_CJK_GAP = re.compile(
+    r"(?<=[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef]) (?=[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef])"
+)
 _ITEM = re.compile(r"\s*(?:[•·▪◦‣●○■□\-*–—]|\(?\d{1,3}[.)]|\(?[a-z][.)])\s")
 _SHORT_LINE = 0.75  # of the page's full line: a line this short ends its paragraph
 _SHORT_SENTENCE_LINE = 0.9  # ... and one this short that ends a sentence (a full line is justified text's)
@@ -456,10 +462,11 @@ def _pdf_page(text: str) -> str:
     `_SHORT_SENTENCE_LINE` when it ends a sentence: a paragraph's last line, a heading (a line longer than
     the text's, a table's or two columns', only makes more lines short, as before) — or the next starts a
     list item; always after a word hyphenated at its end. Lines join without a space between two wide (CJK)
-    characters and after a hyphen, else with one. Paragraphs are separated by a blank line, as in
-    Markdown, so sentences and words are whole again for the index, summaries and readers."""
+    characters and after a hyphen, else with one; a space between two CJK characters inside a line (a
+    justified line's spacing) is dropped. Paragraphs are separated by a blank line, as in Markdown, so
+    sentences and words are whole again for the index, summaries and readers."""
     text = printable_text(text.replace("\r\n", "\n")).translate(_LOOK_ALIKES)
-    lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
+    lines = [_CJK_GAP.sub("", _SPACES.sub(" ", line)).strip() for line in text.split("\n")]
     widths = [len(line) + len(_WIDE.findall(line)) for line in lines]
     full = max(widths, default=0)
     if not full:
