@@ -64,8 +64,14 @@ def pdf_shared_stream(pages: int = 200, repeats: int = 60_000) -> bytes:
         b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
     ]
     objects += [b"<</Type/Page/Parent 2 0 R/Contents 4 0 R>>"] * pages  # resources inherited
+    return pdf_file(objects)
+
+
+def pdf_file(objects: list[bytes], version: bytes = b"1.4", trailer: bytes = b"") -> bytes:
+    """A PDF file of `objects` (numbered from 1, the first the catalog) with its cross-reference table;
+    `trailer`: entries beside /Size and /Root."""
     out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
+    out.write(b"%%PDF-%s\n" % version)
     offsets = []
     for number, body in enumerate(objects, start=1):
         offsets.append(out.tell())
@@ -74,7 +80,8 @@ def pdf_shared_stream(pages: int = 200, repeats: int = 60_000) -> bytes:
     out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
     for offset in offsets:
         out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (len(objects) + 1, trailer))
+    out.write(b"startxref\n%d\n%%%%EOF\n" % xref)
     return out.getvalue()
 
 
@@ -86,17 +93,4 @@ def pdf_unknown_cipher() -> bytes:
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>",
         b"<< /Filter /Standard /V 9 /R 9 /O <00> /U <00> /P -4 /Length 128 >>",
     ]
-    out = io.BytesIO()
-    out.write(b"%PDF-1.7\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 5\n0000000000 65535 f \n")
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(
-        b"trailer\n<< /Size 5 /Root 1 0 R /Encrypt 4 0 R /ID [<01> <01>] >>\nstartxref\n%d\n%%%%EOF\n" % xref
-    )
-    return out.getvalue()
+    return pdf_file(objects, b"1.7", b" /Encrypt 4 0 R /ID [<01> <01>]")

@@ -9,6 +9,8 @@ import io
 import pytest
 from knowledge_core.extraction import ExtractionError, extract
 
+from tests.bombs import pdf_file
+
 
 def make_pdf(pages: list[str], title: str | None = None) -> bytes:
     from fpdf import FPDF
@@ -119,14 +121,7 @@ def pdf_with_unicode_map(pages: list[bytes], unicode: dict[int, int]) -> bytes:
         )
         kids.append(b"%d 0 R" % len(objects))
     objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), len(kids))
-    out, offsets = b"%PDF-1.4\n", []
-    for n, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (n, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return pdf_file(objects)
 
 
 def pdf_mapping_a_code_to_nul(pages: list[str]) -> bytes:

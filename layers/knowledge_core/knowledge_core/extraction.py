@@ -432,10 +432,10 @@ _RADICALS_SUPPLEMENT = (
 )
 _LOOK_ALIKES = {
     **{
-        cp: unicodedata.normalize("NFKC", chr(cp))
+        cp: shown
         for start, end in ((0x2F00, 0x2FDF), (0xF900, 0xFAFF), (0xFB00, 0xFB06))
         for cp in range(start, end + 1)
-        if unicodedata.normalize("NFKC", chr(cp)) != chr(cp)
+        if (shown := unicodedata.normalize("NFKC", chr(cp))) != chr(cp)
     },
     **dict(zip((cp for cp in range(0x2E81, 0x2EF4) if cp != 0x2E9A), _RADICALS_SUPPLEMENT, strict=True)),
 }
