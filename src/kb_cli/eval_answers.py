@@ -15,7 +15,13 @@ doors of one source (the same retrieval step as every door, K-PIPE):
   the deep ranking's nDCG of the other tasks).
 
 "Contains" compares with every whitespace removed and case folded (XQuAD's Chinese puts spaces around
-numbers; a summary joins lines)."""
+numbers; a summary joins lines).
+
+`xquad-small[-train]` asks the same questions of small sources, as a newcomer's first files are: the split's
+articles in groups of SMALL_GROUP in file order (two Chinese, two English), each group a source of its own
+with its own agent and route, and each question asked of its article's group. With a handful of documents
+per source, and one or two per script, the ranking's scaling within a source and the relevance cut meet
+the shape a large corpus hides."""
 
 from __future__ import annotations
 
@@ -28,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 LONG_TASK = "xquad-long"
+SMALL_TASK = "xquad-small"
+SMALL_GROUP = 4  # articles per source in SMALL_TASK: two Chinese, two English
 LANGS = ("zh", "en")
 
 
@@ -45,11 +53,20 @@ class LongCollection:
     name: str
     documents: list[Any]  # eval_corpus.EvalDocument
     queries: list[LongQuery]
+    group: int | None = None  # documents per source, in order (None: one source holds them all)
+
+    def sources(self) -> list[list[Any]]:
+        """The documents of each source the task ingests, in order."""
+        size = self.group or len(self.documents) or 1
+        return [self.documents[i : i + size] for i in range(0, len(self.documents), size)]
 
 
-def load_xquad_long(split: str, directory: Path, limit: int | None = None) -> LongCollection:
+def load_xquad_long(
+    split: str, directory: Path, limit: int | None = None, task: str = LONG_TASK
+) -> LongCollection:
     """The split's articles as Markdown documents, half Chinese and half English, with their same-language
-    questions and answers; `limit` keeps the first `limit` questions of each language."""
+    questions and answers; `limit` keeps the first `limit` questions of each language. `task` SMALL_TASK:
+    the articles in sources of SMALL_GROUP (module docstring)."""
     from .eval_corpus import EvalDocument, xquad_articles, xquad_split
 
     files = {lang: xquad_articles(directory, lang) for lang in LANGS}
@@ -68,8 +85,8 @@ def load_xquad_long(split: str, directory: Path, limit: int | None = None) -> Lo
                 answers = tuple(dict.fromkeys(x["text"] for x in qa["answers"] if x["text"].strip()))
                 queries[lang].append(LongQuery(f"{lang}-{qa['id']}", qa["question"], lang, doc_id, answers))
     picked = [q for lang in LANGS for q in (queries[lang][:limit] if limit else queries[lang])]
-    name = LONG_TASK + ("-train" if split == "train" else "") + (f"-{limit}" if limit else "")
-    return LongCollection(name, documents, picked)
+    name = task + ("-train" if split == "train" else "") + (f"-{limit}" if limit else "")
+    return LongCollection(name, documents, picked, SMALL_GROUP if task == SMALL_TASK else None)
 
 
 def _flat(text: str) -> str:
@@ -235,18 +252,22 @@ def evaluate_answers(
     rerank: str = "NONE",
     progress: bool = True,
 ) -> AnswerResult:
-    """Ingest the long documents into a fresh source and measure every query through search and the tool."""
+    """Ingest the long documents into fresh sources (one, or one per group) and measure every query through
+    search and the tool, each asked of its document's source."""
     from tqdm import tqdm
 
     from .eval_corpus import put_eval_documents, ranking_of
 
     started = time.perf_counter()
-    source_key, route, principal, agent = _publish_tool_agent(container, collection.name, rerank)
-    put_eval_documents(container, source_key, collection.documents, collection.name, progress=progress)
+    doors: dict[str, tuple[str, Any, str]] = {}  # document -> route, principal, agent of its source
+    for documents in collection.sources():
+        source_key, route, principal, agent = _publish_tool_agent(container, collection.name, rerank)
+        put_eval_documents(container, source_key, documents, collection.name, progress=progress)
+        doors.update({d.doc_id: (route, principal, agent) for d in documents})
     ingest_seconds = time.perf_counter() - started
     t0 = time.perf_counter()
     seen = [
-        observe(container, route, principal, agent, q, n)
+        observe(container, *doors[q.doc_id], q, n)
         for n, q in enumerate(
             tqdm(
                 collection.queries,

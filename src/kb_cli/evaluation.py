@@ -717,6 +717,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, demo-all, "
         f"{', '.join(XQUAD_TASKS)} (the reported half of the articles; <task>-train: the tuning half); "
         "xquad-long[-train] (whole articles as documents: does the summary / reference carry the answer); "
+        "xquad-small[-train] (the same in sources of four articles, as a newcomer's first files); "
         "repeatable (default: scifact and demo-zh)",
     )
     add_run_arguments(parser)
@@ -885,9 +886,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def is_long_task(name: str) -> bool:
-    from .eval_answers import LONG_TASK
+    from .eval_answers import LONG_TASK, SMALL_TASK
 
-    return name.removesuffix(TRAIN_SUFFIX) == LONG_TASK
+    return name.removesuffix(TRAIN_SUFFIX) in (LONG_TASK, SMALL_TASK)
 
 
 def _run_answers(
@@ -903,7 +904,7 @@ def _run_answers(
     out: list[Any] = []
     for name in names:
         split = "train" if name.endswith(TRAIN_SUFFIX) else "test"
-        collection = load_xquad_long(split, Path(args.xquad_dir), args.limit)
+        collection = load_xquad_long(split, Path(args.xquad_dir), args.limit, name.removesuffix(TRAIN_SUFFIX))
         with fresh_container(args.backend, url, semantic, lexicon) as container:
             out.append(
                 evaluate_answers(

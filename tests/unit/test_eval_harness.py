@@ -154,3 +154,23 @@ def test_format_grid_rows_baselines_and_means(tmp_path: Path) -> None:
     assert sum(line.startswith("toy-train") for line in table.splitlines()) == 3  # two points, one baseline
     assert sum(line.startswith("mean") for line in table.splitlines()) == 2
     assert "mean *" in table
+
+
+@pytest.mark.skipif(not (XQUAD_DIR / "xquad.zh.json").exists(), reason="shared/eval/xquad is not there")
+def test_the_small_source_task_asks_each_question_of_its_articles_group(tmp_path: Path) -> None:
+    """Issue 24: `xquad-small` puts the long documents in sources of four (two Chinese, two English) and
+    asks each question through its own group's route, so every hint and reference comes from that group."""
+    from kb_cli.eval_answers import SMALL_GROUP, evaluate_answers, load_xquad_long
+
+    collection = load_xquad_long("train", XQUAD_DIR, limit=6, task="xquad-small")
+    assert collection.name == "xquad-small-train-6" and collection.group == SMALL_GROUP == 4
+    groups = collection.sources()
+    assert sum(len(g) for g in groups) == len(collection.documents) and all(len(g) <= 4 for g in groups)
+    assert [d.doc_id[:2] for d in groups[0]] == ["zh", "en", "zh", "en"]
+    group_of = {d.doc_id: n for n, g in enumerate(groups) for d in g}
+    result = evaluate_answers(collection, build_container("sqlite", tmp_path), "sqlite", progress=False)
+    assert result.documents == len(collection.documents) and result.overall.queries == 12
+    for seen, query in zip(result.per_query, collection.queries, strict=True):
+        own = group_of[query.doc_id]
+        assert {group_of[d] for d in seen["hint_docs"] + seen["reference_docs"]} <= {own}
+    assert result.overall.top_hint_right_document > 0.5  # BM25 alone, four documents to choose from
