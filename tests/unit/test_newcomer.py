@@ -117,6 +117,17 @@ def test_issue22_p5_banner_counts_the_stored_documents(demo_container, tmp_path,
     assert json.dumps(out)  # printable
 
 
+def test_a_first_start_says_it_embeds_the_demo_before_it_does(container, tmp_path, capsys):
+    """With a model in force the first `kb serve` embeds the demo's passages before it listens (a minute or
+    two): it says so first, and a restart, which keeps the seeded workspace, does not."""
+    serve_command._seed_demo(container, tmp_path, embedded=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("seeding the demo workspace 'demo': embedding its passages once")
+    assert "demo workspace 'demo' seeded" in lines[1]
+    serve_command._seed_demo(container, tmp_path, embedded=True)
+    assert "seeding" not in capsys.readouterr().out
+
+
 # --- issue 22 point 8: make serve installs only when something changed --------------------------------------
 
 

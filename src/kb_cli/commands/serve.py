@@ -116,7 +116,7 @@ def cmd_serve(args: argparse.Namespace, call: Call | None = None) -> int:
     if fresh_state and container.table is None:
         _note_orphans(container, state)
     if not args.no_demo:
-        _seed_demo(container, state)
+        _seed_demo(container, state, embedded=ranking.model_dir is not None)
     return _listen(args, container, state, ranking)
 
 
@@ -164,9 +164,13 @@ def _note_orphans(container: Container, state: Path) -> None:
         )
 
 
-def _seed_demo(container: Container, state: Path) -> None:
+def _seed_demo(container: Container, state: Path, *, embedded: bool = False) -> None:
+    """Seed the demo workspace unless it is there; `embedded`: its passages are embedded as they are
+    stored, so a first start says why it takes a while before it listens."""
     from .. import demo
 
+    if embedded and container.state.registry.get_workspace_agent(demo.ROUTE) is None:
+        print("seeding the demo workspace 'demo': embedding its passages once (a minute or two)", flush=True)
     moved = demo.adopt_default_tenant(container)
     seeded = demo.seed_if_absent(container)
     token_file = state / "demo-token"
