@@ -109,12 +109,6 @@ def _script(given: Sequence[bool | None], i: int, passage: bool) -> bool:
     return passage if known is None else known
 
 
-def _own_script(cjk: bool, across: Across | None) -> bool:
-    """Whether a passage of this script is of the question's own (every passage is, without the mixed
-    design: its cosine is its own model's with the question or its translation)."""
-    return across is None or cjk == across.question_cjk
-
-
 def unit_cosine(a: Vector, b: Vector) -> float:
     """The cosine of two stored int8 vectors of one model (whatever their script ids), from their own
     norms (rounding to int8 leaves them a little off unit length)."""
@@ -163,7 +157,7 @@ class HybridRanking:
     def _answers(self, raw: float, cjk: bool, check: float | None, across: Across | None) -> bool:
         """Whether a dense-only hit may answer from a source BM25 matched nothing in (its raw cosine, its
         passage's script, its translated check)."""
-        if _own_script(cjk, across):
+        if across is None or cjk == across.question_cjk:
             return raw >= self.floor_for(cjk)
         if check is not None:
             return check >= self.floor_for(cjk)
@@ -173,7 +167,9 @@ class HybridRanking:
         """Whether a dense-only hit may answer beside BM25's hits: its raw cosine reaches its script's floor
         when it is of the question's own script (its model's cosine with the question itself); a hit of the
         other script, found by the translation's or the multilingual vector, is left to fusion's rules."""
-        return raw is None or not _own_script(cjk, across) or raw >= self.floor_for(cjk)
+        if raw is None or (across is not None and cjk != across.question_cjk):
+            return True
+        return raw >= self.floor_for(cjk)
 
     def _cosines(
         self, seen: list[dict[bool, float]], firsts: list[bool], across: Across | None
