@@ -112,6 +112,14 @@ def issue_token(container: Container, ttl_seconds: int = 7 * 86400) -> str:
     return token
 
 
+def seeding_note(container: Container, embedded: bool) -> str | None:
+    """What a door says before `seed_if_absent` when it will seed with an embedding model in force (the
+    passages are embedded as they are stored, a minute or two on a laptop); None otherwise."""
+    if embedded and container.state.registry.get_workspace_agent(ROUTE) is None:
+        return f"seeding the demo workspace '{ROUTE}': embedding its passages once (a minute or two)"
+    return None
+
+
 def seed_if_absent(container: Container) -> bool:
     """Seed the demo workspace unless route `demo` already exists (then nothing is touched: a user's
     changes to it survive a restart). True when it was seeded now."""

@@ -71,7 +71,10 @@ def embedded_door(
 ) -> KnowledgeDoor:
     """The core services in this process, on the state `kb serve --state` keeps, ranked with the models and
     lexicon `kb serve` would use (one line on stderr says which). With a token, its principal; without one,
-    the local operator of the state directory (trusted, as with `kb serve`) as the demo user."""
+    the local operator of the state directory (trusted, as with `kb serve`) as the demo user. `seed_demo`
+    seeds the demo workspace only when `route` is the demo's (the default) and it is not there yet: serving
+    a route of one's own never writes the demo into that state (one started with `kb serve --no-demo`), nor
+    keeps the MCP host waiting while its passages are embedded."""
     from knowledge_core.domain.models import Principal
     from knowledge_core.mcp_server import ServiceDoor
 
@@ -81,7 +84,9 @@ def embedded_door(
     ranking = ranking or LocalRanking.resolve()
     print(f"kb mcp --embedded: {ranking.banner()}", file=sys.stderr, flush=True)
     container = local_container(state, ranking=ranking)
-    if seed_demo:
+    if seed_demo and route == demo.ROUTE:
+        if note := demo.seeding_note(container, embedded=ranking.model_dir is not None):
+            print(f"kb mcp --embedded: {note}", file=sys.stderr, flush=True)
         demo.seed_if_absent(container)
     if token is not None:
         principal = container.access.authenticate(f"Bearer {token}")
@@ -156,7 +161,11 @@ def add_arguments(p: argparse.ArgumentParser, default_endpoint: str, default_sta
     p.add_argument("--route", help="workspace route (env KB_ROUTE; --embedded: default demo)")
     p.add_argument("--embedded", action="store_true", help="serve the embedded default in this process")
     p.add_argument("--state", default=default_state, help="--embedded: state directory")
-    p.add_argument("--no-demo", action="store_true", help="--embedded: do not seed the demo workspace")
+    p.add_argument(
+        "--no-demo",
+        action="store_true",
+        help="--embedded: do not seed the demo workspace (seeded only for route demo, when it is not there)",
+    )
     p.add_argument(
         "--embedding-model",
         default="auto",

@@ -371,3 +371,20 @@ def test_kb_doc_takes_the_document_after_its_action(monkeypatch, capsys):
         "kb doc show: the following arguments are required: DOC_ID (or --doc-id)",
         "kb doc list: list takes no document (given: faq)",
     ]
+
+
+def test_m_mcp_embedded_seeds_the_demo_only_for_its_own_route(tmp_path, capsys):
+    """M-MCP: `kb mcp --embedded --route mine` on a state of one's own (`kb serve --no-demo`) leaves it
+    without the demo workspace and starts at once; on the default route `demo` it seeds it, once."""
+    from kb_cli.local_env import LocalRanking, local_container
+    from kb_cli.mcp_stdio import embedded_door
+
+    mine, default = tmp_path / "mine", tmp_path / "default"
+    embedded_door(mine, "mine", None, True, LocalRanking())
+    registry = local_container(mine, ranking=LocalRanking()).state.registry
+    assert registry.get_workspace_agent(demo.ROUTE) is None
+    embedded_door(default, demo.ROUTE, None, True, LocalRanking())
+    container = local_container(default, ranking=LocalRanking())
+    assert container.state.registry.get_workspace_agent(demo.ROUTE) is not None
+    assert demo.seeding_note(container, embedded=True) is None  # seeded: a restart says nothing
+    assert "seeding" not in capsys.readouterr().err  # BM25: nothing to embed, nothing to wait for

@@ -169,8 +169,8 @@ def _seed_demo(container: Container, state: Path, *, embedded: bool = False) -> 
     stored, so a first start says why it takes a while before it listens."""
     from .. import demo
 
-    if embedded and container.state.registry.get_workspace_agent(demo.ROUTE) is None:
-        print("seeding the demo workspace 'demo': embedding its passages once (a minute or two)", flush=True)
+    if note := demo.seeding_note(container, embedded):
+        print(note, flush=True)
     moved = demo.adopt_default_tenant(container)
     seeded = demo.seed_if_absent(container)
     token_file = state / "demo-token"
