@@ -746,8 +746,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tool-rerank",
         choices=["NONE", "LEXICAL"],
         default="NONE",
-        help="xquad-long: the knowledgeRouting.rerank of the agent whose tool calls are measured "
-        "(default NONE, the routing default)",
+        help="xquad-long, xquad-small: the knowledgeRouting.rerank of the agent whose tool calls are "
+        "measured (default NONE, the routing default)",
     )
 
 
