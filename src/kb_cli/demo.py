@@ -150,12 +150,14 @@ def adopt_default_tenant(container: Container) -> int:
 
 
 def seed(container: Container, *, with_token: bool = True, ttl_seconds: int = 7 * 86400) -> str | None:
-    """Publish the demo source and agent, point route `demo` at it, ingest the corpus; return a token."""
+    """Publish the demo source and agent, ingest the corpus, then point route `demo` at it; return a token.
+    The route comes last: it is what `seed_if_absent` looks for, so a seed cut short (Ctrl-C during a first
+    start's embedding) is done again on the next start instead of leaving a half-filled workspace."""
     admin = container.admin
     admin.publish_source(SourceDefinition.model_validate(SOURCE))
     admin.publish_agent(AgentDefinition.model_validate(AGENT))
     for agent in TOOL_AGENTS:
         admin.publish_agent(AgentDefinition.model_validate(agent))
-    admin.set_workspace(ROUTE, f"{AGENT['id']}@{AGENT['version']}")
     admin.put_documents(demo_documents())
+    admin.set_workspace(ROUTE, f"{AGENT['id']}@{AGENT['version']}")
     return issue_token(container, ttl_seconds) if with_token else None

@@ -4,6 +4,7 @@ unit tests of the `kb` CLI and the demo workspace, on embedded state; no network
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 from pathlib import Path
 
@@ -380,11 +381,64 @@ def test_m_mcp_embedded_seeds_the_demo_only_for_its_own_route(tmp_path, capsys):
     from kb_cli.mcp_stdio import embedded_door
 
     mine, default = tmp_path / "mine", tmp_path / "default"
-    embedded_door(mine, "mine", None, True, LocalRanking())
+    assert embedded_door(mine, "mine", None, True, LocalRanking())[1] is None
     registry = local_container(mine, ranking=LocalRanking()).state.registry
     assert registry.get_workspace_agent(demo.ROUTE) is None
-    embedded_door(default, demo.ROUTE, None, True, LocalRanking())
+    assert embedded_door(default, demo.ROUTE, None, True, LocalRanking())[1] is None  # seeded here, at once
     container = local_container(default, ranking=LocalRanking())
     assert container.state.registry.get_workspace_agent(demo.ROUTE) is not None
     assert demo.seeding_note(container, embedded=True) is None  # seeded: a restart says nothing
     assert "seeding" not in capsys.readouterr().err  # BM25: nothing to embed, nothing to wait for
+
+
+def test_m_mcp_embedded_answers_while_it_seeds_the_demo(tmp_path, monkeypatch, capsys):
+    """M-MCP: on a first start with a model, `kb mcp --embedded` (route demo) seeds in the background once
+    the server runs, so the MCP host gets `initialize` at once; meanwhile a tool call is a typed
+    `knowledge_unavailable` result saying why, and once the seed is done the same call answers."""
+    import threading
+
+    from knowledge_core.mcp_server import HINT_SEARCH_TOOL, call_tool
+
+    from kb_cli.local_env import LocalRanking
+    from kb_cli.mcp_stdio import embedded_door
+
+    release, real_seed = threading.Event(), demo.seed
+
+    def slow_seed(container, **kwargs):
+        assert release.wait(30)
+        return real_seed(container, **kwargs)
+
+    monkeypatch.setattr(demo, "seed", slow_seed)
+    monkeypatch.setattr(demo, "seeding_note", lambda container, embedded: "seeding the demo workspace 'demo'")
+    door, seeding = embedded_door(tmp_path / "state", demo.ROUTE, None, True, LocalRanking())
+    assert seeding is not None
+    assert "seeding the demo workspace 'demo', while answering" in capsys.readouterr().err
+    seeding.start()
+    waiting = call_tool(door, HINT_SEARCH_TOOL, {"query": "网关离线怎么排查"})
+    assert waiting.is_error and waiting.body["error"]["code"] == "knowledge_unavailable"
+    assert "still being seeded" in waiting.body["error"]["message"]
+    release.set()
+    assert seeding.wait(60)
+    answered = call_tool(door, HINT_SEARCH_TOOL, {"query": "网关离线怎么排查"})
+    assert not answered.is_error and answered.body["hints"]
+    assert "demo workspace 'demo' seeded" in capsys.readouterr().err
+
+
+def test_a_seed_cut_short_is_done_again_on_the_next_start(container, monkeypatch):
+    """A first start interrupted while the demo's passages are stored (Ctrl-C during the embedding) leaves
+    no route `demo`, so the next start seeds it again instead of serving a half-filled workspace."""
+    real_put = container.admin.put_documents
+
+    def interrupted(documents):
+        real_put(documents[:3])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(container.admin, "put_documents", interrupted)
+    with contextlib.suppress(KeyboardInterrupt):
+        demo.seed_if_absent(container)
+    assert container.state.registry.get_workspace_agent(demo.ROUTE) is None
+    monkeypatch.setattr(container.admin, "put_documents", real_put)
+    assert demo.seed_if_absent(container) is True
+    key = f"{demo.SOURCE['id']}@{demo.SOURCE['version']}"
+    assert len(container.backend.document_ids(key)) == len(demo.demo_documents())
+    assert _search(container, "default", "网关离线")
