@@ -142,6 +142,9 @@ def test_issue23_console_shows_the_search_index_and_compacts_it(page: Any, conso
     page.get_by_role("button", name="Compact now").click()
     page.wait_for_selector("#status >> text=/Compaction started|Nothing to compact/")
     page.wait_for_selector("tr >> text=passages")
+    page.click("nav a[href='#agents']")  # another view, at once: the Sources page's message goes with it
+    page.wait_for_selector("nav a[href='#agents'][aria-current=page]")
+    assert page.locator("#status").inner_text() == ""
 
 
 def test_console_tool_call_rule_fires_and_rule_does_not(page: Any, console: KbServer) -> None:

@@ -213,6 +213,11 @@ function say(message) {
   say.timer = setTimeout(() => { status.textContent = ""; }, 6000);
 }
 
+function quiet() {  // moving to another view drops the last view's message
+  clearTimeout(say.timer);
+  document.getElementById("status").textContent = "";
+}
+
 function confirmAction(message) {
   const dialog = document.getElementById("confirm");
   document.getElementById("confirm-text").textContent = message;
@@ -803,6 +808,6 @@ document.getElementById("lang").addEventListener("click", () => {
   applyLanguage();
   route();
 });
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", () => { quiet(); route(); });
 applyLanguage();
 route();
