@@ -111,7 +111,7 @@ class DemoSeeding:
 
 @dataclass(frozen=True)
 class SeedingDoor:
-    """A door whose calls wait for nothing: refused while `seeding` runs, passed to `door` once it is done."""
+    """`door` behind a seed: its calls are refused at once (never kept waiting) until `seeding` is done."""
 
     door: KnowledgeDoor
     seeding: DemoSeeding
