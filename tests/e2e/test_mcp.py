@@ -341,6 +341,26 @@ def test_m_mcp_stdio_embedded(tmp_path):
     drive(Client(params, read_timeout_seconds=60), session)
 
 
+def test_m_mcp_stdio_embedded_answers_at_once_while_a_model_seeds_the_demo(tmp_path, embedding_model_dir):
+    """M-MCP: a first `kb mcp --embedded` with the models (route demo, fresh state) embeds the demo's
+    passages for minutes; the official SDK client is initialized at once all the same (well within its
+    read timeout), lists the tools, and a search meanwhile is a typed `knowledge_unavailable` result."""
+    params = StdioServerParameters(
+        command=KB[0],
+        args=[*KB[1:], "mcp", "--embedded", "--state", str(tmp_path)],
+        env={**os.environ, "KB_EMBEDDING_MODEL_DIR": embedding_model_dir, "POWERTOOLS_LOG_LEVEL": "ERROR"},
+        cwd=ROOT,
+    )
+
+    async def session(c: Client) -> None:
+        assert {t.name for t in (await c.list_tools()).tools} == {"knowledge_search", "knowledge_read"}
+        is_error, body = await call(c, "knowledge_search", {"query": "网关离线怎么排查？"})
+        assert is_error and body["error"]["code"] == "knowledge_unavailable"
+        assert "still being seeded" in body["error"]["message"]
+
+    drive(Client(params, read_timeout_seconds=20), session)
+
+
 def test_m_mcp_stdio_auth_failure_is_a_jsonrpc_error(kb_server):
     """M-MCP: over stdio an invalid token is a JSON-RPC error naming `unauthorized`, not a tool result."""
 
