@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from .local_env import LocalRanking
 
 DEMO_QUERIES = Path(__file__).parent / "demo_corpus" / "queries.jsonl"
+ORGKB_DIR = Path(__file__).parent / "eval_sets" / "orgkb"
 
 
 def _shared_eval(env: str, relative: str) -> Path:
@@ -92,6 +93,60 @@ def mrr_at_k(ranked: Sequence[str], relevant: dict[str, int], k: int = 3) -> flo
     return next((1.0 / (i + 1) for i, doc in enumerate(ranked[:k]) if relevant.get(doc, 0) > 0), 0.0)
 
 
+def answerable(relevant: dict[str, int]) -> bool:
+    """A query some document answers (one with no relevant document should get no hits)."""
+    return any(g > 0 for g in relevant.values())
+
+
+def abstention_recall(answers: Sequence[Sequence[str]], qrels: Sequence[dict[str, int]]) -> float | None:
+    """Share of the unanswerable queries whose answer is empty (no hits); None when there are none."""
+    empty = [not a for a, q in zip(answers, qrels, strict=True) if not answerable(q)]
+    return sum(empty) / len(empty) if empty else None
+
+
+def false_abstention(answers: Sequence[Sequence[str]], qrels: Sequence[dict[str, int]]) -> float | None:
+    """Share of the answerable queries whose answer is empty; None when there are none."""
+    empty = [not a for a, q in zip(answers, qrels, strict=True) if answerable(q)]
+    return sum(empty) / len(empty) if empty else None
+
+
+@dataclass
+class Abstention:
+    """How the doors' answers (after the relevance step) abstain: on unanswerable queries (recall, overall
+    and per kind of unanswerable query when known) and wrongly on answerable ones."""
+
+    unanswerable: int
+    recall: float
+    by_kind: dict[str, float]
+    by_kind_queries: dict[str, int]
+    answerable: int
+    false_abstention: float | None
+
+    @classmethod
+    def over(
+        cls, answers: Sequence[Sequence[str]], qrels: Sequence[dict[str, int]], kinds: Sequence[str | None]
+    ) -> Abstention | None:
+        """None when every query is answerable (nothing to abstain on)."""
+        recall = abstention_recall(answers, qrels)
+        if recall is None:
+            return None
+        rows = list(zip(answers, qrels, kinds, strict=True))
+        by_kind: dict[str, float] = {}
+        by_kind_queries: dict[str, int] = {}
+        for kind in dict.fromkeys(k for _, q, k in rows if k and not answerable(q)):
+            mine = [(a, q) for a, q, k in rows if k == kind and not answerable(q)]
+            by_kind[kind] = abstention_recall([a for a, _ in mine], [q for _, q in mine]) or 0.0
+            by_kind_queries[kind] = len(mine)
+        return cls(
+            unanswerable=sum(1 for q in qrels if not answerable(q)),
+            recall=recall,
+            by_kind=by_kind,
+            by_kind_queries=by_kind_queries,
+            answerable=sum(1 for q in qrels if answerable(q)),
+            false_abstention=false_abstention(answers, qrels),
+        )
+
+
 @dataclass
 class Metrics:
     recall_at_3: float
@@ -124,7 +179,8 @@ class Metrics:
 class EvalQuery:
     qid: str
     text: str
-    relevant: dict[str, int]
+    relevant: dict[str, int]  # empty: no document answers it (the doors should abstain)
+    kind: str | None = None  # orgkb: same, cross, near (unanswerable, in-domain) or far (unanswerable)
 
 
 @dataclass
@@ -241,7 +297,45 @@ def load_xquad(
     return Collection(name, langs.pop() if len(langs) == 1 else "mixed", documents, queries)
 
 
-COLLECTIONS = ["scifact", "scifact-train", "demo-zh", "demo-en", "demo-all"] + [
+ORGKB = "orgkb"
+ORGKB_SPLITS = {"test": "reported", "train": "tuning"}
+
+
+def orgkb_documents(directory: Path = ORGKB_DIR) -> list[EvalDocument]:
+    """The imagined organisation's documents: one `<doc_id>.md` each, titled by its first `# heading`."""
+    from knowledge_core.extraction import markdown_title
+
+    documents = []
+    for path in sorted(directory.joinpath("docs").glob("*.md")):
+        if path.name == "LICENSE.md":
+            continue
+        title, body = markdown_title(path.read_text(encoding="utf-8"))
+        documents.append(EvalDocument(path.stem, title or path.stem, body))
+    return documents
+
+
+def orgkb_questions(directory: Path = ORGKB_DIR) -> list[dict[str, Any]]:
+    """Every row of questions.jsonl (qid, query, lang, kind, relevant, answer, split)."""
+    lines = directory.joinpath("questions.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def load_orgkb(split: str = "test", directory: Path = ORGKB_DIR, limit: int | None = None) -> Collection:
+    """The bilingual organisation set: all its documents, and the questions of one half (`split` test:
+    the reported half, train: the tuning half), answerable (same, cross) and unanswerable (near, far)."""
+    wanted = ORGKB_SPLITS[split]
+    queries = [
+        EvalQuery(row["qid"], row["query"], {d: 1 for d in row["relevant"]}, row["kind"])
+        for row in orgkb_questions(directory)
+        if row["split"] == wanted
+    ]
+    if limit:
+        queries = queries[:limit]
+    name = ORGKB + (TRAIN_SUFFIX if split == "train" else "") + (f"-{limit}" if limit else "")
+    return Collection(name, "mixed", orgkb_documents(directory), queries)
+
+
+COLLECTIONS = ["scifact", "scifact-train", "demo-zh", "demo-en", "demo-all", ORGKB, ORGKB + TRAIN_SUFFIX] + [
     name + suffix for name in XQUAD_TASKS for suffix in ("", TRAIN_SUFFIX)
 ]
 
@@ -253,6 +347,8 @@ def load_collection(
         return load_scifact(scifact_zip, "test", limit)
     if name == "scifact-train":
         return load_scifact(scifact_zip, "train", limit)
+    if name in (ORGKB, ORGKB + TRAIN_SUFFIX):
+        return load_orgkb("train" if name.endswith(TRAIN_SUFFIX) else "test", ORGKB_DIR, limit)
     task = name.removesuffix(TRAIN_SUFFIX)
     if task in XQUAD_TASKS:
         return load_xquad(task, "train" if name.endswith(TRAIN_SUFFIX) else "test", xquad_dir, limit)
@@ -373,6 +469,9 @@ class EvalResult:
     public: Metrics | None = None
     # Share of those hints that are relevant (what the relevance cut trades against the deep nDCG).
     public_precision: float | None = None
+    # Collections with unanswerable queries: how often those hints are empty where they should be, and
+    # where they should not (the ranking metrics above count the answerable queries only).
+    abstention: Abstention | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -567,6 +666,9 @@ def measure(
         public_scores.append(answered)
     query_seconds = sum(latencies) / 1000
     qrels = [q.relevant for q in collection.queries]
+    kinds = [q.kind for q in collection.queries]
+    # Ranking metrics over the answerable queries: an unanswerable one has no relevant document to find.
+    scored = [i for i, q in enumerate(qrels) if answerable(q)]
 
     baseline_name, baseline_ranked = baseline or baseline_rankings(collection, depth)
     published = next(
@@ -577,6 +679,7 @@ def measure(
             "qid": q.qid,
             "query": q.text,
             "relevant": sorted(q.relevant),
+            **({"kind": q.kind} if q.kind else {}),
             "mrr@3": round(mrr_at_k(r, q.relevant, 3), 4),
             "ndcg@10": round(ndcg_at_k(r, q.relevant, 10), 4),
             "baseline_mrr@3": round(mrr_at_k(b, q.relevant, 3), 4),
@@ -591,9 +694,9 @@ def measure(
         backend=backend,
         documents=len(collection.documents),
         queries=len(collection.queries),
-        metrics=Metrics.over(rankings, qrels),
+        metrics=Metrics.over(_at(rankings, scored), _at(qrels, scored)),
         baseline_name=baseline_name,
-        baseline=Metrics.over(baseline_ranked, qrels),
+        baseline=Metrics.over(_at(baseline_ranked, scored), _at(qrels, scored)),
         published_baseline=published,
         ingest_seconds=round(ingested.seconds, 3),
         query_seconds=round(query_seconds, 3),
@@ -603,9 +706,14 @@ def measure(
         per_query=per_query if keep_per_query else [],
         ranking=ranking_of(container),
         hybrid=hybrid_of(container),
-        public=Metrics.over(public, qrels),
+        public=Metrics.over(_at(public, scored), _at(qrels, scored)),
         public_precision=precision(public, qrels),
+        abstention=Abstention.over(public, qrels, kinds),
     )
+
+
+def _at(items: list[Any], positions: list[int]) -> list[Any]:
+    return [items[i] for i in positions]
 
 
 def precision(rankings: list[list[str]], qrels: list[dict[str, int]]) -> float:
@@ -692,6 +800,8 @@ def format_table(results: list[EvalResult]) -> str:
         )
     for r in results:
         lines.append(f"  {r.collection}: ranking = {r.ranking}; baseline = {r.baseline_name}")
+        if r.abstention:
+            lines.append(f"  {r.collection}: {format_abstention(r.abstention)}")
         if r.published_baseline:
             p = r.published_baseline
             lines.append(
@@ -699,6 +809,17 @@ def format_table(results: list[EvalResult]) -> str:
                 f"R@100 {p['recall@100']:.4f}"
             )
     return "\n".join(lines)
+
+
+def format_abstention(a: Abstention) -> str:
+    """One line: the API's abstention recall (overall and per kind) and its false abstention."""
+    kinds = ", ".join(f"{k} {v:.4f} of {a.by_kind_queries[k]}" for k, v in a.by_kind.items())
+    false = f"{a.false_abstention:.4f}" if a.false_abstention is not None else "-"
+    return (
+        f"API abstention (no hits) on unanswerable {a.recall:.4f} of {a.unanswerable}"
+        + (f" ({kinds})" if kinds else "")
+        + f"; false abstention (no hits) on answerable {false} of {a.answerable}"
+    )
 
 
 def default_opensearch_url() -> str:
@@ -715,6 +836,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         dest="collections",
         help="scifact (test, 300 claims), scifact-train (tuning only), demo-zh, demo-en, demo-all, "
+        "orgkb (a bilingual organisation's documents with unanswerable questions: the reported half; "
+        "orgkb-train: the tuning half), "
         f"{', '.join(XQUAD_TASKS)} (the reported half of the articles; <task>-train: the tuning half); "
         "xquad-long[-train] (whole articles as documents: does the summary / reference carry the answer); "
         "xquad-small[-train] (the same in sources of four articles, as a newcomer's first files); "
