@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from knowledge_core.codec import identity_digest
+from knowledge_core.domain.errors import KnowledgeChanged
 from knowledge_core.domain.models import AgentDefinition, Document, DocumentAcl, SourceDefinition
 from knowledge_core.domain.tool_wire import parse_envelope
 from knowledge_core.domain.turn_wire import TurnRequest
@@ -136,3 +138,55 @@ def test_r_cfg_context_bound_filter_on_a_door_without_context_matches_nothing(wo
     _world(world, REGION_FROM_CONTEXT)
     hints = world.c.knowledge.search(PRINCIPAL, "kb", SearchRequest(query="pump seal torque", limit=3)).wire()
     assert hints["status"] == "ok" and hints["hints"] == []  # fail closed, never "every region"
+
+
+NOT_US = {"notEquals": {"key": "region", "value": "us"}}
+
+
+def _impeller(key: str, region: str) -> Document:
+    return Document(
+        source_key=key,
+        doc_id="impeller",
+        title="Impeller alignment",
+        body="Align the impeller shaft before the first run.",
+        acl=DocumentAcl(tenant=PRINCIPAL.tenant),
+        metadata={"region": region, "year": 2024},
+    )
+
+
+def _impeller_hints(world: World) -> list[dict[str, Any]]:
+    request = SearchRequest(query="impeller alignment", limit=3)
+    return world.c.knowledge.search(PRINCIPAL, "kb", request).wire()["hints"]
+
+
+def test_a_ref_document_moved_out_of_the_agents_filter_answers_409(world: World) -> None:
+    """A-REF, R-CFG: a document whose metadata change puts it outside the route agent's sourceFilters
+    leaves search, and an earlier ref to it no longer reads it."""
+    key, _ = _world(world, NOT_US)
+    world.ingest(_impeller(key, "eu"))
+    [hint] = _impeller_hints(world)
+    assert world.read(hint["ref"])["title"] == "Impeller alignment"
+    world.ingest(_impeller(key, "us"))
+    assert _impeller_hints(world) == []
+    with pytest.raises(KnowledgeChanged):
+        world.read(hint["ref"])
+
+
+def test_a_ref_read_rechecks_the_route_agents_source_filters(world: World) -> None:
+    """A-REF: a read re-checks the route agent's sourceFilters, so a ref that binds no stored version (as
+    refs issued before versions were bound) still cannot read a document those filters exclude."""
+    key, _ = _world(world, NOT_US)
+    scope = world.c.scopes.resolve("kb")
+    identity = identity_digest(PRINCIPAL, "kb", None)
+    docs = world.c.backend.get_documents([(key, "us-0"), (key, "eu-0")])
+
+    def legacy_ref(doc_id: str) -> str:
+        revision = docs[(key, doc_id)].revision
+        ref, _ = world.c.codec.issue_ref(
+            identity=identity, scope_revision=scope.revision, source_key=key, doc_id=doc_id, revision=revision
+        )
+        return ref
+
+    assert world.read(legacy_ref("eu-0"))["title"] == "Pump seal note eu 0"
+    with pytest.raises(KnowledgeChanged):
+        world.read(legacy_ref("us-0"))

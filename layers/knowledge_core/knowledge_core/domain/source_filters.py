@@ -11,9 +11,9 @@ never sees more than the runtime would have allowed). Pure."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .filters import Filter, all_of, bind_context
+from .filters import Filter, all_of, bind_context, matches
 
 if TYPE_CHECKING:
     from .models import KnowledgeRouting
@@ -37,3 +37,11 @@ def retrieval_filter(
     """What one retrieval of source `key` is filtered by: the agent's source filter and the request's
     filter, both (`andAll`); None when neither narrows it."""
     return all_of([source_filter(routing, key, context), requested])
+
+
+def admits(routing: KnowledgeRouting, key: str, metadata: Mapping[str, Any] | None) -> bool:
+    """Whether the agent's filter for source `key`, bound to no trusted context (a read by ref has no
+    runtime behind it), admits a document with `metadata`: a document its retrievals exclude is not
+    readable either. True when the agent has no filter for that source."""
+    node = source_filter(routing, key, {})
+    return node is None or matches(metadata, node)
