@@ -6,6 +6,7 @@ route's agent's filter with an empty context."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -190,3 +191,79 @@ def test_a_ref_read_rechecks_the_route_agents_source_filters(world: World) -> No
     assert world.read(legacy_ref("eu-0"))["title"] == "Pump seal note eu 0"
     with pytest.raises(KnowledgeChanged):
         world.read(legacy_ref("us-0"))
+
+
+def _sub_agent(world: World, key: str, name: str, source_filter: dict[str, Any] | None = None) -> str:
+    """An AUTO agent over `key` that always queries it, with `source_filter` or none of its own."""
+    id_, version = key.split("@")
+    knowledge = {"id": id_, "version": version}
+    routing: dict[str, Any] = {
+        "mode": "AUTO",
+        "topK": 10,
+        "rules": [{"knowledge": knowledge, "always": True}],
+    }
+    if source_filter is not None:
+        routing["sourceFilters"] = [{"knowledge": knowledge, "filter": source_filter}]
+    agent_id = f"{name}-{world.tag}"
+    world.c.admin.publish_agent(
+        AgentDefinition.model_validate(
+            {
+                "id": agent_id,
+                "version": "1.0.0",
+                "modelProfile": {"candidates": [{"model": "m", "toolCalling": True}]},
+                "allowedKnowledge": [knowledge],
+                "knowledgeRouting": routing,
+            }
+        )
+    )
+    return f"{agent_id}@1.0.0"
+
+
+def _sub_tool(
+    world: World, ancestors: list[str], agent: str, operation: str, context: dict[str, str]
+) -> list[str]:
+    n = uuid.uuid4().hex[:8]
+    envelope = parse_envelope(
+        {
+            "operation": operation,
+            "invocation": {
+                "tenant": PRINCIPAL.tenant,
+                "app": "contract",
+                "subject": PRINCIPAL.subject,
+                "agent": agent,
+                "invocation_id": f"inv-sub-{n}",
+                "ancestors": [
+                    {"invocation_id": f"inv-anc-{i}-{n}", "agent": a} for i, a in enumerate(ancestors)
+                ],
+                "trusted_context": context,
+            },
+            "arguments": {"query": "pump seal torque"},
+        }
+    )
+    result = world.c.tools.call(envelope).wire()
+    assert "error" not in result, result
+    return [r["source"]["docId"] for r in result["references"]]
+
+
+@pytest.mark.parametrize("operation", ["startup", "knowledge_search"])
+def test_r_budget_sub_agent_inherits_its_ancestors_source_filters(world: World, operation: str) -> None:
+    """R-CFG, R-BUDGET: like budgets, an ancestor's sourceFilters bind its sub-agents: a sub-agent with no
+    filter of its own, under a root bound to region=eu, sees only eu documents."""
+    key, root = _world(world, REGION_FROM_CONTEXT)
+    sub = _sub_agent(world, key, "sub")
+    alone = _sub_tool(world, [], sub, operation, {"region": "eu"})
+    assert {d.split("-")[0] for d in alone} == set(REGIONS)  # on its own, every region
+    under_root = _sub_tool(world, [root], sub, operation, {"region": "eu"})
+    assert under_root and {d.split("-")[0] for d in under_root} == {"eu"}
+    assert (
+        _sub_tool(world, [root], sub, operation, {}) == []
+    )  # the root's context-bound condition holds nothing
+
+
+def test_r_budget_sub_agent_filters_and_its_ancestors_both_apply(world: World) -> None:
+    """R-CFG: a sub-agent's own filter and every ancestor's are and-ed: each only narrows."""
+    key, root = _world(world, NOT_US)
+    middle = _sub_agent(world, key, "middle", {"greaterThanOrEquals": {"key": "year", "value": 2024}})
+    leaf = _sub_agent(world, key, "leaf", {"notEquals": {"key": "region", "value": "apac"}})
+    found = _sub_tool(world, [root, middle], leaf, "knowledge_search", {})
+    assert sorted(found) == ["eu-1", "eu-3"]

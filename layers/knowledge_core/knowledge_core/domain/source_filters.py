@@ -10,7 +10,7 @@ never sees more than the runtime would have allowed). Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .filters import Filter, all_of, bind_context, matches
@@ -36,7 +36,20 @@ def retrieval_filter(
 ) -> Filter | None:
     """What one retrieval of source `key` is filtered by: the agent's source filter and the request's
     filter, both (`andAll`); None when neither narrows it."""
-    return all_of([source_filter(routing, key, context), requested])
+    return chain_filter([routing], key, context, requested)
+
+
+def chain_filter(
+    routings: Sequence[KnowledgeRouting],
+    key: str,
+    context: Mapping[str, str],
+    requested: Filter | None = None,
+) -> Filter | None:
+    """What a retrieval of source `key` by the last agent of an invocation chain (root first) is filtered
+    by: every agent's source filter for it, each bound to the invocation's trusted context, and the
+    request's, all and-ed (R-CFG): like budgets, an ancestor's filters bind its sub-agents, which never
+    see a document an ancestor's retrievals exclude. None when nothing narrows it."""
+    return all_of([*(source_filter(r, key, context) for r in routings), requested])
 
 
 def admits(routing: KnowledgeRouting, key: str, metadata: Mapping[str, Any] | None) -> bool:
