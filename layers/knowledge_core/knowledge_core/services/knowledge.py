@@ -254,6 +254,38 @@ class KnowledgeService:
             claims.expires_at,
         )
 
+    def readable_refs(
+        self, principal: Principal, route: str, scope: KnowledgeScope, run_id: str | None, refs: list[str]
+    ) -> set[str]:
+        """Those of `refs` (issued to `principal` on `route` for `run_id`) whose document a read would still
+        serve the principal now — its source searchable in `scope` and `readable_by_ref` — expiry aside:
+        the re-check of a stored answer that carries them (a turn's replay). One batched document read;
+        a ref that does not open for this principal is not readable. Raises KnowledgeUnavailable when the
+        documents cannot be read."""
+        identity = identity_digest(principal, route, run_id)
+        searchable = {s.key for s in scope.searchable()}
+        opened: dict[str, RefClaims] = {}
+        for ref in dict.fromkeys(refs):
+            try:
+                claims = self._codec.ref_claims(ref, identity=identity)
+            except ReferenceInvalid:
+                continue
+            if claims.source_key in searchable:
+                opened[ref] = claims
+        if not opened:
+            return set()
+        keys = list(dict.fromkeys((c.source_key, c.doc_id) for c in opened.values()))
+        try:
+            states = self._backend.document_states(keys)
+        except SourceFailure:
+            raise KnowledgeUnavailable() from None
+        viewer = principal.viewer
+        return {
+            ref
+            for ref, c in opened.items()
+            if readable_by_ref(states.get((c.source_key, c.doc_id)), c, scope, viewer)
+        }
+
     def _page(
         self,
         scope: KnowledgeScope,
