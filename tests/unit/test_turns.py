@@ -10,10 +10,12 @@ import pytest
 from knowledge_core.domain.errors import (
     InvalidRequest,
     KnowledgeChanged,
+    KnowledgeUnavailable,
     ReferenceInvalid,
     RunNotFound,
     RunNotReady,
     ScopeChanged,
+    SourceFailure,
     TurnConflict,
     TurnInProgress,
 )
@@ -250,6 +252,23 @@ def test_a_turn_record_without_a_principal_is_rechecked_for_the_caller(demo_cont
     assert turns.complete_turn(key, "old", first) is True
     assert "Quokka care" not in _titles(turn(demo_container, QUOKKA, ON_BEHALF_B))
     assert turn(demo_container, QUOKKA, ON_BEHALF_A) == first
+
+
+def test_a_turn_replay_that_cannot_recheck_its_knowledge_is_unavailable(demo_container, monkeypatch):
+    """A-TURN: a replay whose documents cannot be read for the re-check is 503 `knowledge_unavailable`
+    (typed, retryable), never the stored knowledge unchecked; the record is kept for the retry."""
+    _quokka_note(demo_container, ["u-a"])
+    first = turn(demo_container, QUOKKA, ON_BEHALF_A)
+
+    def down(*args, **kwargs):
+        raise SourceFailure("unavailable")
+
+    monkeypatch.setattr(demo_container.backend, "document_states", down)
+    with pytest.raises(KnowledgeUnavailable):
+        turn(demo_container, QUOKKA, ON_BEHALF_A)
+    monkeypatch.undo()
+    assert turn(demo_container, QUOKKA, ON_BEHALF_A) == first
+    assert len(stored_runs(demo_container)) == 1
 
 
 def test_a_turn_ids_are_scoped_to_the_session(demo_container):
