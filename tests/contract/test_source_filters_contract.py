@@ -6,9 +6,12 @@ route's agent's filter with an empty context."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
+from knowledge_core.codec import identity_digest
+from knowledge_core.domain.errors import KnowledgeChanged
 from knowledge_core.domain.models import AgentDefinition, Document, DocumentAcl, SourceDefinition
 from knowledge_core.domain.tool_wire import parse_envelope
 from knowledge_core.domain.turn_wire import TurnRequest
@@ -136,3 +139,131 @@ def test_r_cfg_context_bound_filter_on_a_door_without_context_matches_nothing(wo
     _world(world, REGION_FROM_CONTEXT)
     hints = world.c.knowledge.search(PRINCIPAL, "kb", SearchRequest(query="pump seal torque", limit=3)).wire()
     assert hints["status"] == "ok" and hints["hints"] == []  # fail closed, never "every region"
+
+
+NOT_US = {"notEquals": {"key": "region", "value": "us"}}
+
+
+def _impeller(key: str, region: str) -> Document:
+    return Document(
+        source_key=key,
+        doc_id="impeller",
+        title="Impeller alignment",
+        body="Align the impeller shaft before the first run.",
+        acl=DocumentAcl(tenant=PRINCIPAL.tenant),
+        metadata={"region": region, "year": 2024},
+    )
+
+
+def _impeller_hints(world: World) -> list[dict[str, Any]]:
+    request = SearchRequest(query="impeller alignment", limit=3)
+    return world.c.knowledge.search(PRINCIPAL, "kb", request).wire()["hints"]
+
+
+def test_a_ref_document_moved_out_of_the_agents_filter_answers_409(world: World) -> None:
+    """A-REF, R-CFG: a document whose metadata change puts it outside the route agent's sourceFilters
+    leaves search, and an earlier ref to it no longer reads it."""
+    key, _ = _world(world, NOT_US)
+    world.ingest(_impeller(key, "eu"))
+    [hint] = _impeller_hints(world)
+    assert world.read(hint["ref"])["title"] == "Impeller alignment"
+    world.ingest(_impeller(key, "us"))
+    assert _impeller_hints(world) == []
+    with pytest.raises(KnowledgeChanged):
+        world.read(hint["ref"])
+
+
+def test_a_ref_read_rechecks_the_route_agents_source_filters(world: World) -> None:
+    """A-REF: a read re-checks the route agent's sourceFilters, so a ref that binds no stored version (as
+    refs issued before versions were bound) still cannot read a document those filters exclude."""
+    key, _ = _world(world, NOT_US)
+    scope = world.c.scopes.resolve("kb")
+    identity = identity_digest(PRINCIPAL, "kb", None)
+    docs = world.c.backend.get_documents([(key, "us-0"), (key, "eu-0")])
+
+    def legacy_ref(doc_id: str) -> str:
+        revision = docs[(key, doc_id)].revision
+        ref, _ = world.c.codec.issue_ref(
+            identity=identity, scope_revision=scope.revision, source_key=key, doc_id=doc_id, revision=revision
+        )
+        return ref
+
+    assert world.read(legacy_ref("eu-0"))["title"] == "Pump seal note eu 0"
+    with pytest.raises(KnowledgeChanged):
+        world.read(legacy_ref("us-0"))
+
+
+def _sub_agent(world: World, key: str, name: str, source_filter: dict[str, Any] | None = None) -> str:
+    """An AUTO agent over `key` that always queries it, with `source_filter` or none of its own."""
+    id_, version = key.split("@")
+    knowledge = {"id": id_, "version": version}
+    routing: dict[str, Any] = {
+        "mode": "AUTO",
+        "topK": 10,
+        "rules": [{"knowledge": knowledge, "always": True}],
+    }
+    if source_filter is not None:
+        routing["sourceFilters"] = [{"knowledge": knowledge, "filter": source_filter}]
+    agent_id = f"{name}-{world.tag}"
+    world.c.admin.publish_agent(
+        AgentDefinition.model_validate(
+            {
+                "id": agent_id,
+                "version": "1.0.0",
+                "modelProfile": {"candidates": [{"model": "m", "toolCalling": True}]},
+                "allowedKnowledge": [knowledge],
+                "knowledgeRouting": routing,
+            }
+        )
+    )
+    return f"{agent_id}@1.0.0"
+
+
+def _sub_tool(
+    world: World, ancestors: list[str], agent: str, operation: str, context: dict[str, str]
+) -> list[str]:
+    n = uuid.uuid4().hex[:8]
+    envelope = parse_envelope(
+        {
+            "operation": operation,
+            "invocation": {
+                "tenant": PRINCIPAL.tenant,
+                "app": "contract",
+                "subject": PRINCIPAL.subject,
+                "agent": agent,
+                "invocation_id": f"inv-sub-{n}",
+                "ancestors": [
+                    {"invocation_id": f"inv-anc-{i}-{n}", "agent": a} for i, a in enumerate(ancestors)
+                ],
+                "trusted_context": context,
+            },
+            "arguments": {"query": "pump seal torque"},
+        }
+    )
+    result = world.c.tools.call(envelope).wire()
+    assert "error" not in result, result
+    return [r["source"]["docId"] for r in result["references"]]
+
+
+@pytest.mark.parametrize("operation", ["startup", "knowledge_search"])
+def test_r_budget_sub_agent_inherits_its_ancestors_source_filters(world: World, operation: str) -> None:
+    """R-CFG, R-BUDGET: like budgets, an ancestor's sourceFilters bind its sub-agents: a sub-agent with no
+    filter of its own, under a root bound to region=eu, sees only eu documents."""
+    key, root = _world(world, REGION_FROM_CONTEXT)
+    sub = _sub_agent(world, key, "sub")
+    alone = _sub_tool(world, [], sub, operation, {"region": "eu"})
+    assert {d.split("-")[0] for d in alone} == set(REGIONS)  # on its own, every region
+    under_root = _sub_tool(world, [root], sub, operation, {"region": "eu"})
+    assert under_root and {d.split("-")[0] for d in under_root} == {"eu"}
+    assert (
+        _sub_tool(world, [root], sub, operation, {}) == []
+    )  # the root's context-bound condition holds nothing
+
+
+def test_r_budget_sub_agent_filters_and_its_ancestors_both_apply(world: World) -> None:
+    """R-CFG: a sub-agent's own filter and every ancestor's are and-ed: each only narrows."""
+    key, root = _world(world, NOT_US)
+    middle = _sub_agent(world, key, "middle", {"greaterThanOrEquals": {"key": "year", "value": 2024}})
+    leaf = _sub_agent(world, key, "leaf", {"notEquals": {"key": "region", "value": "apac"}})
+    found = _sub_tool(world, [root, middle], leaf, "knowledge_search", {})
+    assert sorted(found) == ["eu-1", "eu-3"]

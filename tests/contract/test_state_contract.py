@@ -325,8 +325,8 @@ def test_S3_runs_keep_their_tenant(stores: StateStores) -> None:
 def test_a_turn_store_claims_once_and_only_the_holder_moves_it(stores: StateStores) -> None:
     turns = stores.turns
     key = f"TURN#r#{uuid.uuid4().hex}"
-    assert turns.claim_turn(key, "hash", "claim-1", NOW, int(NOW) + 100) is None
-    held = turns.claim_turn(key, "hash", "claim-2", NOW, int(NOW) + 100)
+    assert turns.claim_turn(key, "hash", "claim-1", NOW, int(NOW) + 100, principal="p-1") is None
+    held = turns.claim_turn(key, "hash", "claim-2", NOW, int(NOW) + 100, principal="p-1")
     assert held is not None and held.claim == "claim-1" and held.state == "pending"
     assert turns.set_turn_run(key, "claim-2", "run-x") is False
     assert turns.set_turn_run(key, "claim-1", "run-1") is True
@@ -340,12 +340,29 @@ def test_a_turn_store_claims_once_and_only_the_holder_moves_it(stores: StateStor
     assert turns.get_turn(key, NOW) is not None
     # An expired record counts as absent: a new claim wins.
     assert turns.get_turn(key, NOW + 101) is None
-    assert turns.claim_turn(key, "other", "claim-4", NOW + 101, int(NOW) + 500) is None
+    assert turns.claim_turn(key, "other", "claim-4", NOW + 101, int(NOW) + 500, principal="p-1") is None
 
     released = f"TURN#r#{uuid.uuid4().hex}"
-    assert turns.claim_turn(released, "h", "c-1", NOW, int(NOW) + 100) is None
+    assert turns.claim_turn(released, "h", "c-1", NOW, int(NOW) + 100, principal="p-1") is None
     turns.release_turn(released, "c-1")
     assert turns.get_turn(released, NOW) is None
+
+
+def test_a_turn_store_keeps_the_principal_that_claimed_the_turn(stores: StateStores) -> None:
+    """A-TURN: a record binds its claimer's principal digest (what a replay is compared with); a record
+    claimed without one, as records written before, reads back without one."""
+    turns = stores.turns
+    key = f"TURN#r#{uuid.uuid4().hex}"
+    assert turns.claim_turn(key, "hash", "c-1", NOW, int(NOW) + 100, principal="digest-a") is None
+    held = turns.claim_turn(key, "hash", "c-2", NOW, int(NOW) + 100, principal="digest-b")
+    assert held is not None and held.principal == "digest-a"
+    assert turns.complete_turn(key, "c-1", {"a": 1}) is True
+    done = turns.get_turn(key, NOW)
+    assert done is not None and done.principal == "digest-a"
+    older = f"TURN#r#{uuid.uuid4().hex}"
+    assert turns.claim_turn(older, "hash", "c-1", NOW, int(NOW) + 100, principal=None) is None
+    record = turns.get_turn(older, NOW)
+    assert record is not None and record.principal is None
 
 
 def test_state_registry_listings_for_operators(stores: StateStores) -> None:

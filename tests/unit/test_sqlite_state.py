@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from knowledge_core.adapters.sqlite import sqlite_stores
+from knowledge_core.adapters.sqlite.db import SqliteDatabase
 from knowledge_core.adapters.sqlite.driver import sqlite3
+from knowledge_core.adapters.sqlite.store import APPLICATION_ID, MIGRATIONS
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.errors import StateUnavailable
 from knowledge_core.domain.models import AgentDefinition, Principal
@@ -63,3 +66,20 @@ def test_state_locked_turn_request_is_503_without_a_half_written_run(
         assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
     assert container.turns.start(principal, "demo", request).wire()["run_id"]  # and then it answers
+
+
+def test_a_turn_record_from_a_state_file_before_principals_reads_without_one(tmp_path: Path) -> None:
+    """A-TURN: a state file whose turn records bind no principal migrates forward, and its records read
+    back whole, without a principal (the turn service then re-checks their knowledge on replay)."""
+    path = tmp_path / "state.sqlite3"
+    before = SqliteDatabase(path, application_id=APPLICATION_ID, migrations=MIGRATIONS[:4])
+    with before.transaction() as conn:
+        conn.execute(
+            "INSERT INTO turns (key, request_hash, state, claim, claimed_at, expires_at, run_id, response) "
+            "VALUES (?, 'h', 'done', 'c', 1.0, ?, 'run-1', ?)",
+            ("TURN#r#old", 4102444800, json.dumps({"a": 1})),
+        )
+    before.close()
+    record = sqlite_stores(path).turns.get_turn("TURN#r#old", 2.0)
+    assert record is not None and record.principal is None
+    assert (record.state, record.run_id, record.response) == ("done", "run-1", {"a": 1})

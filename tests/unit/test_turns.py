@@ -10,17 +10,19 @@ import pytest
 from knowledge_core.domain.errors import (
     InvalidRequest,
     KnowledgeChanged,
+    KnowledgeUnavailable,
     ReferenceInvalid,
     RunNotFound,
     RunNotReady,
     ScopeChanged,
+    SourceFailure,
     TurnConflict,
     TurnInProgress,
 )
-from knowledge_core.domain.models import AgentDefinition, Document, Principal, SourceDefinition
+from knowledge_core.domain.models import AgentDefinition, Document, DocumentAcl, Principal, SourceDefinition
 from knowledge_core.domain.turn_wire import TurnRequest
 from knowledge_core.domain.wire import ReadRequest, SearchRequest, parse_request
-from knowledge_core.services.turns import TURN_TTL_SECONDS, turn_key
+from knowledge_core.services.turns import TURN_TTL_SECONDS, turn_key, turn_principal
 
 from tests.conftest import stored_runs
 
@@ -178,6 +180,97 @@ def test_a_turn_same_id_different_body_is_turn_conflict(demo_container):
     assert len(stored_runs(demo_container)) == 1
 
 
+ON_BEHALF_A = Principal(
+    client_id="c", session_id="s", subject="agent", on_behalf_of="u-a", tenant="default", routes=[ROUTE]
+)
+ON_BEHALF_B = ON_BEHALF_A.model_copy(update={"on_behalf_of": "u-b"})
+QUOKKA = {"turn_id": "t-quokka", "message": "quokka enclosure shade"}
+
+
+def _quokka_note(container, subjects: list[str]) -> None:
+    """A demo-source document only `subjects` may read."""
+    container.admin.put_documents(
+        [
+            Document(
+                source_key="demo-docs@1.0.0",
+                doc_id="quokka-care",
+                title="Quokka care",
+                body="Feed the quokka at dawn; the quokka enclosure needs shade and fresh water.",
+                acl=DocumentAcl(tenant="default", subjects=subjects),
+            )
+        ]
+    )
+
+
+def _titles(response: dict) -> list[str]:
+    return [k["title"] for k in response["context"]["knowledge"]]
+
+
+def test_a_turn_replay_by_another_principal_is_turn_conflict(demo_container):
+    """A-TURN: a turn binds the whole principal: the same client and session acting for another user, or
+    with other groups, replaying the turn gets `turn_conflict`, never the first user's documents."""
+    _quokka_note(demo_container, ["u-a"])
+    first = turn(demo_container, QUOKKA, ON_BEHALF_A)
+    assert "Quokka care" in _titles(first)
+    with pytest.raises(TurnConflict):
+        turn(demo_container, QUOKKA, ON_BEHALF_B)
+    with pytest.raises(TurnConflict):
+        turn(demo_container, QUOKKA, ON_BEHALF_A.model_copy(update={"groups": ["zoo-staff"]}))
+    assert turn(demo_container, QUOKKA, ON_BEHALF_A) == first
+    assert len(stored_runs(demo_container)) == 1
+
+
+def test_a_turn_replay_leaves_out_knowledge_the_caller_can_no_longer_read(demo_container):
+    """A-TURN, A-REF: a replay is the stored response re-checked as a read would be: a document the caller
+    may no longer read is left out (of `knowledge` and `knowledge_refs`), the rest is unchanged."""
+    _quokka_note(demo_container, ["u-a"])
+    first = turn(demo_container, QUOKKA, ON_BEHALF_A)
+    assert "Quokka care" in _titles(first)
+    counter = CountingSearch(demo_container)
+    _quokka_note(demo_container, ["u-c"])
+    again = turn(demo_container, QUOKKA, ON_BEHALF_A)
+    assert "Quokka care" not in _titles(again) and counter.calls == 0
+    kept = [k for k in first["context"]["knowledge"] if k["title"] != "Quokka care"]
+    assert again["context"]["knowledge"] == kept
+    assert again["context"]["knowledge_refs"] == [k["ref"] for k in kept]
+    assert {**again, "context": None} == {**first, "context": None}
+    assert len(stored_runs(demo_container)) == 1
+
+
+def test_a_turn_record_without_a_principal_is_rechecked_for_the_caller(demo_container):
+    """A-TURN: a record stored before records bound their principal still answers a replay, re-checked
+    for whoever replays it: another user of the same client and session gets none of the documents."""
+    _quokka_note(demo_container, ["u-a"])
+    first = turn(demo_container, QUOKKA, ON_BEHALF_A)
+    assert "Quokka care" in _titles(first)
+    clock, turns = demo_container.clock, demo_container.state.turns
+    key = turn_key(ROUTE, ON_BEHALF_A, QUOKKA["turn_id"])
+    request_hash = turns.get_turn(key, clock.now()).request_hash
+    clock.advance(TURN_TTL_SECONDS + 1)  # rewritten as a record of before: no principal
+    now = clock.now()
+    assert turns.claim_turn(key, request_hash, "old", now, int(now) + 3600, principal=None) is None
+    assert turns.complete_turn(key, "old", first) is True
+    assert "Quokka care" not in _titles(turn(demo_container, QUOKKA, ON_BEHALF_B))
+    assert turn(demo_container, QUOKKA, ON_BEHALF_A) == first
+
+
+def test_a_turn_replay_that_cannot_recheck_its_knowledge_is_unavailable(demo_container, monkeypatch):
+    """A-TURN: a replay whose documents cannot be read for the re-check is 503 `knowledge_unavailable`
+    (typed, retryable), never the stored knowledge unchecked; the record is kept for the retry."""
+    _quokka_note(demo_container, ["u-a"])
+    first = turn(demo_container, QUOKKA, ON_BEHALF_A)
+
+    def down(*args, **kwargs):
+        raise SourceFailure("unavailable")
+
+    monkeypatch.setattr(demo_container.backend, "document_states", down)
+    with pytest.raises(KnowledgeUnavailable):
+        turn(demo_container, QUOKKA, ON_BEHALF_A)
+    monkeypatch.undo()
+    assert turn(demo_container, QUOKKA, ON_BEHALF_A) == first
+    assert len(stored_runs(demo_container)) == 1
+
+
 def test_a_turn_ids_are_scoped_to_the_session(demo_container):
     body = {"turn_id": "t-shared", "message": "hello"}
     assert turn(demo_container, body)["run_id"] != turn(demo_container, body, OTHER_SESSION)["run_id"]
@@ -241,7 +334,9 @@ def test_a_turn_duplicate_waits_for_pending_then_reports_in_progress(demo_contai
     request = parse_request(TurnRequest, json.dumps({"turn_id": "t-pending", "message": "hi"}))
     now = demo_container.clock.now()
     assert (
-        demo_container.state.turns.claim_turn(key, request.request_hash(), "other", now, int(now) + 100)
+        demo_container.state.turns.claim_turn(
+            key, request.request_hash(), "other", now, int(now) + 100, principal=turn_principal(PRINCIPAL)
+        )
         is None
     )
     with pytest.raises(TurnInProgress):

@@ -185,6 +185,14 @@ class TokenCodec:
 
     def open_ref(self, token: str, *, identity: str) -> RefClaims:
         """MAC, shape and identity first (400), then expiry (410). Scope and document are the caller's."""
+        claims = self.ref_claims(token, identity=identity)
+        if claims.expires_at <= self._clock.now():
+            raise ReferenceExpired()
+        return claims
+
+    def ref_claims(self, token: str, *, identity: str) -> RefClaims:
+        """MAC, shape and identity (400), whatever its expiry: what a ref this server issued to `identity`
+        names — for re-checking a stored answer that carries it (a turn's replay), never for a read."""
         keys = self.keys()
         p = self._unseal(keys.ref_keys, token, "ref")
         try:
@@ -205,8 +213,6 @@ class TokenCodec:
         if version is not None and type(version) is not str:
             raise ReferenceInvalid()
         source_key, doc_id = _open_location(keys.location_keys, identity_, location)
-        if expires_at <= self._clock.now():
-            raise ReferenceExpired()
         return RefClaims(identity_, scope, source_key, doc_id, "sha256:" + revision, expires_at, version)
 
     @staticmethod

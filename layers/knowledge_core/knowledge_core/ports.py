@@ -428,15 +428,17 @@ class TurnRecord:
     expires_at: int
     run_id: str | None = None
     response: dict[str, Any] | None = None
+    # digest of the principal that claimed the turn; None on a record written before turns bound it
+    principal: str | None = None
 
 
 class TurnStore(ABC):
     @abstractmethod
     def claim_turn(
-        self, key: str, request_hash: str, claim: str, now: float, expires_at: int
+        self, key: str, request_hash: str, claim: str, now: float, expires_at: int, *, principal: str | None
     ) -> TurnRecord | None:
-        """Conditional put of a `pending` record. None when this call claimed the turn, else the live
-        record that exists (an expired record counts as absent)."""
+        """Conditional put of a `pending` record of `principal`. None when this call claimed the turn, else
+        the live record that exists (an expired record counts as absent)."""
 
     @abstractmethod
     def get_turn(self, key: str, now: float) -> TurnRecord | None: ...

@@ -78,7 +78,7 @@ from urllib.parse import urlsplit
 
 from ..domain.errors import SourceFailure
 from ..domain.fusion import Hit
-from ..domain.models import Document, DocumentAcl, DocumentState, Viewer, stored_version
+from ..domain.models import Document, DocumentAcl, DocumentState, Viewer, record_version, with_metadata
 from ..domain.passages import (
     Passage,
     StoredPassage,
@@ -135,6 +135,7 @@ _HIT_FIELDS = [
     "text",
     "structured_source",
     "passage_no",
+    "metadata",  # folded into the row's record version: the hit's stored version (models.with_metadata)
 ]
 _VECTOR_FIELDS = ["vectors", "vector", "vector_model"]
 CANDIDATES_DEPTH = 4  # passage_candidates reads per_doc x documents x this many passages in one query
@@ -149,7 +150,7 @@ _DOC_FIELDS = [
     "structured_source",
     "metadata",
 ]
-_STATE_FIELDS = ["source_key", "doc_id", "revision", "status", "acl", "structured_source"]
+_STATE_FIELDS = ["source_key", "doc_id", "revision", "status", "acl", "structured_source", "metadata"]
 
 
 # The embedded backend's `analyzer.index_terms` in Lucene terms: CJK runs as bigrams (a lone character
@@ -195,7 +196,8 @@ PASSAGE_MAPPINGS: dict[str, Any] = {
         "text": _analysed(copy_to="content"),
         "content": _analysed(),  # title + passage, one BM25 length (not in _source)
         "revision": {"type": "keyword", "index": False},
-        # the parent's models.stored_version (v4): a hit's ref binds it without reading the document
+        # the parent's models.record_version (v4), which the row's metadata completes to its stored version:
+        # a hit's ref binds it without reading the document
         "version": {"type": "keyword", "index": False, "doc_values": False},
         "status": {"type": "keyword"},
         "acl_tenant": {"type": "keyword"},
@@ -775,7 +777,7 @@ class OpenSearchBackend(SearchBackend):
             _source_includes=["revision", "acl", "structured_source"],
         )
         return {
-            d["_id"]: stored_version(
+            d["_id"]: record_version(
                 d["_source"]["revision"],
                 DocumentAcl.model_validate(d["_source"]["acl"]),
                 d["_source"].get("structured_source"),
@@ -1084,6 +1086,7 @@ class OpenSearchBackend(SearchBackend):
                 DocumentAcl.model_validate(src["acl"]),
                 src["revision"],
                 src.get("structured_source"),
+                src.get("metadata") or None,
             )
             for key, src in self._mget(keys, _STATE_FIELDS).items()
         }
@@ -1246,7 +1249,7 @@ class OpenSearchBackend(SearchBackend):
             "doc_key": parent,
             "title": doc.title,
             "revision": doc.revision,
-            "version": doc.version,
+            "version": doc.record_version,
             "status": doc.status,
             "acl_tenant": acl.tenants,
             "acl_open": not acl.subjects and not acl.groups,
@@ -1615,6 +1618,6 @@ def _hit(source_key: str, raw: dict[str, Any]) -> Hit:
         score=float(raw["_score"]),
         passage=src["text"],
         structured_source=src.get("structured_source"),
-        version=src.get("version") or "",
+        version=with_metadata(src["version"], src.get("metadata")) if src.get("version") else "",
         passage_no=src.get("passage_no"),
     )

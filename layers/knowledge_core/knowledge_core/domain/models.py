@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -390,26 +391,47 @@ class Document(BaseModel):
     @property
     def version(self) -> str:
         """`stored_version` of this document (what a ref binds beside the revision)."""
-        return stored_version(self.revision, self.acl, self.structured_source)
+        return stored_version(self.revision, self.acl, self.structured_source, self.metadata)
+
+    @property
+    def record_version(self) -> str:
+        """`record_version` of this document: its stored version before its metadata is folded in."""
+        return record_version(self.revision, self.acl, self.structured_source)
 
 
-def stored_version(revision: str, acl: DocumentAcl, structured_source: dict[str, Any] | None) -> str:
-    """A digest of what is stored about a document beyond its revision (SPEC §1: any change of what is
-    stored is an update — its ACL and structured source as well as its title and body): refs bind it, so an
-    old ref answers 409 after any such change, never the newer state under the old ref."""
-    canonical = json.dumps(
-        {"r": revision, "a": acl.model_dump(mode="json"), "s": structured_source},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+def _digest(value: Any) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+
+
+def record_version(revision: str, acl: DocumentAcl, structured_source: dict[str, Any] | None) -> str:
+    """A digest of a document's revision, ACL and structured source: its stored version without metadata
+    (what a search index row may keep beside the metadata it also holds; `with_metadata` completes it)."""
+    return _digest({"r": revision, "a": acl.model_dump(mode="json"), "s": structured_source})
+
+
+def with_metadata(record: str, metadata: Mapping[str, Any] | None) -> str:
+    """`record` (a `record_version`) with the document's metadata folded in; unchanged without metadata,
+    so a document that has none keeps the version (and its refs) it had before metadata was bound."""
+    return _digest({"v": record, "m": dict(metadata)}) if metadata else record
+
+
+def stored_version(
+    revision: str,
+    acl: DocumentAcl,
+    structured_source: dict[str, Any] | None,
+    metadata: Mapping[str, Any] | None = None,
+) -> str:
+    """A digest of what is stored about a document beyond its revision (SPEC §1: any change of what is
+    stored is an update — its ACL, structured source and metadata as well as its title and body): refs bind
+    it, so an old ref answers 409 after any such change, never the newer state under the old ref."""
+    return with_metadata(record_version(revision, acl, structured_source), metadata)
 
 
 @dataclass(frozen=True)
 class DocumentState:
-    """What the live check of a hit needs of its stored document (no body): its source, status, ACL and
-    revision, read for every hit of a retrieval in one batch (K-PIPE)."""
+    """What the live check of a hit needs of its stored document (no body): its source, status, ACL,
+    revision and metadata, read for every hit of a retrieval in one batch (K-PIPE)."""
 
     source_key: str
     doc_id: str
@@ -417,10 +439,11 @@ class DocumentState:
     acl: DocumentAcl
     revision: str
     structured_source: dict[str, Any] | None = None
+    metadata: Mapping[str, Any] | None = None
 
     @property
     def version(self) -> str:
-        return stored_version(self.revision, self.acl, self.structured_source)
+        return stored_version(self.revision, self.acl, self.structured_source, self.metadata)
 
 
 def citable(doc: Document | DocumentState | None, source_key: str, revision: str, viewer: Viewer) -> bool:

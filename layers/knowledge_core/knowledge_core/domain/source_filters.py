@@ -10,10 +10,10 @@ never sees more than the runtime would have allowed). Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from .filters import Filter, all_of, bind_context
+from .filters import Filter, all_of, bind_context, matches
 
 if TYPE_CHECKING:
     from .models import KnowledgeRouting
@@ -36,4 +36,25 @@ def retrieval_filter(
 ) -> Filter | None:
     """What one retrieval of source `key` is filtered by: the agent's source filter and the request's
     filter, both (`andAll`); None when neither narrows it."""
-    return all_of([source_filter(routing, key, context), requested])
+    return chain_filter([routing], key, context, requested)
+
+
+def chain_filter(
+    routings: Sequence[KnowledgeRouting],
+    key: str,
+    context: Mapping[str, str],
+    requested: Filter | None = None,
+) -> Filter | None:
+    """What a retrieval of source `key` by the last agent of an invocation chain (root first) is filtered
+    by: every agent's source filter for it, each bound to the invocation's trusted context, and the
+    request's, all and-ed (R-CFG): like budgets, an ancestor's filters bind its sub-agents, which never
+    see a document an ancestor's retrievals exclude. None when nothing narrows it."""
+    return all_of([*(source_filter(r, key, context) for r in routings), requested])
+
+
+def admits(routing: KnowledgeRouting, key: str, metadata: Mapping[str, Any] | None) -> bool:
+    """Whether the agent's filter for source `key`, bound to no trusted context (a read by ref has no
+    runtime behind it), admits a document with `metadata`: a document its retrievals exclude is not
+    readable either. True when the agent has no filter for that source."""
+    node = source_filter(routing, key, {})
+    return node is None or matches(metadata, node)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
-from ..codec import TokenCodec, identity_digest
+from ..codec import RefClaims, TokenCodec, identity_digest
 from ..domain.analyzer import unique_terms
 from ..domain.errors import (
     KnowledgeChanged,
@@ -16,11 +16,11 @@ from ..domain.errors import (
 )
 from ..domain.filters import Filter
 from ..domain.fusion import Hit
-from ..domain.models import Principal, citable
+from ..domain.models import Document, DocumentState, Principal, Viewer, citable
 from ..domain.passages import page_label
 from ..domain.router import PlannedSource, expired_leases, plan_search
 from ..domain.scope import KnowledgeScope
-from ..domain.source_filters import retrieval_filter
+from ..domain.source_filters import admits, retrieval_filter
 from ..domain.summary import focused_excerpt
 from ..domain.text import cut_title, escaped_size, fit_bytes, fit_text, json_size
 from ..domain.wire import (
@@ -240,11 +240,9 @@ class KnowledgeService:
             doc = self._backend.get_document(claims.source_key, claims.doc_id)
         except SourceFailure:
             raise KnowledgeUnavailable() from None
-        if not citable(doc, claims.source_key, claims.revision, principal.viewer):
+        if not readable_by_ref(doc, claims, scope, principal.viewer):
             raise KnowledgeChanged()
-        assert doc is not None  # citable
-        if claims.version is not None and doc.version != claims.version:
-            raise KnowledgeChanged()  # its ACL or structured source changed since the ref (SPEC §1)
+        assert doc is not None  # readable
         return self._page(
             scope,
             route,
@@ -255,6 +253,38 @@ class KnowledgeService:
             offset,
             claims.expires_at,
         )
+
+    def readable_refs(
+        self, principal: Principal, route: str, scope: KnowledgeScope, run_id: str | None, refs: list[str]
+    ) -> set[str]:
+        """Those of `refs` (issued to `principal` on `route` for `run_id`) whose document a read would still
+        serve the principal now — its source searchable in `scope` and `readable_by_ref` — expiry aside:
+        the re-check of a stored answer that carries them (a turn's replay). One batched document read;
+        a ref that does not open for this principal is not readable. Raises KnowledgeUnavailable when the
+        documents cannot be read."""
+        identity = identity_digest(principal, route, run_id)
+        searchable = {s.key for s in scope.searchable()}
+        opened: dict[str, RefClaims] = {}
+        for ref in dict.fromkeys(refs):
+            try:
+                claims = self._codec.ref_claims(ref, identity=identity)
+            except ReferenceInvalid:
+                continue
+            if claims.source_key in searchable:
+                opened[ref] = claims
+        if not opened:
+            return set()
+        keys = list(dict.fromkeys((c.source_key, c.doc_id) for c in opened.values()))
+        try:
+            states = self._backend.document_states(keys)
+        except SourceFailure:
+            raise KnowledgeUnavailable() from None
+        viewer = principal.viewer
+        return {
+            ref
+            for ref, c in opened.items()
+            if readable_by_ref(states.get((c.source_key, c.doc_id)), c, scope, viewer)
+        }
 
     def _page(
         self,
@@ -297,6 +327,20 @@ class KnowledgeService:
             page.next_cursor = None
             page.truncated = page.budget_exhausted = chain_end < len(body)
         return page
+
+
+def readable_by_ref(
+    doc: Document | DocumentState | None, claims: RefClaims, scope: KnowledgeScope, viewer: Viewer
+) -> bool:
+    """What a read by ref re-checks of its document (A-REF): still citable to the viewer (that source,
+    ready, ACL, the ref's revision), the stored version the ref bound (ACL, structured source, metadata:
+    SPEC §1), and admitted by the route agent's `sourceFilters` (a document its retrievals exclude)."""
+    return (
+        citable(doc, claims.source_key, claims.revision, viewer)
+        and doc is not None
+        and (claims.version is None or doc.version == claims.version)
+        and admits(scope.routing, claims.source_key, doc.metadata)
+    )
 
 
 def _summary_budget(response: SearchResponse, hints: list[Hint]) -> int:

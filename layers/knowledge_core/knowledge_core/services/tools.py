@@ -41,7 +41,7 @@ from ..domain.fusion import Fused, RankedList, content_fingerprint, fuse
 from ..domain.models import AgentDefinition, Viewer
 from ..domain.router import PlannedSource, expired_leases, plan_startup, plan_tool
 from ..domain.scope import KnowledgeScope
-from ..domain.source_filters import retrieval_filter
+from ..domain.source_filters import chain_filter
 from ..domain.tool_wire import (
     CitationCreated,
     KnowledgeFused,
@@ -175,9 +175,10 @@ class ToolsService:
             planned = plan_tool(scope, query, inv.trusted_context, sources)
         else:
             planned = plan_startup(scope, query, inv.trusted_context)
+        ancestors = [self._agent(a.agent) for a in inv.ancestors]
         links = [
-            ChainLink(a.invocation_id, a.agent, Limits.of(self._agent(a.agent).routing))
-            for a in inv.ancestors
+            ChainLink(a.invocation_id, a.agent, Limits.of(d.routing))
+            for a, d in zip(inv.ancestors, ancestors, strict=True)
         ]
         links.append(ChainLink(inv.invocation_id, agent.key, Limits.of(routing), inv.deadline_epoch))
         mismatch = chain_mismatch(links, snapshot.entries)
@@ -208,9 +209,11 @@ class ToolsService:
 
         snapshot = self._ledger.charge_retrievals(snapshot, links, [p.key for p in to_call], now)
         viewer = Viewer(tenant=inv.tenant, subject=inv.subject, groups=inv.groups)
-        # The agent's sourceFilters, bound to the runtime's trusted context (§3.1): never the model's input.
+        # The sourceFilters of the agent and of every ancestor (as budgets), bound to the runtime's trusted
+        # context (§3.1): never the model's input.
         context = inv.trusted_context
-        asks = [SourceAsk.of(p, None, retrieval_filter(routing, p.key, context)) for p in to_call]
+        routings = [d.routing for d in ancestors] + [routing]
+        asks = [SourceAsk.of(p, None, chain_filter(routings, p.key, context)) for p in to_call]
         retrieved = self._retrieval.run(asks, self._retrieval.analyse(query), viewer, timeout)
         lists: list[RankedList] = []
         for p, outcome in zip(to_call, retrieved.outcomes, strict=True):

@@ -3,16 +3,20 @@ inline startup retrieval, and idempotency by request hash.
 
 Exactly-once per turn: the turn record is claimed first with a conditional put (`pending`), then the
 run is created and the context assembled, then the response is stored (`done`). A duplicate that finds
-`pending` polls briefly for the stored response; one that finds a different hash gets `turn_conflict`."""
+`pending` polls briefly for the stored response; one that finds a different hash, or that another
+principal claimed, gets `turn_conflict`. A stored response is returned again only after its knowledge is
+re-checked for the caller as a read would (a document the caller may no longer read is left out)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from ..codec import identity_digest
 from ..domain.errors import RunNotFound, RunNotReady, SourceFailure, TurnConflict, TurnInProgress
@@ -39,6 +43,29 @@ def turn_key(route: str, principal: Principal, turn_id: str) -> str:
     )
     digest = base64.urlsafe_b64encode(hashlib.sha256(parts.encode("utf-8")).digest()).rstrip(b"=").decode()
     return f"TURN#{route}#{digest}"
+
+
+def turn_principal(principal: Principal) -> str:
+    """Who a turn is for: everything of the principal that decides what it may read (subject,
+    on_behalf_of, groups, tenant) beside the client and session the key holds, digested."""
+    parts = json.dumps(
+        [
+            principal.client_id,
+            principal.session_id,
+            principal.subject,
+            principal.on_behalf_of,
+            sorted(set(principal.groups)),
+            principal.tenant,
+        ],
+        separators=(",", ":"),
+    )
+    return base64.urlsafe_b64encode(hashlib.sha256(parts.encode("utf-8")).digest()).rstrip(b"=").decode()
+
+
+def same_principal(stored: str | None, caller: str) -> bool:
+    """A turn record is the caller's when it binds the caller's principal; a record written before records
+    bound one (None) may be anyone's of that client and session: its knowledge is re-checked on replay."""
+    return stored is None or hmac.compare_digest(stored, caller)
 
 
 class TurnService:
@@ -71,6 +98,33 @@ class TurnService:
         key = turn_key(route, principal, request.turn_id)
         return self._claim(principal, route, scope, request, key, uuid.uuid4().hex, request.request_hash())
 
+    def _replay(
+        self, principal: Principal, route: str, scope: KnowledgeScope, stored: dict[str, Any]
+    ) -> TurnResponse:
+        """The stored response again (A-TURN: no new run, no new retrieval), without any knowledge item or
+        hint whose ref the caller could no longer read: same shape, only fewer items."""
+        response = TurnResponse.model_validate(stored)
+        delivery = response.knowledge_delivery
+        hints = delivery.hints if delivery is not None else []
+        refs = [i.ref for i in response.context.knowledge] + [
+            h["ref"] for h in hints if isinstance(h.get("ref"), str)
+        ]
+        if not refs:
+            return response
+        readable = self._knowledge.readable_refs(principal, route, scope, response.run_id, refs)
+        if readable.issuperset(refs):
+            return response
+        context = response.context.model_copy(
+            update={
+                "knowledge": [i for i in response.context.knowledge if i.ref in readable],
+                "knowledge_refs": [r for r in response.context.knowledge_refs if r in readable],
+            }
+        )
+        if delivery is not None:
+            kept = [h for h in hints if not isinstance(h.get("ref"), str) or h["ref"] in readable]
+            delivery = delivery.model_copy(update={"hints": kept})
+        return response.model_copy(update={"context": context, "knowledge_delivery": delivery})
+
     # --- claim, or the same turn seen before -----------------------------------------------------------
     def _claim(
         self,
@@ -87,17 +141,22 @@ class TurnService:
         deadline = time.monotonic() + self._wait
         pause = 0.02
         record: TurnRecord | None = None
+        caller = turn_principal(principal)
         while True:
             now = self._clock.now()
             if record is None:  # not claimed yet, or the claimer failed and released the turn
-                record = self._turns.claim_turn(key, request_hash, claim, now, int(now) + TURN_TTL_SECONDS)
+                record = self._turns.claim_turn(
+                    key, request_hash, claim, now, int(now) + TURN_TTL_SECONDS, principal=caller
+                )
                 if record is None:
                     return self._assemble(principal, route, scope, request, key, claim, None)
                 continue
             if record.request_hash != request_hash:
                 raise TurnConflict()
+            if not same_principal(record.principal, caller):
+                raise TurnConflict("turn_id was used by another principal")
             if record.state == "done" and record.response is not None:
-                return TurnResponse.model_validate(record.response)
+                return self._replay(principal, route, scope, record.response)
             if now - record.claimed_at > self._lease and self._turns.take_over_turn(
                 key, record.claim, claim, now
             ):
@@ -155,7 +214,7 @@ class TurnService:
             # Our claim was taken over as stale meanwhile: the record's response is the turn's answer.
             stored = self._turns.get_turn(key, self._clock.now())
             if stored is not None and stored.state == "done" and stored.response is not None:
-                return TurnResponse.model_validate(stored.response)
+                return self._replay(principal, route, scope, stored.response)
         return response
 
     def _resume(self, principal: Principal, route: str, run_id: str) -> str:

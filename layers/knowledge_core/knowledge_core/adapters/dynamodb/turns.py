@@ -1,7 +1,8 @@
 """Turn idempotency records in the single DynamoDB table (A-TURN).
 
-Item: pk=`TURN#<route>#<digest of client, session, turn_id>`, sk=`TURN`; `request_hash`, `state`
-(pending | done), `claim`, `claimed_at`, optional `run_id`, the stored response as zlib-compressed
+Item: pk=`TURN#<route>#<digest of client, session, turn_id>`, sk=`TURN`; `request_hash`, `principal` (the
+claimer's digest; absent on items written before turns bound it), `state` (pending | done), `claim`,
+`claimed_at`, optional `run_id`, the stored response as zlib-compressed
 JSON (`turn_response`, binary: an inline context can approach the 400 KB item limit), and `ttl`."""
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ class DynamoTurnStore(TableAdapter, TurnStore):
             expires_at=int(item[TTL_ATTRIBUTE]["N"]),
             run_id=item.get("run_id", {}).get("S"),
             response=json.loads(zlib.decompress(raw)) if raw is not None else None,
+            principal=item.get("principal", {}).get("S"),
         )
 
     def claim_turn(
-        self, key: str, request_hash: str, claim: str, now: float, expires_at: int
+        self, key: str, request_hash: str, claim: str, now: float, expires_at: int, *, principal: str | None
     ) -> TurnRecord | None:
         item = {
             **self._key(key),
@@ -46,6 +48,7 @@ class DynamoTurnStore(TableAdapter, TurnStore):
             "claim": _s(claim),
             "claimed_at": _n(now),
             TTL_ATTRIBUTE: _n(expires_at),
+            **({"principal": _s(principal)} if principal is not None else {}),
         }
         for _ in range(3):
             # DynamoDB deletes expired items lazily: an expired record must not block a new claim.

@@ -98,8 +98,8 @@ def candidate_rows(
 
 
 _DETAILS_SQL = (
-    "SELECT r.id, r.text, r.pages, d.title, d.revision, d.acl, d.structured_source, r.passage_no "
-    "FROM passage_rows r "
+    "SELECT r.id, r.text, r.pages, d.title, d.revision, d.acl, d.structured_source, r.passage_no, "
+    "d.metadata FROM passage_rows r "
     "JOIN documents d ON d.source_key = r.source_key AND d.doc_id = r.doc_id "
     "WHERE d.status = 'ready' AND r.id IN ({marks})"
 )
@@ -213,9 +213,9 @@ def until(conn: sqlite3.Connection, deadline: float | None) -> Iterator[None]:
 
 def passage_details(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
     """Of passages still there and of ready documents: id -> (text, pages, title, revision, acl JSON,
-    structured_source, passage number). A passage id names one version of its document (ids are never
-    reused), so the caller compares the ACL with the one it chose by and drops the hit when it moved in
-    between."""
+    structured_source, passage number, metadata JSON). A passage id names one version of its document
+    (ids are never reused), so the caller compares the ACL with the one it chose by and drops the hit when
+    it moved in between."""
     if not ids:
         return {}
     rows = conn.execute(_DETAILS_SQL.format(marks=",".join("?" * len(ids))), list(ids))

@@ -130,8 +130,9 @@ def _hit(
     structured: str | None,
     pages: str | None,
     passage_no: int | None = None,
+    metadata: str | None = None,
 ) -> Hit:
-    """A hit of a stored passage; `acl` and `structured` are its document's stored JSON."""
+    """A hit of a stored passage; `acl`, `structured` and `metadata` are its document's stored JSON."""
     return Hit(
         key,
         doc_id,
@@ -140,17 +141,17 @@ def _hit(
         score,
         passage,
         _source(_json(structured), pages),
-        _stored_version(revision, acl, structured),
+        _stored_version(revision, acl, structured, metadata),
         passage_no,
     )
 
 
 @functools.lru_cache(maxsize=4096)
-def _stored_version(revision: str, acl: str, structured: str | None) -> str:
+def _stored_version(revision: str, acl: str, structured: str | None, metadata: str | None) -> str:
     """`stored_version` of a document from its stored columns, computed once per distinct value: a search
     builds a hit for each document of every list (BM25, each query vector's dense list, citing), and most
     documents recur across them and across searches (a pure function of its arguments, so never stale)."""
-    return stored_version(revision, DocumentAcl.model_validate_json(acl), _json(structured))
+    return stored_version(revision, DocumentAcl.model_validate_json(acl), _json(structured), _json(metadata))
 
 
 def _json(text: str | None) -> Any:
@@ -248,8 +249,8 @@ def _hits(conn: sqlite3.Connection, key: str, picks: list[_Pick]) -> list[tuple[
         found = details.get(passage_id)
         if found is None or found[4] != acl:
             continue
-        text, pages, title, revision, _, structured, number = found
-        hit = _hit(key, doc_id, text, score, title, revision, acl, structured, pages, number)
+        text, pages, title, revision, _, structured, number, metadata = found
+        hit = _hit(key, doc_id, text, score, title, revision, acl, structured, pages, number, metadata)
         out.append((hit, passage_id))
     return out
 
@@ -635,7 +636,7 @@ class SqliteFtsBackend(SearchBackend):
         }
 
     def document_states(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DocumentState]:
-        rows = self._documents_rows("status, acl, revision, structured_source", keys)
+        rows = self._documents_rows("status, acl, revision, structured_source, metadata", keys)
         return {
             (source_key, doc_id): DocumentState(
                 source_key,
@@ -643,9 +644,10 @@ class SqliteFtsBackend(SearchBackend):
                 status,
                 DocumentAcl.model_validate_json(acl),
                 revision,
-                json.loads(structured) if structured else None,
+                _json(structured),
+                _json(metadata),
             )
-            for source_key, doc_id, status, acl, revision, structured in rows
+            for source_key, doc_id, status, acl, revision, structured, metadata in rows
         }
 
     def put_documents(self, documents: list[Document]) -> None:

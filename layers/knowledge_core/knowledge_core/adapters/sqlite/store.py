@@ -107,7 +107,12 @@ def _schema_v4(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS = [_schema_v1, _schema_v2, _schema_v3, _schema_v4]
+def _schema_v5(conn: sqlite3.Connection) -> None:
+    """A turn record binds the principal that claimed it (A-TURN); older records have none."""
+    statements(conn, "ALTER TABLE turns ADD COLUMN principal TEXT;")
+
+
+MIGRATIONS = [_schema_v1, _schema_v2, _schema_v3, _schema_v4, _schema_v5]
 _EXPIRING = (
     "sessions",
     "runs",

@@ -16,11 +16,11 @@ from .store import (
 
 
 class SqliteTurnStore(SqliteStore, TurnStore):
-    _COLUMNS = "key, request_hash, state, claim, claimed_at, expires_at, run_id, response"
+    _COLUMNS = "key, request_hash, state, claim, claimed_at, expires_at, run_id, response, principal"
 
     @staticmethod
     def _record(row: tuple[Any, ...]) -> TurnRecord:
-        key, request_hash, state, claim, claimed_at, expires_at, run_id, response = row
+        key, request_hash, state, claim, claimed_at, expires_at, run_id, response, principal = row
         return TurnRecord(
             key=key,
             request_hash=request_hash,
@@ -30,6 +30,7 @@ class SqliteTurnStore(SqliteStore, TurnStore):
             expires_at=expires_at,
             run_id=run_id,
             response=json.loads(response) if response is not None else None,
+            principal=principal,
         )
 
     def _live(self, conn: sqlite3.Connection, key: str, now: float) -> TurnRecord | None:
@@ -39,7 +40,7 @@ class SqliteTurnStore(SqliteStore, TurnStore):
         return self._record(row)
 
     def claim_turn(
-        self, key: str, request_hash: str, claim: str, now: float, expires_at: int
+        self, key: str, request_hash: str, claim: str, now: float, expires_at: int, *, principal: str | None
     ) -> TurnRecord | None:
         with self._write() as conn:
             existing = self._live(conn, key, now)
@@ -47,8 +48,8 @@ class SqliteTurnStore(SqliteStore, TurnStore):
                 return existing
             conn.execute(
                 f"INSERT OR REPLACE INTO turns ({self._COLUMNS}) "
-                "VALUES (?, ?, 'pending', ?, ?, ?, NULL, NULL)",
-                (key, request_hash, claim, now, expires_at),
+                "VALUES (?, ?, 'pending', ?, ?, ?, NULL, NULL, ?)",
+                (key, request_hash, claim, now, expires_at, principal),
             )
         return None
 
