@@ -4,6 +4,7 @@ that say what went wrong and what to do (unit tests on embedded state; no networ
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -50,3 +51,21 @@ def test_g_local_kb_models_refuses_an_abbreviated_flag(capsys):
     with pytest.raises(SystemExit):
         models.main(["fetch", "--lex"])
     assert "unrecognized arguments: --lex" in capsys.readouterr().err
+
+
+def test_a_search_kb_search_json_with_no_hint_carries_the_reasons(capsys):
+    """A-SEARCH: `kb search --json` with an empty answer carries the reasons the plain output prints
+    (here: the route points at no agent), next to the search API's own fields."""
+    answer = {"status": "ok", "hints": [], "truncated": False}
+
+    def call(endpoint, method, path, body=None, headers=None):
+        return {"workspaces": []} if path == "/admin/v1/workspaces" else answer
+
+    plain = build_parser().parse_args(["search", "--route", "plant", "--token", "t", "pump"])
+    assert plain.func(plain, call) == 0
+    printed = [line.strip("- ").strip() for line in capsys.readouterr().out.splitlines()[1:]]
+    as_json = build_parser().parse_args(["search", "--route", "plant", "--token", "t", "--json", "pump"])
+    assert as_json.func(as_json, call) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {**answer, "no_hints": printed}
+    assert "plant" in out["no_hints"][0]

@@ -28,7 +28,9 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--token", help="a bearer token (env KB_TOKEN); default: a 5-minute one for --route")
     p.add_argument("--limit", type=int, default=3)
     p.add_argument(
-        "--json", action="store_true", help="the search API's answer as JSON (hints, refs, status)"
+        "--json",
+        action="store_true",
+        help="the search API's answer as JSON (hints, refs, status; with no hint, `no_hints`: why)",
     )
     p.add_argument("query")
     p.set_defaults(func=cmd_search)
@@ -40,10 +42,12 @@ def cmd_search(args: argparse.Namespace, call: Call) -> int:
     answer = call(
         args.endpoint, "POST", path, {"query": args.query, "limit": args.limit}, headers=_bearer(token)
     )
-    if args.json:
-        print(json.dumps(answer, ensure_ascii=False, indent=2))
-        return 0
     hints = answer.get("hints", [])
+    if args.json:
+        # The search API's answer, plus (when it holds no hint) the reasons the plain output prints.
+        reasons = {} if hints else {"no_hints": explain(args, call)}
+        print(json.dumps({**answer, **reasons}, ensure_ascii=False, indent=2))
+        return 0
     for i, hint in enumerate(hints, 1):
         print(f"{i}. {hint['title']}  (score {hint['score']:.3f})\n{_summary(hint)}")
     if answer.get("status") != "ok":
