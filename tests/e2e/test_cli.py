@@ -37,7 +37,7 @@ def test_kb_token_issue(kb_server):
     token = done.stdout.strip()
     assert token.startswith("kbt_")
     assert kb_server.knowledge("demo", "capabilities", token=token).status == 200
-    other = kb_server.kb("token", "issue", "--route", "elsewhere")
+    other = kb_server.kb("token", "issue", "--route", "elsewhere", "--route-set-later")
     assert kb_server.knowledge("demo", "capabilities", token=other.stdout.strip()).status == 403
 
 

@@ -69,3 +69,59 @@ def test_a_search_kb_search_json_with_no_hint_carries_the_reasons(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out == {**answer, "no_hints": printed}
     assert "plant" in out["no_hints"][0]
+
+
+def test_a_search_an_unknown_route_is_named_in_the_404(demo_container):
+    """A-SEARCH: a search of a route no workspace has is a 404 `not_found` that names the route and says
+    where the routes are listed."""
+    from knowledge_core.domain.errors import NotFound
+    from knowledge_core.domain.models import Principal
+    from knowledge_core.domain.wire import SearchRequest
+
+    principal = Principal(client_id="c", session_id="s", subject="u", tenant="default", routes=["compnay"])
+    with pytest.raises(NotFound) as refused:
+        demo_container.knowledge.search(principal, "compnay", SearchRequest(query="pump"))
+    assert refused.value.status == 404 and refused.value.field == "route"
+    assert refused.value.body()["error"]["code"] == "not_found"
+    message = refused.value.body()["error"]["message"]
+    assert "'compnay'" in message and "kb workspace list" in message
+
+
+def _admin(workspaces: list[str], issued: list[dict]):
+    def call(endpoint, method, path, body=None, headers=None):
+        if path == "/admin/v1/workspaces":
+            return {"workspaces": [{"route": r, "agent": "a@1"} for r in workspaces]}
+        issued.append(body)
+        return {"token": "kbt_new"}
+
+    return call
+
+
+def test_r_admin_kb_token_issue_refuses_a_route_no_workspace_has(capsys):
+    """R-ADMIN: `kb token issue --route compnay` issues nothing and says which routes there are, unless
+    --route-set-later says the workspace comes later."""
+    issued: list[dict] = []
+    args = build_parser().parse_args(["token", "issue", "--route", "compnay"])
+    with pytest.raises(SystemExit) as refused:
+        args.func(args, _admin(["company", "demo"], issued))
+    assert "--route 'compnay' is not a workspace route" in str(refused.value.code)
+    assert "company, demo" in str(refused.value.code) and issued == []
+    args = build_parser().parse_args(["token", "issue", "--route", "demo"])
+    assert args.func(args, _admin(["company", "demo"], issued)) == 0
+    args = build_parser().parse_args(["token", "issue", "--route", "later", "--route-set-later"])
+    assert args.func(args, _admin(["demo"], issued)) == 0
+    assert [b["routes"] for b in issued] == [["demo"], ["later"]]
+    assert capsys.readouterr().out.split() == ["kbt_new", "kbt_new"]
+
+
+@pytest.mark.parametrize(
+    ("ttl", "said"), [("1", "at least 60 seconds"), ("9999999", "at most 2592000 seconds")]
+)
+def test_r_admin_kb_token_issue_names_the_ttl_flag_when_it_refuses_it(ttl, said):
+    """R-ADMIN: a --ttl out of the API's bounds is refused before any call, in the CLI's words."""
+    issued: list[dict] = []
+    args = build_parser().parse_args(["token", "issue", "--route", "demo", "--ttl", ttl])
+    with pytest.raises(SystemExit) as refused:
+        args.func(args, _admin(["demo"], issued))
+    assert refused.value.code == f"kb token issue: --ttl: must be {said}"
+    assert issued == []

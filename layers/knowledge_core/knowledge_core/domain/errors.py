@@ -37,6 +37,18 @@ class NotFound(KnowledgeError):
     code, status, default_message = "not_found", 404, "not found"
 
 
+class WorkspaceNotFound(NotFound):
+    """No agent is published at the route: the message names the route (the caller's own path segment,
+    bounded) and where the routes are listed."""
+
+    def __init__(self, route: str) -> None:
+        shown = route if len(route) <= 64 else route[:64] + "…"
+        super().__init__(
+            f"workspace {shown!r} not found; `kb workspace list` (GET /admin/v1/workspaces) shows the routes",
+            field="route",
+        )
+
+
 class MethodNotAllowed(KnowledgeError):
     code, status, default_message = "method_not_allowed", 405, "method: not allowed on this path"
 
