@@ -125,3 +125,32 @@ def test_r_admin_kb_token_issue_names_the_ttl_flag_when_it_refuses_it(ttl, said)
         args.func(args, _admin(["demo"], issued))
     assert refused.value.code == f"kb token issue: --ttl: must be {said}"
     assert issued == []
+
+
+def test_a_search_an_expired_token_is_told_apart_from_an_unknown_or_revoked_one(container, clock):
+    """A-SEARCH: authenticating a token past its expiry raises `TokenExpired` (a 401 `unauthorized` whose
+    message says `token_expired`); an unknown or a revoked one stays the plain 401."""
+    from knowledge_core.domain.errors import TokenExpired, Unauthorized
+
+    expiring, _ = container.access.issue_token(
+        routes=["demo"], client_id="c", subject="u", tenant="default", ttl_seconds=60
+    )
+    revoked, _ = container.access.issue_token(
+        routes=["demo"], client_id="c", subject="u", tenant="default", ttl_seconds=600
+    )
+    container.access.revoke_token(container.access.list_tokens()[-1].token_id)
+    clock.advance(60)
+    with pytest.raises(TokenExpired) as expired:
+        container.access.authenticate(f"Bearer {expiring}")
+    assert expired.value.status == 401
+    assert expired.value.body() == {
+        "error": {
+            "code": "unauthorized",
+            "message": "token_expired: the bearer token has expired; issue a new one",
+        }
+    }
+    for token in (revoked, "kbt_unknown"):
+        with pytest.raises(Unauthorized) as refused:
+            container.access.authenticate(f"Bearer {token}")
+        assert not isinstance(refused.value, TokenExpired)
+        assert "token_expired" not in refused.value.message

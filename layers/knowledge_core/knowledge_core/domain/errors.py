@@ -29,6 +29,13 @@ class Unauthorized(KnowledgeError):
     code, status, default_message = "unauthorized", 401, "missing or invalid bearer token"
 
 
+class TokenExpired(Unauthorized):
+    """A token that was valid and has expired: the same 401 `unauthorized`, told apart by its message."""
+
+    default_message = "token_expired: the bearer token has expired; issue a new one"
+    refusal = "token_expired"  # how the authorizer tells the function (its context carries no error)
+
+
 class Forbidden(KnowledgeError):
     code, status, default_message = "forbidden", 403, "route not allowed for this principal"
 
