@@ -154,3 +154,23 @@ def test_a_search_an_expired_token_is_told_apart_from_an_unknown_or_revoked_one(
             container.access.authenticate(f"Bearer {token}")
         assert not isinstance(refused.value, TokenExpired)
         assert "token_expired" not in refused.value.message
+
+
+def test_a_read_a_page_below_the_minimum_size_is_refused_with_why_and_the_minimum_is_advertised(
+    demo_container,
+):
+    """A-READ, A-CAP: `max_bytes` below 4096 is a 400 naming the field, its bound and why (the minimum page
+    size), in the service's words; capabilities advertise that minimum as `extensions.read.min_bytes`."""
+    from knowledge_core.domain.errors import InvalidRequest
+    from knowledge_core.domain.models import Principal
+    from knowledge_core.domain.wire import ReadRequest, parse_request
+
+    with pytest.raises(InvalidRequest) as refused:
+        parse_request(ReadRequest, json.dumps({"ref": "r", "max_bytes": 1024}))
+    assert refused.value.field == "max_bytes"
+    assert refused.value.message.startswith("max_bytes: must be at least 4096: the minimum page size")
+    assert "Input should" not in refused.value.message
+    principal = Principal(client_id="c", session_id="s", subject="u", tenant="default", routes=["demo"])
+    wire = demo_container.knowledge.capabilities(principal, "demo").wire()
+    assert wire["extensions"]["read"] == {"min_bytes": 4096}
+    parse_request(ReadRequest, json.dumps({"ref": "r", "max_bytes": wire["extensions"]["read"]["min_bytes"]}))

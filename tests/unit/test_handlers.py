@@ -105,7 +105,8 @@ def test_a_cap_capabilities_event(handlers, container):
                 ],
                 "max_conditions": 16,
                 "max_depth": 3,
-            }
+            },
+            "read": {"min_bytes": 4096},  # §2.4: the smallest max_bytes a read takes
         },
     }
 
