@@ -174,3 +174,40 @@ def test_a_read_a_page_below_the_minimum_size_is_refused_with_why_and_the_minimu
     wire = demo_container.knowledge.capabilities(principal, "demo").wire()
     assert wire["extensions"]["read"] == {"min_bytes": 4096}
     parse_request(ReadRequest, json.dumps({"ref": "r", "max_bytes": wire["extensions"]["read"]["min_bytes"]}))
+
+
+class _Crashing:
+    """A function runner whose authorizer lets every request through and whose functions all crash."""
+
+    def __init__(self) -> None:
+        from kb_cli.gateway import Handlers
+
+        self.functions = Handlers().functions
+
+    def resolve(self, name: str):
+        return next(fn for fn in self.functions.values() if name in (fn.logical_id, fn.short_name))
+
+    def invoke(self, name: str, event):
+        from kb_cli.gateway import FunctionError
+
+        if self.resolve(name).short_name == "authorizer":
+            return {"isAuthorized": True, "context": {}}
+        raise FunctionError("Runtime.ExitError", "the function's process exited at /tmp/secret.py")
+
+
+def test_g_local_a_crashed_function_answers_the_typed_500_body():
+    """G-LOCAL: under `kb serve`, a function whose worker crashed answers the service's typed error body
+    (`internal_error`, no-store), never a bare message, and nothing of what failed."""
+    from kb_cli.gateway import LocalGateway
+
+    status, headers, raw = LocalGateway(_Crashing()).http(
+        "POST",
+        "/agent-api/v1/workspaces/demo/knowledge/search",
+        "",
+        {"authorization": "Bearer kbt_x", "content-type": "application/json"},
+        b'{"query": "pump"}',
+        "127.0.0.1",
+    )
+    assert status == 500
+    assert headers["Content-Type"] == "application/json" and headers["Cache-Control"] == "no-store"
+    assert json.loads(raw) == {"error": {"code": "internal_error", "message": "internal error"}}
