@@ -211,3 +211,36 @@ def test_g_local_a_crashed_function_answers_the_typed_500_body():
     assert status == 500
     assert headers["Content-Type"] == "application/json" and headers["Cache-Control"] == "no-store"
     assert json.loads(raw) == {"error": {"code": "internal_error", "message": "internal error"}}
+
+
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain", None])
+def test_m_mcp_a_post_that_is_not_json_gets_a_typed_json_rpc_415(content_type):
+    """M-MCP: `POST /mcp` with curl's default form content type (or none) is answered 415 with a JSON-RPC
+    error whose message and typed `data` say the content type must be application/json."""
+    from knowledge_core.mcp_server import serve_http
+
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18"}
+    if content_type:
+        headers["content-type"] = content_type
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+    answer = serve_http(_McpDoor(), method="POST", path="/mcp", query="", headers=headers, body=body)
+    assert answer.status == 415 and answer.headers["content-type"] == "application/json"
+    error = json.loads(answer.body)["error"]
+    assert error["code"] == -32600 and "application/json" in error["message"]
+    assert error["data"] == {"code": "invalid_request", "message": "content-type: must be application/json"}
+    headers["content-type"] = "application/json; charset=utf-8"
+    answer = serve_http(_McpDoor(), method="POST", path="/mcp", query="", headers=headers, body=body)
+    assert answer.status == 200 and "result" in json.loads(answer.body)
+
+
+class _McpDoor:
+    route = "demo"
+
+    def capabilities(self) -> dict:
+        return {}
+
+    def search(self, request) -> dict:
+        return {"hints": []}
+
+    def read(self, request) -> dict:
+        return {"content": ""}
