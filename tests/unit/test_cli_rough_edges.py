@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import pytest
 
@@ -244,3 +245,58 @@ class _McpDoor:
 
     def read(self, request) -> dict:
         return {"content": ""}
+
+
+class _Service:
+    """The admin and search APIs as `kb search` calls them: counts the tokens it issues; a revoked one is
+    a 401."""
+
+    def __init__(self) -> None:
+        self.issued: list[dict] = []
+        self.revoked: set[str] = set()
+        self.expires_in = 3600
+
+    def __call__(self, endpoint, method, path, body=None, headers=None):
+        from kb_cli.http import ApiError
+
+        if path == "/admin/v1/tokens":
+            self.issued.append(body)
+            token = f"kbt_{len(self.issued)}"
+            return {
+                "token": token,
+                "token_id": "tok",
+                "session_id": "s",
+                "expires_at": time.time() + self.expires_in,
+            }
+        if headers["Authorization"].removeprefix("Bearer ") in self.revoked:
+            raise ApiError(
+                401, {"error": {"code": "unauthorized", "message": "missing or invalid bearer token"}}
+            )
+        return {"status": "ok", "hints": [{"title": "t", "score": 1.0, "summary": "s"}]}
+
+
+def _kb_search(service: _Service, state, route: str = "demo") -> None:
+    args = build_parser().parse_args(["search", "--route", route, "--state", str(state), "pump"])
+    assert args.func(args, service) == 0
+
+
+def test_g_local_kb_search_reuses_one_kept_token_per_route(tmp_path, monkeypatch, capsys):
+    """G-LOCAL: `kb search` issues one token per route and reuses it (kept 0600 in the state directory)
+    until it expires or is revoked, rather than one per search."""
+    monkeypatch.delenv("KB_TOKEN", raising=False)
+    service, state = _Service(), tmp_path / "state"
+    for _ in range(3):
+        _kb_search(service, state)
+    assert len(service.issued) == 1 and service.issued[0]["routes"] == ["demo"]
+    assert (state / "cli-tokens.json").stat().st_mode & 0o777 == 0o600
+    _kb_search(service, state, route="plant")
+    _kb_search(service, state)
+    assert [b["routes"] for b in service.issued] == [["demo"], ["plant"]]
+    service.revoked.add("kbt_1")  # revoked: the search is retried once with a new token, kept in turn
+    _kb_search(service, state)
+    _kb_search(service, state)
+    assert [b["routes"] for b in service.issued] == [["demo"], ["plant"], ["demo"]]
+    service.expires_in = 10  # one that is about to expire is replaced before it is sent
+    _kb_search(service, state, route="lab")
+    _kb_search(service, state, route="lab")
+    assert [b["routes"] for b in service.issued][3:] == [["lab"], ["lab"]]
