@@ -300,3 +300,51 @@ def test_g_local_kb_search_reuses_one_kept_token_per_route(tmp_path, monkeypatch
     _kb_search(service, state, route="lab")
     _kb_search(service, state, route="lab")
     assert [b["routes"] for b in service.issued][3:] == [["lab"], ["lab"]]
+
+
+def test_g_local_kb_invoke_without_an_endpoint_uses_the_kb_serve_on_the_default_port(monkeypatch, capsys):
+    """G-LOCAL: `kb invoke` with no --endpoint and no KB_ENDPOINT sends the event to the kb serve that
+    answers on the default port (the user's own state), and says so."""
+    from kb_cli.commands import invoke
+
+    monkeypatch.delenv("KB_ENDPOINT", raising=False)
+    probed: list[str] = []
+    monkeypatch.setattr(invoke, "listening", lambda endpoint: probed.append(endpoint) or True)
+    sent: list[tuple] = []
+    args = build_parser().parse_args(["invoke", "search", "-e", "events/search/search.json"])
+    assert args.func(args, lambda *a, **k: sent.append(a[:3]) or {"statusCode": 200}) == 0
+    assert probed == ["http://127.0.0.1:3000"]
+    assert sent == [("http://127.0.0.1:3000", "POST", "/2015-03-31/functions/search/invocations")]
+    assert "sending to the kb serve at http://127.0.0.1:3000" in capsys.readouterr().err
+
+
+class _SlowWorkStarted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("flag", [[], ["--in-process"]])
+def test_g_local_kb_invoke_says_it_runs_on_a_fresh_state_before_any_slow_work(flag, monkeypatch, capsys):
+    """G-LOCAL: with no kb serve answering (or --in-process), `kb invoke` says before it builds anything that
+    it runs in-process on a fresh state holding only the demo, and how to point it at a server."""
+    from kb_cli.commands import invoke
+
+    monkeypatch.delenv("KB_ENDPOINT", raising=False)
+    monkeypatch.setattr(invoke, "listening", lambda endpoint: pytest.fail("probed") if flag else False)
+
+    def slow(*args, **kwargs):
+        said.append(capsys.readouterr().err)
+        raise _SlowWorkStarted
+
+    said: list[str] = []
+    monkeypatch.setattr(invoke, "local_container", slow)
+    args = build_parser().parse_args(["invoke", "search", "-e", "events/search/search.json", *flag])
+    with pytest.raises(_SlowWorkStarted):
+        args.func(args, lambda *a, **k: pytest.fail("sent"))
+    assert "in-process on a fresh embedded state that holds only the demo workspace" in said[0]
+    assert "--endpoint URL (or KB_ENDPOINT)" in said[0] and "kb serve" in said[0]
+
+
+def test_g_local_nothing_listening_means_no_kb_serve():
+    from kb_cli.commands.invoke import listening
+
+    assert listening("http://127.0.0.1:9") is False  # unit tests refuse every connection
