@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event i
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from knowledge_core import bootstrap
-from knowledge_core.domain.errors import Unauthorized
+from knowledge_core.domain.errors import TokenExpired, Unauthorized
 from knowledge_core.observability import logger
 
 
@@ -21,9 +21,11 @@ from knowledge_core.observability import logger
 def lambda_handler(event: APIGatewayAuthorizerEventV2, context: LambdaContext) -> dict[str, Any]:
     try:
         principal = bootstrap.container().access.authenticate(event.headers.get("authorization"))
-    except Unauthorized:
+    except Unauthorized as refused:
         logger.info("unauthenticated request")
-        return APIGatewayAuthorizerResponseV2(authorize=True, context={}).asdict()
+        # An expired token is named so that the function's 401 says so; any other gets no context.
+        context = {"refused": TokenExpired.refusal} if isinstance(refused, TokenExpired) else {}
+        return APIGatewayAuthorizerResponseV2(authorize=True, context=context).asdict()
     logger.append_keys(client_id=principal.client_id, session_id=principal.session_id)
     return APIGatewayAuthorizerResponseV2(
         authorize=True, context={"principal": principal.model_dump_json()}

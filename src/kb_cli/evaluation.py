@@ -1042,7 +1042,7 @@ def _run_answers(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kb eval", description=__doc__)
+    parser = argparse.ArgumentParser(prog="kb eval", description=__doc__, allow_abbrev=False)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -373,7 +373,7 @@ class LocalGateway:
             try:
                 result = self.handlers.invoke(route.function, event)
             except FunctionError:
-                return _plain(500, {"message": "Internal Server Error"})
+                return _function_failed()
             return _from_proxy_result(result)
         return _plain(404, {"message": "Not Found"})
 
@@ -493,6 +493,15 @@ def console_file(raw_path: str, method: str) -> tuple[int, dict[str, str], bytes
     if "/" in name or name.startswith(".") or path.suffix not in _CONSOLE_TYPES or not path.is_file():
         return _plain(404, {"message": "Not Found"})
     return 200, {"Content-Type": _CONSOLE_TYPES[path.suffix], **_CONSOLE_HEADERS}, path.read_bytes()
+
+
+def _function_failed() -> tuple[int, dict[str, str], bytes]:
+    """A function that crashed, timed out or whose process died: the service's typed 500 body, as its own
+    handlers answer an unexpected error (what failed stays in kb serve's log)."""
+    from knowledge_core.domain.errors import KnowledgeError
+
+    error = KnowledgeError()
+    return _plain(error.status, error.body())
 
 
 def _invalid_payload(message: str) -> tuple[int, dict[str, str], bytes]:

@@ -9,7 +9,8 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
-DEFAULT_ENDPOINT = os.environ.get("KB_ENDPOINT", "http://127.0.0.1:3000")
+LOCAL_ENDPOINT = "http://127.0.0.1:3000"  # where `kb serve` listens by default
+DEFAULT_ENDPOINT = os.environ.get("KB_ENDPOINT", LOCAL_ENDPOINT)
 
 
 class ApiError(Exception):

@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from .commands import (
+    KbParser,
     backends,
     docs,
     evaluate,
@@ -54,7 +55,7 @@ _REGISTER = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kb", description="Agent Knowledge Service tools")
+    parser = KbParser(prog="kb", description="Agent Knowledge Service tools")
     sub = parser.add_subparsers(dest="command", required=True)
     for register in _REGISTER:
         register(sub)

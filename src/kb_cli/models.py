@@ -21,7 +21,6 @@ written beside its final place and renamed into it: complete or absent, never ha
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -301,7 +300,9 @@ def fetched_default() -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kb models")
+    from .commands import KbParser
+
+    parser = KbParser(prog="kb models")
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("fetch", help="fetch the embedding models of hybrid ranking")
     p.add_argument(

@@ -681,6 +681,7 @@ def _stop_one(state_dir: Path, name: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="kb services",
+        allow_abbrev=False,
         description="Local OpenSearch, DynamoDB-API and S3-API servers on loopback. "
         'Use: eval "$(kb services start)" to export OPENSEARCH_URL, DYNAMODB_ENDPOINT, S3_ENDPOINT and '
         "the S3 server's AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.",

@@ -37,7 +37,7 @@ def test_kb_token_issue(kb_server):
     token = done.stdout.strip()
     assert token.startswith("kbt_")
     assert kb_server.knowledge("demo", "capabilities", token=token).status == 200
-    other = kb_server.kb("token", "issue", "--route", "elsewhere")
+    other = kb_server.kb("token", "issue", "--route", "elsewhere", "--route-set-later")
     assert kb_server.knowledge("demo", "capabilities", token=other.stdout.strip()).status == 403
 
 
@@ -107,7 +107,7 @@ def test_kb_ingest_directory(kb_server, tmp_path):
 
 
 def test_kb_invoke_in_process_prints_a_200_result(kb_server):
-    done = kb_server.kb("invoke", "search", "-e", "events/search/search.json", endpoint=False)
+    done = kb_server.kb("invoke", "search", "-e", "events/search/search.json", "--in-process", endpoint=False)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["statusCode"] == 200 and result["headers"]["Cache-Control"] == "no-store"

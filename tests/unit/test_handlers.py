@@ -105,7 +105,8 @@ def test_a_cap_capabilities_event(handlers, container):
                 ],
                 "max_conditions": 16,
                 "max_depth": 3,
-            }
+            },
+            "read": {"min_bytes": 4096},  # §2.4: the smallest max_bytes a read takes
         },
     }
 
@@ -285,13 +286,23 @@ def test_authorizer_bad_token_yields_empty_context_then_401(handlers, token):
     assert status == 401 and error_code(body) == "unauthorized"
 
 
-def test_authorizer_expired_token_yields_empty_context(handlers, container, clock):
+def test_authorizer_expired_token_yields_no_principal_and_a_401_saying_token_expired(
+    handlers, container, clock
+):
+    """A-SEARCH: an expired token reaches the function with no principal, only the authorizer's word that
+    it expired; the function's 401 keeps the `unauthorized` shape and says `token_expired`."""
     token, _ = container.access.issue_token(
         routes=["demo"], client_id="c", subject="u", tenant="default", ttl_seconds=60
     )
     assert handlers.invoke("AuthorizerFunction", authorizer_event(token))["context"]
     clock.advance(60)
-    assert not handlers.invoke("AuthorizerFunction", authorizer_event(token)).get("context")
+    result = handlers.invoke("AuthorizerFunction", authorizer_event(token))
+    assert result["isAuthorized"] is True and result["context"] == {"refused": "token_expired"}
+    search = load_event("search/search.json")
+    search["requestContext"]["authorizer"] = {"lambda": result["context"]}
+    status, body = run(handlers, "search", search)
+    assert status == 401 and error_code(body) == "unauthorized"
+    assert body["error"]["message"].startswith("token_expired:")
 
 
 def test_authorizer_scheme_must_be_bearer(handlers, container):

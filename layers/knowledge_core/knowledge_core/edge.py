@@ -13,7 +13,7 @@ from urllib.parse import unquote
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 
-from .domain.errors import InvalidRequest, KnowledgeError, NotFound, Unauthorized
+from .domain.errors import InvalidRequest, KnowledgeError, NotFound, TokenExpired, Unauthorized
 from .domain.models import Principal
 from .domain.wire import WireModel
 from .observability import logger, metrics
@@ -73,11 +73,12 @@ def make_resolver() -> APIGatewayHttpResolver:
 
 
 def principal_of(app: APIGatewayHttpResolver) -> Principal:
-    """The principal the authorizer put in the request context; no principal = 401."""
+    """The principal the authorizer put in the request context; no principal = 401 (the authorizer's
+    `refused: token_expired` says the token has expired)."""
     context: dict[str, Any] = app.current_event.request_context.authorizer.get_lambda or {}
     raw = context.get("principal")
     if not raw:
-        raise Unauthorized()
+        raise TokenExpired() if context.get("refused") == TokenExpired.refusal else Unauthorized()
     return Principal.model_validate_json(raw)
 
 

@@ -386,6 +386,10 @@ def serve_http(
         return _jsonrpc_error(
             405, "Method Not Allowed: this MCP endpoint is stateless; POST only", {"allow": "POST"}
         )
+    if not _json_content(headers):  # the SDK would answer plain text (its transport security check)
+        refused = InvalidRequest("content-type: must be application/json", field="content-type")
+        message = "Unsupported Media Type: Content-Type must be application/json"
+        return _jsonrpc_error(415, message, data=refused.body()["error"])
     answer = anyio.run(_serve_http, door, method, path, query, headers, body, timeout_s)
     return typed_refusals(answer) if answer else _jsonrpc_error(504, "the request did not complete in time")
 
@@ -425,11 +429,20 @@ def _is_typed(data: Any) -> bool:
     return isinstance(data, dict) and set(data) == {"code", "message"} and isinstance(data["code"], str)
 
 
-def _jsonrpc_error(status: int, message: str, headers: dict[str, str] | None = None) -> HttpAnswer:
+def _json_content(headers: dict[str, str]) -> bool:
+    """Whether the request's Content-Type is JSON (`application/json`, any parameters), as MCP requires."""
+    given = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    return given.split(";", 1)[0].strip().lower() == "application/json"
+
+
+def _jsonrpc_error(
+    status: int, message: str, headers: dict[str, str] | None = None, data: dict[str, str] | None = None
+) -> HttpAnswer:
     from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, ErrorData, JSONRPCError
 
     code = INVALID_REQUEST if status < 500 else INTERNAL_ERROR
-    error = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
+    typed = {"data": data} if data is not None else {}
+    error = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message, **typed))
     raw = error.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8")
     return HttpAnswer(status, {"content-type": "application/json", **(headers or {})}, raw)
 

@@ -6,13 +6,17 @@ route's agent, its routing and its sources) planned with the service's own route
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import textwrap
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..http import seg
+from ..http import ApiError, seg
+from ..local_env import DEFAULT_STATE, _write_private
 from . import Call, Subparsers, add_endpoint
 
 if TYPE_CHECKING:
@@ -25,25 +29,39 @@ def register(sub: Subparsers) -> None:
     add_endpoint(p)
     p.add_argument("--route", required=True, help="workspace route (e.g. demo)")
     p.add_argument("--tenant", default="default", help="the tenant to search as (SPEC §1 default)")
-    p.add_argument("--token", help="a bearer token (env KB_TOKEN); default: a 5-minute one for --route")
+    p.add_argument(
+        "--token",
+        help="a bearer token (env KB_TOKEN); default: one for --route, kept (0600) in --state and reused "
+        "until it expires or is revoked",
+    )
+    p.add_argument("--state", default=str(DEFAULT_STATE), help="where the reused token is kept")
     p.add_argument("--limit", type=int, default=3)
     p.add_argument(
-        "--json", action="store_true", help="the search API's answer as JSON (hints, refs, status)"
+        "--json",
+        action="store_true",
+        help="the search API's answer as JSON (hints, refs, status; with no hint, `no_hints`: why)",
     )
     p.add_argument("query")
     p.set_defaults(func=cmd_search)
 
 
 def cmd_search(args: argparse.Namespace, call: Call) -> int:
-    token = args.token or os.environ.get("KB_TOKEN") or _short_token(args, call)
+    given = args.token or os.environ.get("KB_TOKEN")
     path = f"/agent-api/v1/workspaces/{seg(args.route)}/knowledge/search"
-    answer = call(
-        args.endpoint, "POST", path, {"query": args.query, "limit": args.limit}, headers=_bearer(token)
-    )
-    if args.json:
-        print(json.dumps(answer, ensure_ascii=False, indent=2))
-        return 0
+    body = {"query": args.query, "limit": args.limit}
+    try:
+        answer = call(args.endpoint, "POST", path, body, headers=_bearer(given or _route_token(args, call)))
+    except ApiError as exc:
+        if given or exc.status != 401:
+            raise
+        # The kept token was revoked (or the server's state was reset): a new one, once.
+        answer = call(args.endpoint, "POST", path, body, headers=_bearer(_mint(args, call)))
     hints = answer.get("hints", [])
+    if args.json:
+        # The search API's answer, plus (when it holds no hint) the reasons the plain output prints.
+        reasons = {} if hints else {"no_hints": explain(args, call)}
+        print(json.dumps({**answer, **reasons}, ensure_ascii=False, indent=2))
+        return 0
     for i, hint in enumerate(hints, 1):
         print(f"{i}. {hint['title']}  (score {hint['score']:.3f})\n{_summary(hint)}")
     if answer.get("status") != "ok":
@@ -68,9 +86,44 @@ def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _short_token(args: argparse.Namespace, call: Call) -> str:
+TOKEN_FILE = "cli-tokens.json"  # in the state directory: the token `kb search` reuses, per route
+TOKEN_TTL_S = 3600
+TOKEN_MARGIN_S = 30  # a kept token this close to its expiry is replaced, not sent
+
+
+def _route_token(args: argparse.Namespace, call: Call) -> str:
+    """The token `kb search` keeps for this endpoint, tenant and route while it is valid; else a new one."""
+    kept = _kept_tokens(Path(args.state)).get(_token_key(args))
+    if isinstance(kept, dict) and kept.get("expires_at", 0) > time.time() + TOKEN_MARGIN_S:
+        return str(kept["token"])
+    return _mint(args, call)
+
+
+def _mint(args: argparse.Namespace, call: Call) -> str:
+    """A new token for the route, kept (0600, in the 0700 state directory) for the next searches."""
+    from knowledge_core.adapters.private_files import private_path
+
     body = {"routes": [args.route], "client_id": "kb-search", "subject": "kb-search", "tenant": args.tenant}
-    return call(args.endpoint, "POST", "/admin/v1/tokens", {**body, "ttl_seconds": 300})["token"]
+    issued = call(args.endpoint, "POST", "/admin/v1/tokens", {**body, "ttl_seconds": TOKEN_TTL_S})
+    state = Path(args.state)
+    private_path(state, directory=True)
+    now = time.time()
+    kept = {k: v for k, v in _kept_tokens(state).items() if v.get("expires_at", 0) > now}
+    kept[_token_key(args)] = {"token": issued["token"], "expires_at": issued["expires_at"]}
+    _write_private(state / TOKEN_FILE, json.dumps(kept, indent=1) + "\n")
+    return str(issued["token"])
+
+
+def _kept_tokens(state: Path) -> dict[str, dict[str, Any]]:
+    with contextlib.suppress(OSError, ValueError):
+        kept = json.loads((state / TOKEN_FILE).read_text(encoding="utf-8"))
+        if isinstance(kept, dict):
+            return {k: v for k, v in kept.items() if isinstance(v, dict)}
+    return {}
+
+
+def _token_key(args: argparse.Namespace) -> str:
+    return f"{args.endpoint.rstrip('/')} {args.tenant} {args.route}"
 
 
 def explain(args: argparse.Namespace, call: Call) -> list[str]:

@@ -24,7 +24,12 @@ def register(sub: Subparsers) -> None:
     t.add_argument("--subject", default="user")
     t.add_argument("--on-behalf-of")
     t.add_argument("--tenant", default="default")
-    t.add_argument("--ttl", type=int, default=3600, help="seconds")
+    t.add_argument("--ttl", type=int, default=3600, help="seconds (at least 60; default 3600)")
+    t.add_argument(
+        "--route-set-later",
+        action="store_true",
+        help="issue it although no workspace has --route yet (one is set later); default: refused",
+    )
     t.set_defaults(func=cmd_token_issue)
     t = tsub.add_parser("list", help="issued, unexpired tokens (ids, never the tokens)")
     add_endpoint(t)
@@ -56,8 +61,50 @@ def cmd_token_issue(args: argparse.Namespace, call: Call) -> int:
         body["session_id"] = args.session
     if args.on_behalf_of:
         body["on_behalf_of"] = args.on_behalf_of
+    check_token_request(body)
+    routes = [w["route"] for w in call(args.endpoint, "GET", "/admin/v1/workspaces")["workspaces"]]
+    if args.route not in routes and not args.route_set_later:
+        raise SystemExit(
+            f"kb token issue: --route {args.route!r} is not a workspace route (routes: "
+            f"{', '.join(routes) or 'none'}); `kb workspace list` shows them, "
+            "`kb workspace set ROUTE --agent ID@VERSION` adds one (or pass --route-set-later)"
+        )
     print(call(args.endpoint, "POST", "/admin/v1/tokens", body)["token"])
     return 0
+
+
+# The token request's fields as `kb token issue` spells them.
+_FLAGS = {
+    "routes": "--route",
+    "client_id": "--client",
+    "session_id": "--session",
+    "subject": "--subject",
+    "on_behalf_of": "--on-behalf-of",
+    "tenant": "--tenant",
+    "ttl_seconds": "--ttl",
+}
+
+
+def check_token_request(body: dict) -> None:
+    """The admin API's token request checked here first, so a refusal names the flag, in words
+    (`--ttl: must be at least 60 seconds`), not the API's field and pydantic's phrasing."""
+    from knowledge_core.domain.admin_wire import TokenRequest
+    from pydantic import ValidationError
+
+    try:
+        TokenRequest.model_validate(body)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False, include_input=False)[0]
+        field = str(err["loc"][0]) if err["loc"] else "body"
+        unit = " seconds" if field == "ttl_seconds" else ""
+        ctx = err.get("ctx", {})
+        if err["type"] == "greater_than_equal":
+            why = f"must be at least {ctx['ge']}{unit}"
+        elif err["type"] == "less_than_equal":
+            why = f"must be at most {ctx['le']}{unit}"
+        else:
+            why = "is not valid: " + err["msg"][:1].lower() + err["msg"][1:]
+        raise SystemExit(f"kb token issue: {_FLAGS.get(field, field)}: {why}") from None
 
 
 def cmd_token_list(args: argparse.Namespace, call: Call) -> int:

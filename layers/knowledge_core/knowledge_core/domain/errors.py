@@ -29,12 +29,31 @@ class Unauthorized(KnowledgeError):
     code, status, default_message = "unauthorized", 401, "missing or invalid bearer token"
 
 
+class TokenExpired(Unauthorized):
+    """A token that was valid and has expired: the same 401 `unauthorized`, told apart by its message."""
+
+    default_message = "token_expired: the bearer token has expired; issue a new one"
+    refusal = "token_expired"  # how the authorizer tells the function (its context carries no error)
+
+
 class Forbidden(KnowledgeError):
     code, status, default_message = "forbidden", 403, "route not allowed for this principal"
 
 
 class NotFound(KnowledgeError):
     code, status, default_message = "not_found", 404, "not found"
+
+
+class WorkspaceNotFound(NotFound):
+    """No agent is published at the route: the message names the route (the caller's own path segment,
+    bounded) and where the routes are listed."""
+
+    def __init__(self, route: str) -> None:
+        shown = route if len(route) <= 64 else route[:64] + "…"
+        super().__init__(
+            f"workspace {shown!r} not found; `kb workspace list` (GET /admin/v1/workspaces) shows the routes",
+            field="route",
+        )
 
 
 class MethodNotAllowed(KnowledgeError):

@@ -36,6 +36,7 @@ class Limits(BaseModel):
 
 
 LIMITS = Limits()
+READ_MIN_BYTES = 4096  # a read page's smallest `max_bytes` (§2.4): advertised as extensions.read.min_bytes
 
 
 class StrictRequest(BaseModel):
@@ -88,7 +89,7 @@ class SearchRequest(StrictRequest):
 class ReadRequest(StrictRequest):
     ref: Annotated[str, Field(min_length=1, max_length=4096)]
     run_id: RunId = None
-    max_bytes: Annotated[int, Field(ge=4096, le=LIMITS.read_max_bytes), WHOLE_NUMBER] = (
+    max_bytes: Annotated[int, Field(ge=READ_MIN_BYTES, le=LIMITS.read_max_bytes), WHOLE_NUMBER] = (
         LIMITS.read_default_bytes
     )
     cursor: Annotated[str | None, Field(min_length=1, max_length=4096)] = None
@@ -111,7 +112,27 @@ def parse_request(model: type[M], raw: str | bytes | None) -> M:
             raise InvalidRequest(f"{field}: unknown field", field=field) from None
         if err["type"].startswith("json") or err["type"] == "model_type":
             raise InvalidRequest("body: must be a JSON object", field="body") from None
-        raise InvalidRequest(f"{field}: {err['msg']}", field=field) from None
+        raise InvalidRequest(f"{field}: {_said(err)}", field=field) from None
+
+
+# Why a bound is where it is, for the fields whose refusal a client should understand without the spec.
+_BOUND_REASONS = {
+    ("max_bytes", "greater_than_equal"): f"the minimum page size, {READ_MIN_BYTES} bytes "
+    "(capabilities: extensions.read.min_bytes)",
+    ("max_bytes", "less_than_equal"): f"the maximum page size, {LIMITS.read_max_bytes} bytes "
+    "(capabilities: limits.read_max_bytes)",
+}
+
+
+def _said(err: Any) -> str:
+    """A validation problem in the service's words: a number's bound as `must be at least N` (and why,
+    where a reason is known); anything else as pydantic states it."""
+    bound = {"greater_than_equal": ("at least", "ge"), "less_than_equal": ("at most", "le")}.get(err["type"])
+    if bound is None:
+        return str(err["msg"])
+    words, key = bound
+    reason = _BOUND_REASONS.get((str(err["loc"][-1]) if err["loc"] else "", err["type"]))
+    return f"must be {words} {err['ctx'][key]}" + (f": {reason}" if reason else "")
 
 
 class WireModel(BaseModel):
@@ -170,10 +191,17 @@ class FilterExtension(BaseModel):
     max_depth: int = MAX_DEPTH
 
 
+class ReadExtension(BaseModel):
+    """What a read's `max_bytes` may be at least (§2.4): a page is never smaller than this."""
+
+    min_bytes: int = READ_MIN_BYTES
+
+
 class Extensions(BaseModel):
     """Extensions beyond the seed protocol (§2.1): a host that ignores them keeps working unchanged."""
 
     filter: FilterExtension = FilterExtension()
+    read: ReadExtension = ReadExtension()
 
 
 class CapabilitiesResponse(WireModel):

@@ -9,7 +9,7 @@ import sys
 import uuid
 
 from ..domain.cache import BoundedCache
-from ..domain.errors import Forbidden, NotFound, RunNotFound, RunNotReady, Unauthorized
+from ..domain.errors import Forbidden, NotFound, RunNotFound, RunNotReady, TokenExpired, Unauthorized
 from ..domain.models import Principal, Run, Session, TokenSummary, owns_run
 from ..ports import Clock, RunStore, SessionStore
 
@@ -65,14 +65,17 @@ class AccessService:
         return revoked
 
     def authenticate(self, authorization: str | None) -> Principal:
-        """`Authorization: Bearer <token>` -> principal; anything else is 401."""
+        """`Authorization: Bearer <token>` -> principal; anything else is 401 (`TokenExpired` for a token
+        past its expiry, so a client knows to get a new one)."""
         scheme, _, token = (authorization or "").partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX) or len(token) > 256:
             raise Unauthorized()
         session = self._sessions.get_session(token_hash(token))
-        if session is None or session.revoked or session.expires_at <= self._clock.now():
+        if session is None or session.revoked:
             raise Unauthorized()
+        if session.expires_at <= self._clock.now():
+            raise TokenExpired()
         return Principal.model_validate(session.model_dump(exclude={"expires_at", "revoked"}))
 
 

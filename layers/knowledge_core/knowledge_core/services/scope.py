@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from ..domain.errors import NotFound
+from ..domain.errors import WorkspaceNotFound
 from ..domain.models import AgentDefinition, Source
 from ..domain.scope import KnowledgeScope
 from ..ports import Clock, Registry
@@ -72,7 +72,7 @@ class ScopeResolver:
         agent_key = self._registry.get_workspace_agent(route)
         agent = self.agent(agent_key) if agent_key else None
         if agent is None:
-            raise NotFound("workspace not found", field="route")
+            raise WorkspaceNotFound(route)
         return KnowledgeScope(
             route=route, agent=agent, sources=self._registry.get_sources(agent.allowed_keys)
         )
