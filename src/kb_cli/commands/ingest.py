@@ -329,8 +329,8 @@ def _wait_for_jobs(args: argparse.Namespace, call: Call, job_ids: list[str], tot
 
 
 def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
-    """Exit 0 when every document was ingested (or unchanged), 1 when any failed (other than a file of an
-    unsupported format, listed and skipped) or was refused here."""
+    """Exit 0 when every document was ingested (or unchanged), 1 when any failed (an unsupported format
+    included) or was refused here."""
     named: list[str] = [args.file] if isinstance(args.file, str) else list(args.file)
     path = Path(named[0])
     sync = getattr(args, "sync", False)  # callers building their own Namespace may leave the job flags out
@@ -386,5 +386,4 @@ def _report(args: argparse.Namespace, jobs: list[dict], refused: int) -> int:
     print(f" ({unchanged} unchanged, {len(failed) + refused} failed, {deleted} deleted)")
     for doc_id, code in failed:
         print(f"  {doc_id}: {code}{where.get(doc_id, '')}", file=sys.stderr)
-    # A file of a format no job takes is listed but, as a remote walk skips it, does not fail the command.
-    return 1 if refused or any(code != "unsupported_format" for _, code in failed) else 0
+    return 1 if refused or failed else 0
