@@ -5,6 +5,7 @@ the exit code, empty files, doc_id collisions, another tenant's documents, file 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,11 @@ from urllib.parse import unquote
 
 import pytest
 from knowledge_core.bootstrap import Container
-from knowledge_core.domain.admin_wire import IngestionJobRequest
+from knowledge_core.domain.admin_wire import IngestionJobRequest, JobStatus
 from knowledge_core.domain.models import SourceDefinition
+from knowledge_core.domain.s3_source import ObjectStoreError, StoredObject
 from knowledge_core.domain.wire import parse_request
+from knowledge_core.ports import ObjectStore
 
 from kb_cli.commands.ingest import cmd_ingest
 from kb_cli.main import parse
@@ -74,3 +77,78 @@ def test_i_ingest_kb_ingest_exits_1_when_a_file_of_an_unsupported_format_failed(
     assert "ingested 1 document(s)" in out.out and "1 failed" in out.out
     assert "sheet: unsupported_format (sheet.csv)" in out.err
     assert c.backend.get_document(SOURCE, "a") is not None  # the rest is ingested
+
+
+# --- an empty file -----------------------------------------------------------------------------------------
+
+
+class DictStore(ObjectStore):
+    """An S3 bucket in a dict (key -> bytes): what a sync lists and reads."""
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects = objects
+
+    def _listed(self, key: str) -> StoredObject:
+        data = self.objects[key]
+        return StoredObject(key, hashlib.md5(data).hexdigest(), len(data))
+
+    def list_objects(self, bucket: str, prefix: str, limit: int) -> list[StoredObject]:
+        return [self._listed(k) for k in sorted(self.objects) if k.startswith(prefix)][: limit + 1]
+
+    def head_object(self, bucket: str, key: str) -> StoredObject | None:
+        return self._listed(key) if key in self.objects else None
+
+    def get_object(self, bucket: str, key: str, max_bytes: int) -> tuple[bytes, str]:
+        if key not in self.objects:
+            raise ObjectStoreError("not_found")
+        return self.objects[key], self._listed(key).etag
+
+
+def s3_container(tmp_path: Path, clock: FakeClock, objects: dict[str, bytes]) -> Container:
+    container = Container(
+        embedded_container(tmp_path, clock, ingest_directories=True).settings,
+        clock=clock,
+        object_store=DictStore(objects),
+    )
+    container.admin.publish_source(SourceDefinition.model_validate({"id": "manuals", "version": "1.0.0"}))
+    return container
+
+
+def run(c: Container, body: dict[str, Any]) -> JobStatus:
+    accepted = c.ingestion.submit(SOURCE, parse_request(IngestionJobRequest, json.dumps(body)))
+    c.ingestion.work("w", job_id=accepted.job_id)
+    return c.ingestion.status(SOURCE, accepted.job_id)
+
+
+def test_i_ingest_an_empty_file_fails_empty_through_every_door(
+    c: Container, tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty file (or one of blanks, or a Markdown title alone) is no document: `empty` alone, in a
+    folder the service reads or the CLI sends, in an S3 sync and as an upload to the admin API."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "empty.md").write_bytes(b"")
+    (folder / "blank.txt").write_bytes(b"  \n\n ")
+    (folder / "title.md").write_text("# Only a title\n", "utf-8")
+    (folder / "full.md").write_text("# Full\n\nsome text", "utf-8")
+    for name in ("empty.md", "blank.txt", "title.md"):
+        assert kb_ingest(c, "--tenant", "acme", str(folder / name)) == 1
+        assert f"{name}: empty" in capsys.readouterr().err
+    assert kb_ingest(c, "--tenant", "acme", "--doc-id", "remote", str(folder), endpoint=REMOTE) == 1
+    assert kb_ingest(c, "--tenant", "acme", "--doc-id", "served", str(folder)) == 1
+    err = capsys.readouterr().err
+    assert all(f"{name}: empty" in err for name in ("empty.md", "blank.txt", "title.md"))
+    assert all(f"served-{stem}: empty" in err for stem in ("empty", "blank", "title"))
+    assert sorted(c.backend.document_ids(SOURCE)) == ["remote-full", "served-full"]
+
+    upload = {"filename": "empty.md", "content_base64": "", "acl": {"tenant": "acme"}}
+    status = run(c, {"documents": [upload]})
+    assert [(e.doc_id, e.code) for e in status.errors] == [("empty", "empty")]
+
+    bucket = {"docs/empty.md": b"", "docs/full.md": b"# Full\n\nsome text"}
+    (tmp_path / "s3").mkdir()
+    s3 = s3_container(tmp_path / "s3", clock, bucket)
+    body = {"s3_uri": "s3://kb-docs/docs/", "doc_id_prefix": "s3", "sync": True, "acl": {"tenant": "acme"}}
+    status = run(s3, body)
+    assert [(e.doc_id, e.code) for e in status.errors] == [("s3-empty", "empty")]
+    assert s3.backend.document_ids(SOURCE) == ["s3-full"]

@@ -147,7 +147,8 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
     """A file as a job document: Markdown/text as a body (its own title — extraction.plain_title — else its
     file name), other formats as bytes the worker extracts. `uri` is what the caller named or the path
     relative to the directory: never this machine's absolute path, which agents would see in references.
-    FileRefused when it is larger than a document may be or a text file is not text (decode_text)."""
+    FileRefused when it is larger than a document may be, a text file is not text (decode_text) or has
+    none (`empty`, as a job extracting it)."""
     import base64
 
     from knowledge_core.domain.ingestion import file_format
@@ -169,6 +170,8 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
         except ExtractionError:
             raise FileRefused("corrupt", "not text in UTF-8, UTF-16, GB18030, Big5 or Windows-1252") from None
         own_title, body = printable_document(kind, text)  # as a job extracting it: one document either way
+        if not body.strip():  # a job's extraction fails such a file `empty`: so does this door
+            raise FileRefused("empty", "no text")
         return {
             "doc_id": doc_id,
             "title": title or own_title or file.stem,  # no title of its own: the file's name, not an id
