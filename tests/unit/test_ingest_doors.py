@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import unicodedata
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -14,6 +15,7 @@ from urllib.parse import unquote
 import pytest
 from knowledge_core.bootstrap import Container
 from knowledge_core.domain.admin_wire import IngestionJobRequest, JobStatus
+from knowledge_core.domain.ingestion import directory_doc_id, path_doc_id
 from knowledge_core.domain.models import SourceDefinition
 from knowledge_core.domain.s3_source import ObjectStoreError, StoredObject
 from knowledge_core.domain.wire import parse_request
@@ -152,3 +154,46 @@ def test_i_ingest_an_empty_file_fails_empty_through_every_door(
     status = run(s3, body)
     assert [(e.doc_id, e.code) for e in status.errors] == [("s3-empty", "empty")]
     assert s3.backend.document_ids(SOURCE) == ["s3-full"]
+
+
+# --- file names and hard links -----------------------------------------------------------------------------
+
+NFC, NFD = unicodedata.normalize("NFC", "café-阀门"), unicodedata.normalize("NFD", "café-阀门")
+
+
+def test_i_ingest_a_file_name_spelt_nfc_or_nfd_is_one_document(c: Container, tmp_path: Path) -> None:
+    """One file name in its composed (NFC) and decomposed (NFD, as macOS may write it) spellings gives one
+    doc_id: a synced file renamed from one spelling to the other stays one document, none deleted."""
+    assert NFC != NFD
+    assert path_doc_id(NFC) == path_doc_id(NFD)
+    assert directory_doc_id("kb", Path(f"{NFC}.md")) == directory_doc_id("kb", Path(f"{NFD}.md"))
+    folder = tmp_path / "synced"
+    folder.mkdir()
+    (folder / f"{NFC}.md").write_text("# Café\n\ncoffee notes", "utf-8")
+    body = {"directory": str(folder), "doc_id_prefix": "kb", "sync": True, "acl": {"tenant": "acme"}}
+    assert run(c, body).counts.done == 1
+    ids = c.backend.document_ids(SOURCE)
+    (folder / f"{NFC}.md").rename(folder / f"{NFD}.md")
+    status = run(c, body)
+    assert (status.counts.failed, status.counts.deleted) == (0, 0)
+    assert c.backend.document_ids(SOURCE) == ids
+
+
+def test_i_ingest_a_hard_link_in_a_directory_is_refused_like_a_symlink(
+    c: Container, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hard link inside an ingested directory may be a file from outside it (`/etc/…` on the same file
+    system): the service's reader refuses it `not_a_file`, as a symlink swapped in, and so does the CLI's;
+    the other files are ingested."""
+    outside = tmp_path / "outside.md"
+    outside.write_text("# Private\n\nnot to be ingested", "utf-8")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nalpha text", "utf-8")
+    (folder / "linked.md").hardlink_to(outside)
+    body = {"directory": str(folder), "doc_id_prefix": "kb", "acl": {"tenant": "acme"}}
+    status = run(c, body)
+    assert [(e.doc_id, e.code, e.uri) for e in status.errors] == [("kb-linked", "not_a_file", "linked.md")]
+    assert kb_ingest(c, "--tenant", "acme", "--doc-id", "cli", str(folder), endpoint=REMOTE) == 1
+    assert "linked.md: not_a_file" in capsys.readouterr().err
+    assert c.backend.document_ids(SOURCE) == ["cli-a", "kb-a"]

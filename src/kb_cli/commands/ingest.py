@@ -125,7 +125,7 @@ class FileRefused(Exception):
 
 def _read_regular(file: Path, max_bytes: int = 0) -> bytes:
     """The bytes of a regular file, opened without following a link and checked after opening (a file
-    swapped for a link or a FIFO after the walk is refused, never read or waited on)."""
+    swapped for a link or a FIFO after the walk is refused, never read or waited on; a hard link too)."""
     import os
     import stat
 
@@ -137,6 +137,8 @@ def _read_regular(file: Path, max_bytes: int = 0) -> bytes:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise FileRefused("unsupported_format", "not a regular file")
+        if info.st_nlink > 1:  # refused like a symlink, as the service's own reader does
+            raise FileRefused("not_a_file", "a hard link (the file has another name)")
         limit = max_bytes or MAX_BODY_BYTES
         if info.st_size > limit:
             raise FileRefused("too_large", f"{info.st_size} bytes (at most {limit})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 import zlib
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -228,9 +229,11 @@ def file_format(name: str) -> str | None:
 def path_doc_id(name: str) -> str:
     """A file's doc_id: its name when that is a valid id, else a readable ASCII slug of it (transliterated:
     `阀门检修` -> `FaMenJianXiu`) plus a digest of the original, which keeps two names apart that read alike
-    (a directory may hold `阀门.md` or `my notes.md`)."""
+    (a directory may hold `阀门.md` or `my notes.md`). The name is NFC-normalised first: one name spelt
+    composed (`é`, as Linux and Windows write it) or decomposed (`e` + `◌́`, as macOS may) is one id."""
     from anyascii import anyascii  # a pure-Python table, loaded only when a name needs it
 
+    name = unicodedata.normalize("NFC", name)
     if re.fullmatch(DOC_ID_PATTERN, name):
         return name
     slug = re.sub(r"[^A-Za-z0-9._:-]+", "-", anyascii(name)).strip("-._:")[:180]
