@@ -197,3 +197,40 @@ def test_i_ingest_a_hard_link_in_a_directory_is_refused_like_a_symlink(
     assert kb_ingest(c, "--tenant", "acme", "--doc-id", "cli", str(folder), endpoint=REMOTE) == 1
     assert "linked.md: not_a_file" in capsys.readouterr().err
     assert c.backend.document_ids(SOURCE) == ["cli-a", "kb-a"]
+
+
+# --- another tenant's document -----------------------------------------------------------------------------
+
+
+def test_a_sync_never_overwrites_another_tenants_document(
+    c: Container, tmp_path: Path, clock: FakeClock
+) -> None:
+    """Tenant A has `mix-x`; tenant B syncs `x.md` under prefix `mix` (the same doc_id): that file fails
+    `another_tenant` and A's document stays A's, unchanged; when the file goes, B's next sync deletes
+    nothing of A's. The same for an S3 prefix; the rest of each job is written."""
+    theirs = {"doc_id": "mix-x", "title": "A's", "body": "tenant a text", "acl": {"tenant": "a"}}
+    assert run(c, {"documents": [theirs]}).counts.done == 1
+    before = c.backend.get_document(SOURCE, "mix-x")
+    folder = tmp_path / "b"
+    folder.mkdir()
+    (folder / "x.md").write_text("# B's\n\ntenant b text", "utf-8")
+    (folder / "y.md").write_text("# Y\n\nb's own", "utf-8")
+    body = {"directory": str(folder), "doc_id_prefix": "mix", "sync": True, "acl": {"tenant": "b"}}
+    status = run(c, body)
+    assert [(e.doc_id, e.code, e.uri) for e in status.errors] == [("mix-x", "another_tenant", "x.md")]
+    assert status.counts.done == 1 and c.backend.get_document(SOURCE, "mix-x") == before
+    (folder / "x.md").unlink()
+    status = run(c, body)
+    assert (status.counts.failed, status.counts.deleted) == (0, 0)
+    assert c.backend.get_document(SOURCE, "mix-x") == before
+    assert c.backend.document_ids(SOURCE) == ["mix-x", "mix-y"]
+
+    (tmp_path / "s3").mkdir()
+    s3 = s3_container(tmp_path / "s3", clock, {"docs/x.md": b"# B's\n\nb", "docs/y.md": b"# Y\n\ny"})
+    assert run(s3, {"documents": [theirs]}).counts.done == 1
+    before = s3.backend.get_document(SOURCE, "mix-x")
+    body = {"s3_uri": "s3://kb-docs/docs/", "doc_id_prefix": "mix", "sync": True, "acl": {"tenant": "b"}}
+    status = run(s3, body)
+    assert [(e.doc_id, e.code) for e in status.errors] == [("mix-x", "another_tenant")]
+    assert s3.backend.get_document(SOURCE, "mix-x") == before
+    assert s3.backend.document_ids(SOURCE) == ["mix-x", "mix-y"]

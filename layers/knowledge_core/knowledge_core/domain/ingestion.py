@@ -29,7 +29,9 @@ FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
 # died on it each time); `invalid_metadata`: its sidecar is malformed, or its combined metadata breaks §8;
 # `index_rejected`: the search index refused the document, written alone, as it is (retrying would not
 # change it); `too_many_fields`: the search index's field limit is reached (one field per distinct
-# metadata key and value type across the deployment: OpenSearch's `index.mapping.total_fields.limit`).
+# metadata key and value type across the deployment: OpenSearch's `index.mapping.total_fields.limit`);
+# `another_tenant`: a job that writes for one tenant (a directory, an S3 prefix) met a stored document
+# of that doc_id belonging to another tenant (or to none), which it never changes.
 ErrorCode = Literal[
     "unsupported_format",
     "corrupt",
@@ -47,6 +49,7 @@ ErrorCode = Literal[
     "invalid_metadata",
     "index_rejected",
     "too_many_fields",
+    "another_tenant",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 JobState = Literal["queued", "running", "completed", "cancelled"]
@@ -255,6 +258,12 @@ def stored_unchanged(stored: Document | None, document: Document) -> bool:
     return stored is not None and stored.model_dump(exclude=_IDENTITY) == document.model_dump(
         exclude=_IDENTITY
     )
+
+
+def another_tenants_document(stored: Document | None, tenant: str | None) -> bool:
+    """Whether a job writing for `tenant` (a directory's or an S3 prefix's; None: inline documents, each
+    with its own ACL) would change a stored document that is not that tenant's: it never does."""
+    return tenant is not None and stored is not None and stored.acl.tenant != tenant
 
 
 def sync_origin_tag(origin: str) -> str:

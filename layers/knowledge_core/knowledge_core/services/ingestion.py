@@ -41,6 +41,7 @@ from ..domain.ingestion import (
     S3ObjectPayload,
     TextPayload,
     UploadPayload,
+    another_tenants_document,
     directory_doc_id,
     encode_payload,
     file_format,
@@ -415,8 +416,11 @@ class IngestionService:
             if outcomes and deadline is not None and self._clock.now() > deadline:
                 break
             payload = known_payload(item.payload)
+            stored = self._backend.get_document(job.source_key, item.doc_id)
+            if another_tenants_document(stored, job.spec.tenant):  # neither read nor written
+                outcomes.append(DocumentOutcome(item.seq, "failed", "another_tenant"))
+                continue
             if self._s3 is not None and isinstance(payload, S3ObjectPayload):
-                stored = self._backend.get_document(job.source_key, item.doc_id)
                 expected_tag = sync_origin_tag(job.spec.sync_origin or "") if job.spec.sync else None
                 if self._s3.unchanged(stored, payload, expected_tag):  # ETag, size: no read
                     assert stored is not None
@@ -428,7 +432,6 @@ class IngestionService:
                 outcomes.append(DocumentOutcome(item.seq, "failed", exc.code))
                 continue
             passages = len(_passages(document))
-            stored = self._backend.get_document(job.source_key, item.doc_id)
             if stored_unchanged(stored, document):
                 outcomes.append(DocumentOutcome(item.seq, "unchanged", passages=passages))
                 continue
