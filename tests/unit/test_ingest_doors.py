@@ -234,3 +234,54 @@ def test_a_sync_never_overwrites_another_tenants_document(
     assert [(e.doc_id, e.code) for e in status.errors] == [("mix-x", "another_tenant")]
     assert s3.backend.get_document(SOURCE, "mix-x") == before
     assert s3.backend.document_ids(SOURCE) == ["mix-x", "mix-y"]
+
+
+# --- doc_id collisions -------------------------------------------------------------------------------------
+
+
+def test_i_ingest_a_doc_id_collision_fails_its_files_alone_and_the_sync_goes_on(
+    c: Container, tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`a/b.md` beside `a-b.md`, `x.docx` beside `x.html`: one doc_id each. Those files fail
+    `doc_id_collision`, each error naming its file; the rest of the sync is written and its deletions
+    run; the document already stored under a clashing id is neither replaced nor deleted. The same
+    through an S3 prefix and through `kb ingest` of a folder, whichever reads it."""
+    folder = tmp_path / "synced"
+    (folder / "a").mkdir(parents=True)
+    (folder / "a-b.md").write_text("# AB\n\nab text", "utf-8")
+    (folder / "gone.md").write_text("# Gone\n\nleaves", "utf-8")
+    body = {"directory": str(folder), "doc_id_prefix": "kb", "sync": True, "acl": {"tenant": "acme"}}
+    assert run(c, body).counts.done == 2
+    kept = c.backend.get_document(SOURCE, "kb-a-b")
+    (folder / "gone.md").unlink()
+    (folder / "a" / "b.md").write_text("# B\n\nb text", "utf-8")
+    (folder / "x.html").write_text("<h1>X</h1><p>x text</p>", "utf-8")
+    (folder / "x.docx").write_bytes(b"PK\x03\x04")
+    (folder / "ok.md").write_text("# OK\n\nok text", "utf-8")
+    status = run(c, body)
+    assert [(e.doc_id, e.code, e.uri) for e in status.errors] == [
+        ("kb-a-b", "doc_id_collision", "a/b.md"),
+        ("kb-a-b", "doc_id_collision", "a-b.md"),
+        ("kb-x", "doc_id_collision", "x.docx"),
+        ("kb-x", "doc_id_collision", "x.html"),
+    ]
+    assert (status.counts.done, status.counts.failed, status.counts.deleted) == (1, 4, 1)
+    assert c.backend.document_ids(SOURCE) == ["kb-a-b", "kb-ok"]
+    assert c.backend.get_document(SOURCE, "kb-a-b") == kept
+
+    assert kb_ingest(c, "--tenant", "acme", "--doc-id", "kb", "--sync", str(folder)) == 1
+    err = capsys.readouterr().err
+    assert "kb-a-b: doc_id_collision (a-b.md)" in err and "kb-a-b: doc_id_collision (a/b.md)" in err
+    assert kb_ingest(c, "--tenant", "acme", "--doc-id", "cli", str(folder), endpoint=REMOTE) == 1
+    err = capsys.readouterr().err
+    assert "a-b.md: doc_id_collision: a/b.md and a-b.md would all be document cli-a-b" in err
+    assert "x.html: doc_id_collision: x.docx and x.html would all be document cli-x" in err
+    assert sorted(c.backend.document_ids(SOURCE, "cli-")) == ["cli-ok"]
+
+    (tmp_path / "s3").mkdir()
+    bucket = {"docs/a-b.md": b"# AB\n\nab", "docs/a/b.md": b"# B\n\nb", "docs/ok.md": b"# OK\n\nok"}
+    s3 = s3_container(tmp_path / "s3", clock, bucket)
+    body = {"s3_uri": "s3://kb-docs/docs/", "doc_id_prefix": "s3", "sync": True, "acl": {"tenant": "acme"}}
+    status = run(s3, body)
+    assert [(e.doc_id, e.code) for e in status.errors] == [("s3-a-b", "doc_id_collision")] * 2
+    assert s3.backend.document_ids(SOURCE) == ["s3-ok"]

@@ -229,6 +229,22 @@ def _directory(prefix: str, path: Path) -> list[tuple[str, Path, str]]:
     ]
 
 
+def _without_collisions(
+    files: list[tuple[str, Path, str]],
+) -> tuple[list[tuple[str, Path, str]], list[tuple[str, str]]]:
+    """A directory's files but those whose names map to one doc_id (`a/b.md` and `a-b.md`), which are
+    refused, each naming the others and the id (as the service fails them): the rest is sent."""
+    uris: dict[str, list[str]] = {}
+    for doc_id, _, uri in files:
+        uris.setdefault(doc_id, []).append(uri)
+    refused = [
+        (uri, f"doc_id_collision: {' and '.join(uris[doc_id])} would all be document {doc_id}")
+        for doc_id, _, uri in files
+        if len(uris[doc_id]) > 1
+    ]
+    return [f for f in files if len(uris[f[0]]) == 1], refused
+
+
 def _files(
     args: argparse.Namespace, path: Path, named: str
 ) -> tuple[list[tuple[str, Path, str]], str | None]:
@@ -365,7 +381,10 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
             raise SystemExit("kb ingest: --sync needs a directory and a kb serve on this machine")
         if not path.exists():
             raise SystemExit(f"kb ingest: {named[0]}: no such file or directory")
-        requests, refused = _inline_jobs(args, *_files(args, path, named[0]))
+        files, title = _files(args, path, named[0])
+        files, refused = _without_collisions(files)
+        requests, unsent = _inline_jobs(args, files, title)
+        refused += unsent
     for uri, reason in refused:
         print(f"kb ingest: {uri}: {reason}", file=sys.stderr)
     responses = [
@@ -383,12 +402,14 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
 
 def _report(args: argparse.Namespace, jobs: list[dict], refused: int) -> int:
     ingested = sum(j["counts"]["done"] + j["counts"]["unchanged"] for j in jobs)
-    failed = [(e["doc_id"], e["code"]) for j in jobs for e in j["errors"]]
-    where = {e["doc_id"]: f" ({e['uri']})" for j in jobs for e in j["errors"] if e.get("uri")}
+    # each error with its own file: two files of one doc_id (`doc_id_collision`) are both named
+    failed = [
+        (e["doc_id"], e["code"], f" ({e['uri']})" if e.get("uri") else "") for j in jobs for e in j["errors"]
+    ]
     print(f"ingested {ingested} document(s) into {args.source}", end="")
     unchanged = sum(j["counts"]["unchanged"] for j in jobs)
     deleted = sum(j["counts"]["deleted"] for j in jobs)
     print(f" ({unchanged} unchanged, {len(failed) + refused} failed, {deleted} deleted)")
-    for doc_id, code in failed:
-        print(f"  {doc_id}: {code}{where.get(doc_id, '')}", file=sys.stderr)
+    for doc_id, code, where in failed:
+        print(f"  {doc_id}: {code}{where}", file=sys.stderr)
     return 1 if refused or failed else 0

@@ -7,7 +7,8 @@ import json
 import re
 import unicodedata
 import zlib
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Annotated, Any, Literal, get_args
 
@@ -30,8 +31,9 @@ FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
 # `index_rejected`: the search index refused the document, written alone, as it is (retrying would not
 # change it); `too_many_fields`: the search index's field limit is reached (one field per distinct
 # metadata key and value type across the deployment: OpenSearch's `index.mapping.total_fields.limit`);
-# `another_tenant`: a job that writes for one tenant (a directory, an S3 prefix) met a stored document
-# of that doc_id belonging to another tenant (or to none), which it never changes.
+# `another_tenant`: a job that writes for one tenant (a directory, an S3 prefix) met a stored document of
+# that doc_id belonging to another tenant (or to none), which it never changes; `doc_id_collision`: another
+# file of the job maps to the same doc_id (`a/b.md` and `a-b.md`, `x.docx` and `x.html`): each fails.
 ErrorCode = Literal[
     "unsupported_format",
     "corrupt",
@@ -50,6 +52,7 @@ ErrorCode = Literal[
     "index_rejected",
     "too_many_fields",
     "another_tenant",
+    "doc_id_collision",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 JobState = Literal["queued", "running", "completed", "cancelled"]
@@ -215,6 +218,19 @@ def initial_counts(documents: list[JobDocument]) -> dict[str, int]:
     for doc in documents:
         counts[doc.state] += 1
     return counts
+
+
+def fail_collisions(documents: list[JobDocument]) -> list[JobDocument]:
+    """A job's documents with those sharing a doc_id (files whose names map to one id) failed
+    `doc_id_collision`, each with its payload kept so its error names its file: one name clash never
+    blocks the rest of a job, nor a sync's deletions, and neither file replaces the other."""
+    shared = {doc_id for doc_id, n in Counter(d.doc_id for d in documents).items() if n > 1}
+    return [
+        replace(d, state="failed", error="doc_id_collision")
+        if d.doc_id in shared and d.state == "queued"
+        else d
+        for d in documents
+    ]
 
 
 def outcome_deltas(outcomes: list[DocumentOutcome]) -> tuple[dict[str, int], int]:
