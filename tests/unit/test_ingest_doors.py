@@ -285,3 +285,44 @@ def test_i_ingest_a_doc_id_collision_fails_its_files_alone_and_the_sync_goes_on(
     status = run(s3, body)
     assert [(e.doc_id, e.code) for e in status.errors] == [("s3-a-b", "doc_id_collision")] * 2
     assert s3.backend.document_ids(SOURCE) == ["s3-ok"]
+
+
+# --- a file alone under an id another file holds -------------------------------------------------------------
+
+
+def test_i_ingest_a_file_alone_never_silently_replaces_another_files_document(
+    c: Container, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`notes.md`, then `notes.txt`, each alone: both are doc_id `notes` (ids keep no extension, so every
+    stored id stays as it was). The second fails `doc_id_taken`, says how to go on, and the first stays;
+    the same file again — edited, from another folder, its name spelt NFD — is an update; `--replace`
+    replaces."""
+    md, txt = tmp_path / "notes.md", tmp_path / "notes.txt"
+    md.write_text("# Notes\n\nfrom markdown", "utf-8")
+    txt.write_text("Notes\n\nfrom text", "utf-8")
+    assert kb_ingest(c, "--tenant", "acme", str(md)) == 0
+    assert kb_ingest(c, "--tenant", "acme", str(txt)) == 1
+    err = capsys.readouterr().err
+    assert f"notes: doc_id_taken ({txt})" in err and "--replace replaces it" in err
+    assert "from markdown" in body_of(c, "notes")
+    md.write_text("# Notes\n\nedited markdown", "utf-8")
+    assert kb_ingest(c, "--tenant", "acme", str(md)) == 0
+    assert "edited markdown" in body_of(c, "notes")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "notes.md").write_text("# Notes\n\nan older copy", "utf-8")
+    assert kb_ingest(c, "--tenant", "acme", str(tmp_path / "old" / "notes.md")) == 0
+    assert "an older copy" in body_of(c, "notes")
+    assert kb_ingest(c, "--tenant", "acme", "--replace", str(txt)) == 0
+    assert "from text" in body_of(c, "notes")
+    (tmp_path / f"{NFC}.md").write_text("# Café\n\ncomposed", "utf-8")
+    (tmp_path / "nfd").mkdir()
+    (tmp_path / "nfd" / f"{NFD}.md").write_text("# Café\n\ndecomposed", "utf-8")
+    assert kb_ingest(c, "--tenant", "acme", str(tmp_path / f"{NFC}.md")) == 0
+    assert kb_ingest(c, "--tenant", "acme", str(tmp_path / "nfd" / f"{NFD}.md")) == 0
+    assert "decomposed" in body_of(c, path_doc_id(NFC))
+
+
+def body_of(c: Container, doc_id: str) -> str:
+    stored = c.backend.get_document(SOURCE, doc_id)
+    assert stored is not None
+    return stored.body

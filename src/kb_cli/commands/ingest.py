@@ -39,6 +39,12 @@ def register(sub: Subparsers) -> None:
         help="metadata of every document (repeatable): true/false, numbers and JSON lists are parsed, "
         '"…" keeps a string; a sidecar FILE.metadata.json adds its own, and --meta wins key by key',
     )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="a file alone: replace the document of its id even when that came from another file "
+        "(`empty.txt` over `empty.md`: both are `empty`); without it that file fails doc_id_taken",
+    )
     p.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
     p.add_argument(
         "file",
@@ -385,6 +391,10 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
         files, refused = _without_collisions(files)
         requests, unsent = _inline_jobs(args, files, title)
         refused += unsent
+        if not path.is_dir() and not getattr(args, "replace", False):
+            for request in requests:  # a file alone never silently replaces another file's document
+                for document in request["documents"]:
+                    document["replace"] = False
     for uri, reason in refused:
         print(f"kb ingest: {uri}: {reason}", file=sys.stderr)
     responses = [
@@ -412,4 +422,10 @@ def _report(args: argparse.Namespace, jobs: list[dict], refused: int) -> int:
     print(f" ({unchanged} unchanged, {len(failed) + refused} failed, {deleted} deleted)")
     for doc_id, code, where in failed:
         print(f"  {doc_id}: {code}{where}", file=sys.stderr)
+    if any(code == "doc_id_taken" for _, code, _ in failed):
+        print(
+            "kb ingest: a document of that id came from another file and was kept: --replace replaces "
+            "it, --doc-id ID gives this file an id of its own",
+            file=sys.stderr,
+        )
     return 1 if refused or failed else 0

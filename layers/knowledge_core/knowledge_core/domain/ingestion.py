@@ -9,7 +9,7 @@ import unicodedata
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from pathlib import PurePath
+from pathlib import PurePath, PurePosixPath
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -33,7 +33,8 @@ FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
 # metadata key and value type across the deployment: OpenSearch's `index.mapping.total_fields.limit`);
 # `another_tenant`: a job that writes for one tenant (a directory, an S3 prefix) met a stored document of
 # that doc_id belonging to another tenant (or to none), which it never changes; `doc_id_collision`: another
-# file of the job maps to the same doc_id (`a/b.md` and `a-b.md`, `x.docx` and `x.html`): each fails.
+# file of the job maps to the same doc_id (`a/b.md` and `a-b.md`, `x.docx` and `x.html`): each fails;
+# `doc_id_taken`: a document sent with `replace: false` whose doc_id a document of another file holds.
 ErrorCode = Literal[
     "unsupported_format",
     "corrupt",
@@ -53,6 +54,7 @@ ErrorCode = Literal[
     "too_many_fields",
     "another_tenant",
     "doc_id_collision",
+    "doc_id_taken",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 JobState = Literal["queued", "running", "completed", "cancelled"]
@@ -81,6 +83,7 @@ class _Payload(BaseModel):
     structured_source: dict[str, Any] | None = None
     status: str = "ready"
     metadata: dict[str, Any] | None = None  # given with the request (a sidecar's is read with the file)
+    replace: bool = True  # False: never replace a stored document that came from another file
 
 
 class TextPayload(_Payload):
@@ -280,6 +283,18 @@ def another_tenants_document(stored: Document | None, tenant: str | None) -> boo
     """Whether a job writing for `tenant` (a directory's or an S3 prefix's; None: inline documents, each
     with its own ACL) would change a stored document that is not that tenant's: it never does."""
     return tenant is not None and stored is not None and stored.acl.tenant != tenant
+
+
+def _file_name(document: Document) -> str | None:
+    uri = (document.structured_source or {}).get("uri")
+    return unicodedata.normalize("NFC", PurePosixPath(uri).name) if isinstance(uri, str) else None
+
+
+def replaces_another_file(stored: Document | None, document: Document) -> bool:
+    """Whether writing `document` replaces a stored document of its doc_id that came from another file
+    (`empty.md` stored, `empty.txt` written: both `empty`): the file names of their uris differ, or one
+    has none. The same file from another folder (`docs/a.md`, `old/a.md`) is the same file: an update."""
+    return stored is not None and _file_name(stored) != _file_name(document)
 
 
 def sync_origin_tag(origin: str) -> str:

@@ -49,6 +49,7 @@ from ..domain.ingestion import (
     job_payload,
     known_payload,
     payload_json,
+    replaces_another_file,
     stored_unchanged,
     sync_origin_tag,
     written_by_sync,
@@ -426,6 +427,9 @@ class IngestionService:
                 document = self._document_of(job, item)
             except ExtractionError as exc:
                 outcomes.append(DocumentOutcome(item.seq, "failed", exc.code))
+                continue
+            if payload is not None and not payload.replace and replaces_another_file(stored, document):
+                outcomes.append(DocumentOutcome(item.seq, "failed", "doc_id_taken"))
                 continue
             passages = len(_passages(document))
             if stored_unchanged(stored, document):
