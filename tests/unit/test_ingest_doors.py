@@ -63,13 +63,13 @@ def kb_ingest(c: Container, *argv: str, endpoint: str = LOOPBACK) -> int:
 def test_i_ingest_kb_ingest_exits_1_when_a_file_of_an_unsupported_format_failed(
     c: Container, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A .csv alone, or in a folder the service reads, fails `unsupported_format`: listed in the summary,
-    and the command exits 1 as for any failed document."""
+    """A .csv alone, or in a folder the service reads or the CLI sends, fails `unsupported_format`: listed
+    in the summary, and the command exits 1 as for any failed document."""
     data = tmp_path / "data.csv"
     data.write_text("a,b\n1,2\n", "utf-8")
     assert kb_ingest(c, str(data)) == 1
     out = capsys.readouterr()
-    assert "(0 unchanged, 1 failed, 0 deleted)" in out.out and "data: unsupported_format" in out.err
+    assert "(0 unchanged, 1 failed, 0 deleted)" in out.out and "data.csv: unsupported_format" in out.err
     folder = tmp_path / "folder"
     folder.mkdir()
     (folder / "a.md").write_text("# A\n\nalpha text", "utf-8")
@@ -78,7 +78,11 @@ def test_i_ingest_kb_ingest_exits_1_when_a_file_of_an_unsupported_format_failed(
     out = capsys.readouterr()
     assert "ingested 1 document(s)" in out.out and "1 failed" in out.out
     assert "sheet: unsupported_format (sheet.csv)" in out.err
-    assert c.backend.get_document(SOURCE, "a") is not None  # the rest is ingested
+    assert kb_ingest(c, "--doc-id", "remote", str(folder), endpoint=REMOTE) == 1
+    out = capsys.readouterr()
+    assert "ingested 1 document(s)" in out.out and "1 failed" in out.out
+    assert "sheet.csv: unsupported_format" in out.err
+    assert c.backend.document_ids(SOURCE) == ["a", "remote-a"]  # the rest is ingested
 
 
 # --- an empty file -----------------------------------------------------------------------------------------
@@ -287,7 +291,7 @@ def test_i_ingest_a_doc_id_collision_fails_its_files_alone_and_the_sync_goes_on(
     assert s3.backend.document_ids(SOURCE) == ["s3-ok"]
 
 
-# --- a file alone under an id another file holds -------------------------------------------------------------
+# --- a file alone under an id another file holds -----------------------------------------------------------
 
 
 def test_i_ingest_a_file_alone_never_silently_replaces_another_files_document(

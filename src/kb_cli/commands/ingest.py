@@ -159,10 +159,12 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
     none (`empty`, as a job extracting it)."""
     import base64
 
-    from knowledge_core.domain.ingestion import file_format
+    from knowledge_core.domain.ingestion import FORMATS, file_format
     from knowledge_core.domain.metadata_sources import combine_metadata
     from knowledge_core.extraction import ExtractionError, decode_text, printable_document
 
+    if file_format(file.name) is None:  # never read: a job would fail it so
+        raise FileRefused("unsupported_format", f"not a format a job takes ({' '.join(FORMATS)})")
     source = {"uri": uri}
     acl = _acl(args)
     metadata = combine_metadata(_sidecar_metadata(file), flag_metadata(args))
@@ -205,11 +207,12 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
 
 def directory_files(root: Path) -> list[Path]:
     """The files of a directory upload, by the service's own rules (I-INGEST, issue 26 M5): regular files
-    of a supported format, no symlink (file or directory) followed, nothing hidden (`.git/…`, `.env.md`),
-    at most MAX_DIRECTORY_FILES."""
+    but sidecars (a file of an unsupported format is listed, to fail `unsupported_format` as in a job),
+    no symlink (file or directory) followed, nothing hidden (`.git/…`, `.env.md`), at most
+    MAX_DIRECTORY_FILES."""
     import os
 
-    from knowledge_core.domain.ingestion import FORMATS
+    from knowledge_core.domain.metadata_sources import is_sidecar
 
     found: list[Path] = []
     for here, dirs, names in os.walk(root, followlinks=False):
@@ -217,7 +220,7 @@ def directory_files(root: Path) -> list[Path]:
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (base / d).is_symlink())
         for name in sorted(names):
             p = base / name
-            if name.startswith(".") or p.suffix.lower() not in FORMATS or p.is_symlink() or not p.is_file():
+            if name.startswith(".") or is_sidecar(name) or p.is_symlink() or not p.is_file():
                 continue
             found.append(p)
             if len(found) > MAX_DIRECTORY_FILES:
