@@ -530,3 +530,19 @@ def test_m1_job_store_counts_attempts_per_document_across_workers(stores: StateS
     assert [d.attempts for d in jobs.job_documents(job.job_id, state="queued")] == [2, 1]
     assert jobs.begin_documents(job.job_id, "w2", [1], delta=-1) is True  # an attempt taken back
     assert [d.attempts for d in jobs.job_documents(job.job_id, state="queued")] == [2, 0]
+
+
+def test_i_ingest_a_document_failed_at_submit_keeps_its_payload_to_name_its_file(stores: StateStores) -> None:
+    """Two files of one doc_id fail `doc_id_collision` as the job is made: each keeps its payload on
+    every job store, so the job's errors name the file each came from."""
+    jobs = stores.jobs
+    job = _job(total=2)
+    clash = [
+        JobDocument(
+            seq, "a", {"kind": "directory", "path": f"/d/{n}", "uri": n}, "failed", "doc_id_collision"
+        )
+        for seq, n in enumerate(("a.md", "a.txt"))
+    ]
+    jobs.create_job(job, clash)
+    failed = jobs.job_documents(job.job_id, state="failed")
+    assert [(d.error, d.payload) for d in failed] == [(d.error, d.payload) for d in clash]

@@ -353,20 +353,29 @@ def test_i_ingest_batches_cut_by_size_leave_nothing_behind(
     assert c.ingestion.status(SOURCE, more.job_id).counts.done == 1
 
 
-def test_i_ingest_two_files_with_one_doc_id_are_refused_naming_the_directory(
+def test_i_ingest_two_files_of_one_doc_id_fail_alone_and_one_id_twice_inline_is_refused(
     c: Container, tmp_path: Path
 ) -> None:
+    """Two files of a directory whose names map to one doc_id each fail `doc_id_collision` (naming its
+    file) and the rest is ingested; documents sent inline are the caller's list: one id twice in it is
+    refused whole, naming both and the id."""
     folder = tmp_path / "clash"
     folder.mkdir()
-    (folder / "a.md").write_text("# A", "utf-8")
-    (folder / "a.txt").write_text("A", "utf-8")
-    with pytest.raises(InvalidRequest) as caught:
-        c.ingestion.submit(SOURCE, request({"directory": str(folder)}))
-    assert caught.value.field == "directory"
+    (folder / "a.md").write_text("# A\n\nalpha", "utf-8")
+    (folder / "a.txt").write_text("A\n\nalpha", "utf-8")
+    (folder / "b.md").write_text("# B\n\nbeta", "utf-8")
+    status = run_job(c, {"directory": str(folder)})
+    assert [(e.doc_id, e.code, e.uri) for e in status.errors] == [
+        ("a", "doc_id_collision", "a.md"),
+        ("a", "doc_id_collision", "a.txt"),
+    ]
+    assert (status.counts.done, status.counts.failed) == (1, 2)
+    assert c.backend.document_ids(SOURCE) == ["b"]
     twice = [{"doc_id": "x", "title": "t", "body": "b"}] * 2
     with pytest.raises(InvalidRequest) as caught:
         c.ingestion.submit(SOURCE, request({"documents": twice}))
     assert caught.value.field == "documents"
+    assert caught.value.message == "documents: documents[0] and documents[1] would both be document x"
 
 
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")

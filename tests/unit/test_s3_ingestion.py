@@ -149,14 +149,18 @@ def test_i_ingest_s3_unchanged_etag_and_size_skip_without_reading(c: Container, 
 
 
 def test_i_ingest_s3_acl_change_is_an_update_though_the_etag_is_equal(c: Container, s3: Any) -> None:
+    """Sharing the prefix's documents with another tenant rewrites them though their objects are equal;
+    handing them to another tenant is not a prefix job's to do (`another_tenant`: they stay acme's)."""
     put(s3, "docs/a.md", "# A\n\nalpha")
     sync(c, f"s3://{BUCKET}/docs/")
-    body = {"s3_uri": f"s3://{BUCKET}/docs/", "doc_id_prefix": "kb", "acl": {"tenant": "globex"}}
-    accepted = c.ingestion.submit(SOURCE, parse_request(IngestionJobRequest, json.dumps(body)))
-    c.ingestion.work("w1", job_id=accepted.job_id)
-    assert c.ingestion.status(SOURCE, accepted.job_id).counts.done == 1
+    shared = {"tenant": "acme", "shared_tenants": ["globex"]}
+    for acl, outcome in ((shared, "done"), ({"tenant": "globex"}, "failed")):
+        body = {"s3_uri": f"s3://{BUCKET}/docs/", "doc_id_prefix": "kb", "acl": acl}
+        accepted = c.ingestion.submit(SOURCE, parse_request(IngestionJobRequest, json.dumps(body)))
+        c.ingestion.work("w1", job_id=accepted.job_id)
+        assert getattr(c.ingestion.status(SOURCE, accepted.job_id).counts, outcome) == 1
     a = c.backend.get_document(SOURCE, "kb-a")
-    assert a is not None and a.acl.tenant == "globex"
+    assert a is not None and a.acl.tenant == "acme" and a.acl.shared_tenants == ["globex"]
 
 
 def test_i_ingest_s3_sync_deletes_what_left_the_prefix_and_never_another_prefix(

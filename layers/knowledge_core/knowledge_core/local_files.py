@@ -5,7 +5,8 @@ the file for a symlink to `/etc/passwd`, a folder on its path for a symlink else
 that would block the only worker forever. So every component is opened relative to the directory with
 `O_NOFOLLOW` (folders with `O_DIRECTORY`), the file with `O_NONBLOCK` (a FIFO opens at once instead of
 waiting for a writer), and the opened descriptor must be a regular file (`fstat`, after the open: what is
-checked is what is read). Its size is bounded before a byte is read."""
+checked is what is read). A regular file with another name (a hard link: `st_nlink` > 1) is refused like a
+symlink, since it may be a file from outside the directory. Its size is bounded before a byte is read."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ _NOCTTY = getattr(os, "O_NOCTTY", 0)
 
 
 def read_regular_file(root: str, relative: str, max_bytes: int) -> bytes:
-    """The bytes of `root/relative`, opened component by component without following a link: a link,
-    FIFO, device or directory is `not_a_file`, a missing file `not_found`, one over `max_bytes`
-    `too_large` (before reading)."""
+    """The bytes of `root/relative`, opened component by component without following a link: a link (a
+    hard link included), FIFO, device or directory is `not_a_file`, a missing file `not_found`, one over
+    `max_bytes` `too_large` (before reading)."""
     parts = PurePosixPath(relative).parts
     if not parts or any(p in ("", ".", "..") for p in parts) or PurePosixPath(relative).is_absolute():
         raise ExtractionError("not_a_file")
@@ -59,8 +60,8 @@ def _open(name: str, flags: int, dir_fd: int | None) -> int:
 
 def _read_bounded(fd: int, max_bytes: int) -> bytes:
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise ExtractionError("not_a_file")
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+        raise ExtractionError("not_a_file")  # a hard link may be a file from outside the directory
     if info.st_size > max_bytes:
         raise ExtractionError("too_large")
     os.set_blocking(fd, True)  # a regular file: reads never wait for a writer

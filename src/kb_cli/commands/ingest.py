@@ -39,6 +39,12 @@ def register(sub: Subparsers) -> None:
         help="metadata of every document (repeatable): true/false, numbers and JSON lists are parsed, "
         '"…" keeps a string; a sidecar FILE.metadata.json adds its own, and --meta wins key by key',
     )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="a file alone: replace the document of its id even when that came from another file "
+        "(`empty.txt` over `empty.md`: both are `empty`); without it that file fails doc_id_taken",
+    )
     p.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
     p.add_argument(
         "file",
@@ -125,7 +131,7 @@ class FileRefused(Exception):
 
 def _read_regular(file: Path, max_bytes: int = 0) -> bytes:
     """The bytes of a regular file, opened without following a link and checked after opening (a file
-    swapped for a link or a FIFO after the walk is refused, never read or waited on)."""
+    swapped for a link or a FIFO after the walk is refused, never read or waited on; a hard link too)."""
     import os
     import stat
 
@@ -137,6 +143,8 @@ def _read_regular(file: Path, max_bytes: int = 0) -> bytes:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise FileRefused("unsupported_format", "not a regular file")
+        if info.st_nlink > 1:  # refused like a symlink, as the service's own reader does
+            raise FileRefused("not_a_file", "a hard link (the file has another name)")
         limit = max_bytes or MAX_BODY_BYTES
         if info.st_size > limit:
             raise FileRefused("too_large", f"{info.st_size} bytes (at most {limit})")
@@ -147,13 +155,16 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
     """A file as a job document: Markdown/text as a body (its own title — extraction.plain_title — else its
     file name), other formats as bytes the worker extracts. `uri` is what the caller named or the path
     relative to the directory: never this machine's absolute path, which agents would see in references.
-    FileRefused when it is larger than a document may be or a text file is not text (decode_text)."""
+    FileRefused when it is larger than a document may be, a text file is not text (decode_text) or has
+    none (`empty`, as a job extracting it)."""
     import base64
 
-    from knowledge_core.domain.ingestion import file_format
+    from knowledge_core.domain.ingestion import FORMATS, file_format
     from knowledge_core.domain.metadata_sources import combine_metadata
     from knowledge_core.extraction import ExtractionError, decode_text, printable_document
 
+    if file_format(file.name) is None:  # never read: a job would fail it so
+        raise FileRefused("unsupported_format", f"not a format a job takes ({' '.join(FORMATS)})")
     source = {"uri": uri}
     acl = _acl(args)
     metadata = combine_metadata(_sidecar_metadata(file), flag_metadata(args))
@@ -169,6 +180,8 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
         except ExtractionError:
             raise FileRefused("corrupt", "not text in UTF-8, UTF-16, GB18030, Big5 or Windows-1252") from None
         own_title, body = printable_document(kind, text)  # as a job extracting it: one document either way
+        if not body.strip():  # a job's extraction fails such a file `empty`: so does this door
+            raise FileRefused("empty", "no text")
         return {
             "doc_id": doc_id,
             "title": title or own_title or file.stem,  # no title of its own: the file's name, not an id
@@ -194,11 +207,12 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
 
 def directory_files(root: Path) -> list[Path]:
     """The files of a directory upload, by the service's own rules (I-INGEST, issue 26 M5): regular files
-    of a supported format, no symlink (file or directory) followed, nothing hidden (`.git/…`, `.env.md`),
-    at most MAX_DIRECTORY_FILES."""
+    but sidecars (a file of an unsupported format is listed, to fail `unsupported_format` as in a job),
+    no symlink (file or directory) followed, nothing hidden (`.git/…`, `.env.md`), at most
+    MAX_DIRECTORY_FILES."""
     import os
 
-    from knowledge_core.domain.ingestion import FORMATS
+    from knowledge_core.domain.metadata_sources import is_sidecar
 
     found: list[Path] = []
     for here, dirs, names in os.walk(root, followlinks=False):
@@ -206,7 +220,7 @@ def directory_files(root: Path) -> list[Path]:
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (base / d).is_symlink())
         for name in sorted(names):
             p = base / name
-            if name.startswith(".") or p.suffix.lower() not in FORMATS or p.is_symlink() or not p.is_file():
+            if name.startswith(".") or is_sidecar(name) or p.is_symlink() or not p.is_file():
                 continue
             found.append(p)
             if len(found) > MAX_DIRECTORY_FILES:
@@ -222,6 +236,22 @@ def _directory(prefix: str, path: Path) -> list[tuple[str, Path, str]]:
         (directory_doc_id(prefix, p.relative_to(path)), p, p.relative_to(path).as_posix())
         for p in directory_files(path)
     ]
+
+
+def _without_collisions(
+    files: list[tuple[str, Path, str]],
+) -> tuple[list[tuple[str, Path, str]], list[tuple[str, str]]]:
+    """A directory's files but those whose names map to one doc_id (`a/b.md` and `a-b.md`), which are
+    refused, each naming the others and the id (as the service fails them): the rest is sent."""
+    uris: dict[str, list[str]] = {}
+    for doc_id, _, uri in files:
+        uris.setdefault(doc_id, []).append(uri)
+    refused = [
+        (uri, f"doc_id_collision: {' and '.join(uris[doc_id])} would all be document {doc_id}")
+        for doc_id, _, uri in files
+        if len(uris[doc_id]) > 1
+    ]
+    return [f for f in files if len(uris[f[0]]) == 1], refused
 
 
 def _files(
@@ -329,8 +359,8 @@ def _wait_for_jobs(args: argparse.Namespace, call: Call, job_ids: list[str], tot
 
 
 def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
-    """Exit 0 when every document was ingested (or unchanged), 1 when any failed (other than a file of an
-    unsupported format, listed and skipped) or was refused here."""
+    """Exit 0 when every document was ingested (or unchanged), 1 when any failed (an unsupported format
+    included) or was refused here."""
     named: list[str] = [args.file] if isinstance(args.file, str) else list(args.file)
     path = Path(named[0])
     sync = getattr(args, "sync", False)  # callers building their own Namespace may leave the job flags out
@@ -360,7 +390,14 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
             raise SystemExit("kb ingest: --sync needs a directory and a kb serve on this machine")
         if not path.exists():
             raise SystemExit(f"kb ingest: {named[0]}: no such file or directory")
-        requests, refused = _inline_jobs(args, *_files(args, path, named[0]))
+        files, title = _files(args, path, named[0])
+        files, refused = _without_collisions(files)
+        requests, unsent = _inline_jobs(args, files, title)
+        refused += unsent
+        if not path.is_dir() and not getattr(args, "replace", False):
+            for request in requests:  # a file alone never silently replaces another file's document
+                for document in request["documents"]:
+                    document["replace"] = False
     for uri, reason in refused:
         print(f"kb ingest: {uri}: {reason}", file=sys.stderr)
     responses = [
@@ -378,13 +415,20 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
 
 def _report(args: argparse.Namespace, jobs: list[dict], refused: int) -> int:
     ingested = sum(j["counts"]["done"] + j["counts"]["unchanged"] for j in jobs)
-    failed = [(e["doc_id"], e["code"]) for j in jobs for e in j["errors"]]
-    where = {e["doc_id"]: f" ({e['uri']})" for j in jobs for e in j["errors"] if e.get("uri")}
+    # each error with its own file: two files of one doc_id (`doc_id_collision`) are both named
+    failed = [
+        (e["doc_id"], e["code"], f" ({e['uri']})" if e.get("uri") else "") for j in jobs for e in j["errors"]
+    ]
     print(f"ingested {ingested} document(s) into {args.source}", end="")
     unchanged = sum(j["counts"]["unchanged"] for j in jobs)
     deleted = sum(j["counts"]["deleted"] for j in jobs)
     print(f" ({unchanged} unchanged, {len(failed) + refused} failed, {deleted} deleted)")
-    for doc_id, code in failed:
-        print(f"  {doc_id}: {code}{where.get(doc_id, '')}", file=sys.stderr)
-    # A file of a format no job takes is listed but, as a remote walk skips it, does not fail the command.
-    return 1 if refused or any(code != "unsupported_format" for _, code in failed) else 0
+    for doc_id, code, where in failed:
+        print(f"  {doc_id}: {code}{where}", file=sys.stderr)
+    if any(code == "doc_id_taken" for _, code, _ in failed):
+        print(
+            "kb ingest: a document of that id came from another file and was kept: --replace replaces "
+            "it, --doc-id ID gives this file an id of its own",
+            file=sys.stderr,
+        )
+    return 1 if refused or failed else 0

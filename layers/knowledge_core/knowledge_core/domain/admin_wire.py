@@ -357,6 +357,10 @@ class JobDocumentRequest(StrictRequest):
     acl: DocumentAclRequest
     status: Literal["ready", "processing", "disabled"] = "ready"
     metadata: WireMetadata = None  # SPEC §8; a file's sidecar is combined by `kb ingest`
+    # False: a stored document of this doc_id that came from another file (its `structured_source.uri`
+    # names another file, or none) is kept, and this one fails `doc_id_taken` (`kb ingest FILE` without
+    # `--replace`); the same file again is an update either way.
+    replace: bool = True
 
     @model_validator(mode="after")
     def _one_content(self) -> JobDocumentRequest:

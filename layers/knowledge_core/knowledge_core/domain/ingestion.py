@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 import zlib
-from dataclasses import dataclass, field
-from pathlib import PurePath
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import PurePath, PurePosixPath
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -28,7 +30,11 @@ FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
 # died on it each time); `invalid_metadata`: its sidecar is malformed, or its combined metadata breaks §8;
 # `index_rejected`: the search index refused the document, written alone, as it is (retrying would not
 # change it); `too_many_fields`: the search index's field limit is reached (one field per distinct
-# metadata key and value type across the deployment: OpenSearch's `index.mapping.total_fields.limit`).
+# metadata key and value type across the deployment: OpenSearch's `index.mapping.total_fields.limit`);
+# `another_tenant`: a job that writes for one tenant (a directory, an S3 prefix) met a stored document of
+# that doc_id belonging to another tenant (or to none), which it never changes; `doc_id_collision`: another
+# file of the job maps to the same doc_id (`a/b.md` and `a-b.md`, `x.docx` and `x.html`): each fails;
+# `doc_id_taken`: a document sent with `replace: false` whose doc_id a document of another file holds.
 ErrorCode = Literal[
     "unsupported_format",
     "corrupt",
@@ -46,6 +52,9 @@ ErrorCode = Literal[
     "invalid_metadata",
     "index_rejected",
     "too_many_fields",
+    "another_tenant",
+    "doc_id_collision",
+    "doc_id_taken",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 JobState = Literal["queued", "running", "completed", "cancelled"]
@@ -74,6 +83,7 @@ class _Payload(BaseModel):
     structured_source: dict[str, Any] | None = None
     status: str = "ready"
     metadata: dict[str, Any] | None = None  # given with the request (a sidecar's is read with the file)
+    replace: bool = True  # False: never replace a stored document that came from another file
 
 
 class TextPayload(_Payload):
@@ -213,6 +223,19 @@ def initial_counts(documents: list[JobDocument]) -> dict[str, int]:
     return counts
 
 
+def fail_collisions(documents: list[JobDocument]) -> list[JobDocument]:
+    """A job's documents with those sharing a doc_id (files whose names map to one id) failed
+    `doc_id_collision`, each with its payload kept so its error names its file: one name clash never
+    blocks the rest of a job, nor a sync's deletions, and neither file replaces the other."""
+    shared = {doc_id for doc_id, n in Counter(d.doc_id for d in documents).items() if n > 1}
+    return [
+        replace(d, state="failed", error="doc_id_collision")
+        if d.doc_id in shared and d.state == "queued"
+        else d
+        for d in documents
+    ]
+
+
 def outcome_deltas(outcomes: list[DocumentOutcome]) -> tuple[dict[str, int], int]:
     """What handling `outcomes` (all queued before) adds to a job's counters, and its passages."""
     deltas = {"queued": -len(outcomes), "done": 0, "unchanged": 0, "failed": 0}
@@ -228,9 +251,11 @@ def file_format(name: str) -> str | None:
 def path_doc_id(name: str) -> str:
     """A file's doc_id: its name when that is a valid id, else a readable ASCII slug of it (transliterated:
     `阀门检修` -> `FaMenJianXiu`) plus a digest of the original, which keeps two names apart that read alike
-    (a directory may hold `阀门.md` or `my notes.md`)."""
+    (a directory may hold `阀门.md` or `my notes.md`). The name is NFC-normalised first: one name spelt
+    composed (`é`, as Linux and Windows write it) or decomposed (`e` + `◌́`, as macOS may) is one id."""
     from anyascii import anyascii  # a pure-Python table, loaded only when a name needs it
 
+    name = unicodedata.normalize("NFC", name)
     if re.fullmatch(DOC_ID_PATTERN, name):
         return name
     slug = re.sub(r"[^A-Za-z0-9._:-]+", "-", anyascii(name)).strip("-._:")[:180]
@@ -252,6 +277,24 @@ def stored_unchanged(stored: Document | None, document: Document) -> bool:
     return stored is not None and stored.model_dump(exclude=_IDENTITY) == document.model_dump(
         exclude=_IDENTITY
     )
+
+
+def another_tenants_document(stored: Document | None, tenant: str | None) -> bool:
+    """Whether a job writing for `tenant` (a directory's or an S3 prefix's; None: inline documents, each
+    with its own ACL) would change a stored document that is not that tenant's: it never does."""
+    return tenant is not None and stored is not None and stored.acl.tenant != tenant
+
+
+def _file_name(document: Document) -> str | None:
+    uri = (document.structured_source or {}).get("uri")
+    return unicodedata.normalize("NFC", PurePosixPath(uri).name) if isinstance(uri, str) else None
+
+
+def replaces_another_file(stored: Document | None, document: Document) -> bool:
+    """Whether writing `document` replaces a stored document of its doc_id that came from another file
+    (`empty.md` stored, `empty.txt` written: both `empty`): the file names of their uris differ, or one
+    has none. The same file from another folder (`docs/a.md`, `old/a.md`) is the same file: an update."""
+    return stored is not None and _file_name(stored) != _file_name(document)
 
 
 def sync_origin_tag(origin: str) -> str:

@@ -41,12 +41,15 @@ from ..domain.ingestion import (
     S3ObjectPayload,
     TextPayload,
     UploadPayload,
+    another_tenants_document,
     directory_doc_id,
     encode_payload,
+    fail_collisions,
     file_format,
     job_payload,
     known_payload,
     payload_json,
+    replaces_another_file,
     stored_unchanged,
     sync_origin_tag,
     written_by_sync,
@@ -153,20 +156,15 @@ class IngestionService:
                 tenant=acl.tenant,
                 origin=request.directory,
             )
-        if len({d.doc_id for d in documents}) != len(documents):
-            origin = "documents" if request.documents is not None else request.origin_field
-            what = (
-                "doc_id must be unique within a job"
-                if origin == "documents"
-                else "two files map to one doc_id"
-            )
-            raise InvalidRequest(f"{origin}: {what}", field=origin)
+        if request.documents is not None:
+            _refuse_repeated_ids(request.documents, documents)
         return self.create(source_key, documents, spec)
 
     def create(self, source_key: str, documents: list[JobDocument], spec: JobSpec) -> JobAccepted:
         """Store a job of ready-made documents and wake a worker (also S3 object events' single jobs)."""
         if self._registry.get_sources([source_key]).get(source_key) is None:
             raise NotFound(f"source {source_key} is not published", field="source")
+        documents = fail_collisions(documents)  # a directory's or a prefix's name clash fails its files alone
         job = IngestionJob(
             job_id=str(uuid.uuid4()),
             source_key=source_key,
@@ -415,8 +413,11 @@ class IngestionService:
             if outcomes and deadline is not None and self._clock.now() > deadline:
                 break
             payload = known_payload(item.payload)
+            stored = self._backend.get_document(job.source_key, item.doc_id)
+            if another_tenants_document(stored, job.spec.tenant):  # neither read nor written
+                outcomes.append(DocumentOutcome(item.seq, "failed", "another_tenant"))
+                continue
             if self._s3 is not None and isinstance(payload, S3ObjectPayload):
-                stored = self._backend.get_document(job.source_key, item.doc_id)
                 expected_tag = sync_origin_tag(job.spec.sync_origin or "") if job.spec.sync else None
                 if self._s3.unchanged(stored, payload, expected_tag):  # ETag, size: no read
                     assert stored is not None
@@ -427,8 +428,10 @@ class IngestionService:
             except ExtractionError as exc:
                 outcomes.append(DocumentOutcome(item.seq, "failed", exc.code))
                 continue
+            if payload is not None and not payload.replace and replaces_another_file(stored, document):
+                outcomes.append(DocumentOutcome(item.seq, "failed", "doc_id_taken"))
+                continue
             passages = len(_passages(document))
-            stored = self._backend.get_document(job.source_key, item.doc_id)
             if stored_unchanged(stored, document):
                 outcomes.append(DocumentOutcome(item.seq, "unchanged", passages=passages))
                 continue
@@ -568,6 +571,19 @@ class IngestionService:
     @property
     def lease_seconds(self) -> float:
         return self._lease_s
+
+
+def _refuse_repeated_ids(requested: list[JobDocumentRequest], documents: list[JobDocument]) -> None:
+    """Documents sent inline are the caller's list: one doc_id twice in it is a mistake in the request,
+    refused whole, naming both documents (their file names, else their places) and the id."""
+    seen: dict[str, int] = {}
+    for i, document in enumerate(documents):
+        first = seen.setdefault(document.doc_id, i)
+        if first != i:
+            a, b = (requested[j].filename or f"documents[{j}]" for j in (first, i))
+            raise InvalidRequest(
+                f"documents: {a} and {b} would both be document {document.doc_id}", field="documents"
+            )
 
 
 def _relative(path: Path | None, root: Path) -> str | None:

@@ -112,7 +112,8 @@ class DynamoJobStore(TableAdapter, JobStore):
             }
             if d.error:
                 item["error"] = _s(d.error)
-            payload = encode_payload(d.payload) if d.state == "queued" else None
+            # a document failed at submit (`doc_id_collision`) keeps its payload: its error names its file
+            payload = encode_payload(d.payload) if d.state in ("queued", "failed") else None
             if payload is not None:
                 item["payload"] = {"B": payload}
             doc_items.append(item)

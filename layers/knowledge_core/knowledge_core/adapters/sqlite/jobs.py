@@ -102,7 +102,7 @@ class SqliteJobStore(SqliteStore, JobStore):
                         job.job_id,
                         d.seq,
                         d.doc_id,
-                        encode_payload(d.payload) if d.state == "queued" else None,
+                        encode_payload(d.payload) if d.state in ("queued", "failed") else None,
                         d.state,
                         d.error,
                         d.passages,
