@@ -3,7 +3,7 @@
 against `POST /mcp` of a `kb serve` on loopback: every scenario of the 2025-11-25 (initialize handshake) and
 2026-07-28 (stateless envelope) requirement sets, the ones the suite does not score included, judged against
 tests/mcp_conformance/expected-failures.yaml, which lists only what cannot apply to this server. Both runs
-take about 40 s together.
+take under a minute together.
 
 The suite has no option for request headers, so `bearer.mjs` (preloaded with `node --import`) adds the
 demo token to its requests and changes nothing else: in the rebinding scenario kb serve sees the token
