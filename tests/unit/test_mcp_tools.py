@@ -207,6 +207,17 @@ def test_m_mcp_function_events(handlers):
     assert result["structuredContent"]["status"] == "ok" and result["structuredContent"]["hints"]
 
 
+def test_m_mcp_function_discover_event_at_2026_07_28(handlers):
+    """M-MCP: events/mcp/discover.json, a stateless 2026-07-28 request, through the Lambda handler: the
+    server's versions, tools and resources, and its identity in the result's `_meta`."""
+    status, headers, body = invoke(handlers, load_event("mcp/discover.json"))
+    assert status == 200 and headers["Content-Type"] == "application/json" and "mcp-session-id" not in headers
+    result = body["result"]
+    assert "2026-07-28" in result["supportedVersions"]
+    assert set(result["capabilities"]) >= {"tools", "resources"}
+    assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "agent-knowledge"
+
+
 def test_m_mcp_function_without_principal_is_401(handlers):
     """M-MCP: no principal from the authorizer -> the typed 401, before any MCP processing."""
     event = load_event("mcp/search.json")

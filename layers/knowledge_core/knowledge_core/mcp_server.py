@@ -11,7 +11,7 @@ import copy
 import json
 from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -30,6 +30,7 @@ from .services.access import authorize_route
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
+    from mcp_types.methods import CacheableMethod
 
     from .services.knowledge import KnowledgeService
 
@@ -97,6 +98,9 @@ _PROPERTY_DESCRIPTIONS: dict[str, dict[str, str]] = {
 
 # --- tool definitions: JSON Schemas generated from the wire models ------------------------------------
 
+# The dialect MCP tool schemas are read in (2025-11-25 onwards); pydantic writes it, and each schema says so.
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     """Replace `$ref`s into `$defs` by the definitions themselves: every MCP client validates the result."""
@@ -124,11 +128,12 @@ def _input_schema(name: str, model: type[BaseModel]) -> dict[str, Any]:
         }
     for field, description in _PROPERTY_DESCRIPTIONS[name].items():
         schema["properties"][field]["description"] = description
-    return schema
+    return {"$schema": JSON_SCHEMA_DIALECT, **schema}
 
 
 def _output_schema(model: type[BaseModel]) -> dict[str, Any]:
-    return _inline_refs(model.model_json_schema(mode="serialization", by_alias=True))
+    schema = _inline_refs(model.model_json_schema(mode="serialization", by_alias=True))
+    return {"$schema": JSON_SCHEMA_DIALECT, **schema}
 
 
 @dataclass(frozen=True)
@@ -254,9 +259,26 @@ def compact(body: dict[str, Any]) -> str:
 # --- the MCP server (the SDK is imported here, on first use) -------------------------------------------
 
 
+# Freshness hints of the cacheable results (`ttlMs`/`cacheScope`, 2026-07-28). The tool list and the server's
+# discovery are the same for every caller and change only with a deployment: shared, fresh for an hour. The
+# resources name the connection's route: private. The capabilities resource carries the knowledge scope
+# revision, which a publish changes at any moment: stale at once.
+HOUR_MS = 3_600_000
+CACHE_HINTS: dict[CacheableMethod, tuple[int, Literal["public", "private"]]] = {
+    "server/discover": (HOUR_MS, "public"),
+    "tools/list": (HOUR_MS, "public"),
+    "resources/list": (HOUR_MS, "private"),
+    "resources/templates/list": (HOUR_MS, "private"),
+    "resources/read": (0, "private"),
+}
+
+
 def build_server(door: KnowledgeDoor) -> Server:
-    """A low-level MCP server whose handlers call `door` (the SDK negotiates the protocol version)."""
+    """A low-level MCP server whose handlers call `door`. The SDK negotiates the protocol version per
+    request: the 2025-11-25 initialize handshake and the 2026-07-28 stateless envelope (`server/discover`,
+    `_meta`, Mcp-* header checks, cache hints) both reach these handlers."""
     import mcp_types as types
+    from mcp.server.caching import CacheHint
     from mcp.server.lowlevel import Server
     from mcp.shared.exceptions import MCPError
 
@@ -354,6 +376,9 @@ def build_server(door: KnowledgeDoor) -> Server:
         on_list_resources=list_resources,
         on_read_resource=read_resource,
         on_list_resource_templates=list_resource_templates,
+        cache_hints={
+            method: CacheHint(ttl_ms=ttl_ms, scope=scope) for method, (ttl_ms, scope) in CACHE_HINTS.items()
+        },
     )
 
 
@@ -405,9 +430,32 @@ _SDK_REFUSALS: dict[int, tuple[str, KnowledgeError]] = {
 }
 
 
+# The 2026-07-28 envelope's refusals, which the protocol defines by code: the code, the SDK's message (a fixed
+# sentence naming the header or key, never its value) and the data the protocol gives it (`supported` and
+# `requested` versions, `requiredCapabilities`) stay; our typed body is added to the data.
+_PROTOCOL_REFUSALS: dict[int, KnowledgeError] = {
+    -32020: InvalidRequest("headers: an Mcp-* header does not match the request body", field="headers"),
+    -32021: InvalidRequest("_meta: a client capability this request needs was not declared", field="_meta"),
+    -32022: InvalidRequest("_meta: unsupported protocol version (data.supported lists ours)", field="_meta"),
+}
+_PROTOCOL_DATA = frozenset({"supported", "requested", "requiredCapabilities"})
+_MAX_ECHOED_VERSION = 64  # `requested` echoes the client's version string: the spec asks for it, bounded here
+
+
+def _protocol_refusal(code: int, error: dict[str, Any]) -> dict[str, Any]:
+    given = error.get("data")
+    data = {k: v for k, v in given.items() if k in _PROTOCOL_DATA} if isinstance(given, dict) else {}
+    if isinstance(data.get("requested"), str):
+        data["requested"] = data["requested"][:_MAX_ECHOED_VERSION]
+    typed = _PROTOCOL_REFUSALS[code]
+    message = error.get("message") if isinstance(error.get("message"), str) else typed.message
+    return {"code": code, "message": message, "data": {**data, **typed.body()["error"]}}
+
+
 def typed_refusals(answer: HttpAnswer) -> HttpAnswer:
     """Every JSON-RPC error of the answer carries our typed error as `data` (L3): ours already do, the
-    SDK's are replaced by the typed body of their code. Results and our own errors pass unchanged."""
+    SDK's are replaced by the typed body of their code, or extended by it for the refusals the protocol
+    defines. Results and our own errors pass unchanged."""
     if b'"error"' not in answer.body:
         return answer
     try:
@@ -417,7 +465,9 @@ def typed_refusals(answer: HttpAnswer) -> HttpAnswer:
     messages = message if isinstance(message, list) else [message]
     for item in messages:
         error = item.get("error") if isinstance(item, dict) else None
-        if isinstance(error, dict) and not _is_typed(error.get("data")):
+        if isinstance(error, dict) and error.get("code") in _PROTOCOL_REFUSALS:
+            item["error"] = _protocol_refusal(error["code"], error)
+        elif isinstance(error, dict) and not _is_typed(error.get("data")):
             code: int = error["code"] if error.get("code") in _SDK_REFUSALS else -32603
             text, typed = _SDK_REFUSALS[code]
             item["error"] = {"code": code, "message": text, "data": typed.body()["error"]}
@@ -470,7 +520,11 @@ async def _serve_http(
         "raw_path": path.encode("utf-8"),
         "query_string": query.encode("latin-1"),
         "root_path": "",
-        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
+        # An HTTP server strips optional whitespace around field values (RFC 9110 §5.5) before the app sees
+        # them; this scope is built by hand, so it does that here (Mcp-Name: "  knowledge_search  " matches).
+        "headers": [
+            (k.lower().encode("latin-1"), v.strip(" \t").encode("latin-1")) for k, v in headers.items()
+        ],
         "client": None,
         "server": None,
     }
