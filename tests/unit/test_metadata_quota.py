@@ -141,3 +141,51 @@ def test_i_ingest_metadata_key_quotas_are_settings_with_documented_defaults() ->
         f"`KB_METADATA_KEYS_PER_SOURCE` distinct keys (default {defaults.metadata_keys_per_source})" in readme
     )
     assert f"`KB_METADATA_KEYS_PER_TENANT` (default {defaults.metadata_keys_per_tenant})" in readme
+
+
+class _MappedNode:
+    """An OpenSearch client whose passages index maps three typed metadata fields (one key with a dot) and
+    whose rows of the asked scope hold two of them; it keeps the search body it was sent."""
+
+    def __init__(self) -> None:
+        properties = {
+            "meta_s": {"properties": {"region": {"type": "keyword"}}},
+            "meta_n": {"properties": {"year": {"type": "double"}}},
+            "meta_l": {"properties": {"team~name": {"type": "keyword"}}},
+        }
+        mapping = {"kb-passages-v9": {"mappings": {"properties": properties}}}
+        self.indices = type("Indices", (), {"get_mapping": lambda _self, **_: mapping})()
+        self.sent: list[dict] = []
+
+    def search(self, index: str, body: dict, **_: object) -> dict:
+        self.sent.append(body)
+        counts = {"meta_s.region": 3, "meta_n.year": 0, "meta_l.team~name": 1}
+        return {
+            "aggregations": {
+                "keys": {
+                    "buckets": {
+                        f: {"doc_count": counts[f]} for f in body["aggs"]["keys"]["filters"]["filters"]
+                    }
+                }
+            }
+        }
+
+
+def test_i_ingest_opensearch_metadata_keys_are_the_mapped_fields_the_scope_holds() -> None:
+    """On OpenSearch the keys in use come from the passages index's typed fields (shared by every source),
+    narrowed to the rows of the source or tenant by one `exists` filter per field."""
+    from knowledge_core.adapters.opensearch import OpenSearchBackend
+
+    node = _MappedNode()
+    backend = OpenSearchBackend("http://127.0.0.1:1", client=node)
+    backend._ready = True  # the fake node has no index templates to put
+    assert backend.metadata_keys(source_key=SOURCE) == {"region", "team.name"}
+    assert backend.metadata_keys(tenant="acme") == {"region", "team.name"}
+    by_source, by_tenant = node.sent
+    assert by_source["size"] == 0 and by_source["query"] == {
+        "bool": {"filter": [{"term": {"source_key": SOURCE}}]}
+    }
+    assert by_tenant["query"] == {"bool": {"filter": [{"term": {"acl_tenant": "acme"}}]}}
+    assert by_source["aggs"]["keys"]["filters"]["filters"]["meta_l.team~name"] == {
+        "exists": {"field": "meta_l.team~name"}
+    }
