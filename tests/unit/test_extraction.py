@@ -206,6 +206,50 @@ def test_i_ingest_pdf_lines_run_on_into_paragraphs() -> None:
     )
 
 
+def test_i_ingest_pdf_sentence_broken_at_a_short_line_runs_on() -> None:
+    """A line can be short and still end mid-sentence: a URL too long for the rest of the line pushes it
+    down, and a note in a smaller font makes every body line short beside it. Such a line runs on when it
+    ends on no sentence end and the next line starts in lower case or the line ends inside a clause (a
+    comma, an article); a short heading before a capitalised paragraph still stands alone."""
+    from fpdf import FPDF
+
+    english = (
+        "Pressure relief valves are tested every six months by a certified technician who records the set "
+        "pressure and the reseat pressure, and any seat leakage is written into the plant log before the "
+        "valve goes back into service."
+    )
+    link = (
+        "The test report is kept with the maintenance records; see "
+        "https://intranet.example.com/maintenance/valves/relief/reports/archive for older ones."
+    )
+    note = (
+        "Note: a valve that fails the test is tagged out of service and replaced by a spare of the same type "
+        "and set pressure within one shift."
+    )
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    for text in ("Valve testing", english, link):
+        pdf.multi_cell(0, 8, text, new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font("helvetica", size=8)
+    pdf.multi_cell(0, 5, note, new_x="LMARGIN", new_y="NEXT")
+    blocks = extract("v.pdf", bytes(pdf.output())).body.strip().split("\n\n")
+    assert blocks == ["Valve testing", english, link, note]
+    from knowledge_core.extraction import _pdf_page
+
+    full = "x" * 80  # the page's full line, its own paragraph
+    assert _pdf_page(f"{full}\n\nThe report is signed by the\nPlant Manager on duty.") == (
+        f"{full}\n\nThe report is signed by the Plant Manager on duty."
+    )
+    assert (
+        _pdf_page(f"{full}\n\n安全阀每六个月检测一次，\n记录整定压力。")
+        == f"{full}\n\n安全阀每六个月检测一次，记录整定压力。"
+    )
+    assert _pdf_page(f"{full}\n\nInstallation\nMount the valve upright.") == (
+        f"{full}\n\nInstallation\n\nMount the valve upright."
+    )
+
+
 def test_i_ingest_docx_headings_become_markdown_headings() -> None:
     doc = extract("v.docx", make_docx())
     assert doc.title == "Valve manual"

@@ -203,6 +203,55 @@ def test_a_search_issue24_summary_never_cuts_inside_a_code_point() -> None:
     assert len(out.encode("utf-8")) <= 101 and set(out) <= set("😀… tail") and out.endswith("tail")
 
 
+TABLE_ZH = (
+    "## 升级策略 Escalation\n\n"
+    "| 优先级 Priority | L1 → L2 最长停留 |\n"
+    "|---|---|\n"
+    "| P1 紧急 | 15 分钟 minutes |\n"
+    "| P2 重要 | 1 小时 hour |\n"
+)
+TABLE_EN = (
+    "## Rate limits\n\n"
+    "| Tier | Requests per minute | Burst |\n"
+    "|:-----|-------------------:|:-----:|\n"
+    "| Starter | 100 | 20 |\n"
+    "| Enterprise | 5000 | 800 |\n"
+)
+
+
+def test_a_search_summary_shows_a_chinese_table_as_text_not_pipes() -> None:
+    """A two-column table reads `key: value`, rows parted by `;`, the separator row gone."""
+    summary = focused_excerpt(TABLE_ZH, ["p2", "重要"], 960)
+    assert "|" not in summary and "---" not in summary
+    assert "优先级 Priority: L1 → L2 最长停留; P1 紧急: 15 分钟 minutes; P2 重要: 1 小时 hour" in summary
+
+
+def test_a_search_summary_names_an_english_table_cells_by_their_header() -> None:
+    summary = focused_excerpt(TABLE_EN, ["enterprise", "burst"], 960)
+    assert "|" not in summary and "---" not in summary
+    assert (
+        "Starter — Requests per minute: 100; Burst: 20; Enterprise — Requests per minute: 5000; Burst: 800"
+        in (summary)
+    )
+
+
+def test_a_search_table_summary_cut_to_its_byte_budget_stays_within_it() -> None:
+    """The legible table is what the window is chosen from, so every budget holds to the byte."""
+    rows = "".join(f"| 区域 Region {i} | 延迟 latency {i} 毫秒 ms | owner-{i} |\n" for i in range(60))
+    table = "| 区域 Region | 延迟 Latency | Owner |\n|---|---|---|\n" + rows
+    for budget in (40, 101, 200, 333, 960):
+        summary = focused_excerpt(table, ["region", "42"], budget)
+        assert len(summary.encode("utf-8")) <= budget and "|" not in summary
+    assert "区域 Region 42 — 延迟 Latency: 延迟 latency 42 毫秒 ms; Owner: owner-42" in focused_excerpt(
+        table, ["42"], 200
+    )
+
+
+def test_a_search_summary_keeps_pipes_inside_fenced_code_and_prose() -> None:
+    text = "Run it as shown.\n```\n| cat file | grep x |\n```\nA pipe | in prose stays."
+    assert focused_excerpt(text, ["pipe"], 960) == " ".join(text.split())
+
+
 def _hit(doc: str, score: float) -> Hit:
     return Hit("s@1", doc, doc, "r1", score, "text")
 

@@ -193,6 +193,24 @@ def test_a_search_small_hints_are_not_truncated(tmp_path, clock):
     assert len(default["hints"]) == 3
 
 
+def test_a_search_hint_summary_of_a_table_document_reads_as_text(tmp_path, clock):
+    """A hint (and so the console's result card) shows a table's rows as `key: value` text, not pipes."""
+    body = (
+        "## 升级策略 Escalation\n\n| 优先级 Priority | L1 → L2 最长停留 |\n|---|---|\n"
+        "| P1 紧急 | 15 分钟 minutes |\n| P2 重要 | 1 小时 hour |\n\n"
+        "## Rate limits\n\n| Tier | Requests per minute | Burst |\n|---|---|---|\n"
+        "| Starter | 100 | 20 |\n| Enterprise | 5000 | 800 |\n"
+    )
+    container = setup_world(embedded_container(tmp_path, clock), {A: 0.0}, [doc(A, "t1", "SLA tables", body)])
+    summaries = {
+        h["summary"] for h in search(container, "Escalation P2 Enterprise burst", limit=3)["hints"]
+    }
+    summaries |= {h["summary"] for h in search(container, "Priority 优先级", limit=3)["hints"]}
+    assert summaries and not any("|" in s for s in summaries)
+    assert any("P2 重要: 1 小时 hour" in s for s in summaries)
+    assert any("Enterprise — Requests per minute: 5000; Burst: 800" in s for s in summaries)
+
+
 def test_a_search_hint_ref_reads_the_hit_document(hostile):
     hint = search(hostile, "zzbig", limit=1)["hints"][0]
     page = hostile.knowledge.read(PRINCIPAL, ROUTE, ReadRequest(ref=hint["ref"], max_bytes=4096)).wire()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .codec import RotatingTokenCodec, SecretSource, TokenCodec
 from .domain.hybrid import HybridRanking
+from .domain.metadata_quota import MetadataQuota
 from .ports import (
     BudgetLedger,
     Clock,
@@ -273,6 +274,7 @@ class Container:
             runs=self.state.runs,
             run_guard=self.run_guard,
             ledger=self.ledger,
+            metadata_quota=self.metadata_quota,
         )
 
     @cached_property
@@ -290,7 +292,12 @@ class Container:
             extractor=self.extractor,
             s3=self.s3_origin,
             compact_after_jobs=self.settings.search_compaction == "auto",
+            metadata_quota=self.metadata_quota,
         )
+
+    @cached_property
+    def metadata_quota(self) -> MetadataQuota:
+        return MetadataQuota(self.settings.metadata_keys_per_source, self.settings.metadata_keys_per_tenant)
 
     @cached_property
     def s3_events(self) -> S3Events | None:

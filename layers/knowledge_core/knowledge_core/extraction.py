@@ -454,6 +454,12 @@ _ITEM = re.compile(r"\s*(?:[•·▪◦‣●○■□\-*–—]|\(?\d{1,3}[.)]|
 _SHORT_LINE = 0.75  # of the page's full line: a line this short ends its paragraph
 _SHORT_SENTENCE_LINE = 0.9  # ... and one this short that ends a sentence (a full line is justified text's)
 _ENDS_SENTENCE = re.compile(r"[.!?。！？][\"'”’)）」』]*$")
+# A line ending inside a clause: on a comma or enumeration mark, or on a word no sentence or heading ends on.
+_ENDS_MID_CLAUSE = re.compile(
+    r"(?:[,，、]|\b(?:a|an|the|and|or|nor|but|of|to|for|with|from|into|than|that|which|whose|its|their|"
+    r"our|your))$",
+    re.IGNORECASE,
+)
 
 
 def _pdf_page(text: str) -> str:
@@ -461,10 +467,12 @@ def _pdf_page(text: str) -> str:
     unless it is short — under `_SHORT_LINE` of the page's full line (its longest), or under
     `_SHORT_SENTENCE_LINE` when it ends a sentence: a paragraph's last line, a heading (a line longer than
     the text's, a table's or two columns', only makes more lines short, as before) — or the next starts a
-    list item; always after a word hyphenated at its end. Lines join without a space between two wide (CJK)
-    characters and after a hyphen, else with one; a space between two CJK characters inside a line (a
-    justified line's spacing) is dropped. Paragraphs are separated by a blank line, as in Markdown, so
-    sentences and words are whole again for the index, summaries and readers."""
+    list item; always after a word hyphenated at its end. A short line runs on all the same when its
+    sentence goes on: it ends on no sentence end and either inside a clause (a comma, an article, a
+    preposition: `_ENDS_MID_CLAUSE`) or before a line starting in lower case. Lines join without a space
+    between two wide (CJK) characters and after a hyphen, else with one; a space between two CJK
+    characters inside a line (a justified line's spacing) is dropped. Paragraphs are separated by a blank
+    line, as in Markdown, so sentences and words are whole again for the index, summaries and readers."""
     text = printable_text(text.replace("\r\n", "\n")).translate(_LOOK_ALIKES)
     lines = [_CJK_GAP.sub("", _SPACES.sub(" ", line)).strip() for line in text.split("\n")]
     widths = [len(line) + len(_WIDE.findall(line)) for line in lines]
@@ -486,8 +494,12 @@ def _pdf_page(text: str) -> str:
         else:
             current += " " + line
         wrapped = current[-1] == "-" and current[-2:-1].isalpha()  # a word hyphenated at the line's end
-        short = width < (_SHORT_SENTENCE_LINE if _ENDS_SENTENCE.search(line) else _SHORT_LINE) * full
-        if not wrapped and (short or not after or _ITEM.match(after)):
+        ends_sentence = _ENDS_SENTENCE.search(line) is not None
+        short = width < (_SHORT_SENTENCE_LINE if ends_sentence else _SHORT_LINE) * full
+        # A short line whose sentence goes on (a long word or URL pushed to the next line, a page whose
+        # longest line is in a smaller font) still runs on.
+        goes_on = not ends_sentence and (_ENDS_MID_CLAUSE.search(line) is not None or after[:1].islower())
+        if not wrapped and ((short and not goes_on) or not after or _ITEM.match(after)):
             paragraphs.append(current)
             current = ""
     if current:

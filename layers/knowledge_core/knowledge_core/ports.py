@@ -415,6 +415,12 @@ class SearchBackend(ABC):
         left its directory. Raises SourceFailure when the backend cannot answer."""
         raise NotImplementedError
 
+    def metadata_keys(self, *, source_key: str | None = None, tenant: str | None = None) -> set[str]:
+        """The distinct metadata keys of the stored documents of `source_key`, or of `tenant` (its own; an
+        index may count those shared with it too), for the metadata key quotas (domain/metadata_quota.py).
+        Raises SourceFailure when the backend cannot answer."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class TurnRecord:

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .domain.hybrid import HybridRanking
+from .domain.metadata_quota import DEFAULT_METADATA_KEYS_PER_SOURCE, DEFAULT_METADATA_KEYS_PER_TENANT
 
 
 class Settings(BaseModel):
@@ -58,6 +59,11 @@ class Settings(BaseModel):
     # With no BM25 match in a source, the raw cosine its dense candidates need (Latin, CJK); 0 turns it off.
     semantic_no_match_floor: float = Field(HybridRanking.no_match_floor, ge=0, le=1)
     semantic_no_match_floor_cjk: float = Field(HybridRanking.no_match_floor_cjk, ge=0, le=1)
+    # Metadata key quotas (domain/metadata_quota.py): the distinct metadata keys the stored documents of one
+    # source, and of one tenant across its sources, may hold; a document that would add more is refused at
+    # write time (every key is a field of the search index's shared mapping: OpenSearch's 1,000 by default).
+    metadata_keys_per_source: int = Field(DEFAULT_METADATA_KEYS_PER_SOURCE, ge=1, le=10_000)
+    metadata_keys_per_tenant: int = Field(DEFAULT_METADATA_KEYS_PER_TENANT, ge=1, le=10_000)
     # Ingestion jobs: the worker's SQS queue (AWS); directories readable by the service (kb serve only).
     ingest_queue_url: str | None = None
     ingest_directories: bool = False

@@ -103,7 +103,14 @@ from ..ports import (
     across_other,
 )
 from .embedding import cosines, document_vectors, matching, matching_cosines, passage_text
-from .opensearch_filters import METADATA_PROPERTIES, METADATA_TEMPLATES, filter_query, metadata_fields
+from .opensearch_filters import (
+    METADATA_PROPERTIES,
+    METADATA_TEMPLATES,
+    filter_query,
+    mapped_metadata_fields,
+    metadata_fields,
+    metadata_keys_query,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -1374,6 +1381,27 @@ class OpenSearchBackend(SearchBackend):
         with _write_faults():
             found = self.client.search(index=self.passages_alias, body=query, request_timeout=self._timeout_s)
         return sorted(h["_source"]["doc_id"] for h in found["hits"]["hits"])
+
+    def metadata_keys(self, *, source_key: str | None = None, tenant: str | None = None) -> set[str]:
+        """From the passages index: its mapping's typed metadata fields (every source's), then which of
+        them the rows of the source or tenant hold (`acl_tenant`: its own and shared documents)."""
+        scope: list[dict[str, Any]] = []
+        if source_key is not None:
+            scope.append({"term": {"source_key": source_key}})
+        if tenant is not None:
+            scope.append({"term": {"acl_tenant": tenant}})
+        with _write_faults():
+            self.ensure_indices()
+            mappings = self.client.indices.get_mapping(index=self.passages_alias)
+            fields: dict[str, str] = {}
+            for mapping in mappings.values():
+                fields |= mapped_metadata_fields(mapping.get("mappings", {}).get("properties", {}))
+            if not fields:
+                return set()
+            body = metadata_keys_query(fields, {"bool": {"filter": scope}})
+            found = self.client.search(index=self.passages_alias, body=body, request_timeout=self._timeout_s)
+        buckets = found["aggregations"]["keys"]["buckets"]
+        return {fields[f] for f, bucket in buckets.items() if bucket.get("doc_count", 0) > 0}
 
     def list_documents(self, source_key: str, limit: int = 1000) -> list[DocumentInfo]:
         body = {

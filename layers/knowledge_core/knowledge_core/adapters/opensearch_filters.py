@@ -52,6 +52,25 @@ def metadata_fields(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"metadata": dict(metadata), **{name: fields for name, fields in typed.items() if fields}}
 
 
+def mapped_metadata_fields(properties: Mapping[str, Any]) -> dict[str, str]:
+    """The typed metadata fields of an index mapping's `properties` (field path -> metadata key)."""
+    return {
+        f"{kind}.{escaped}": escaped.replace("~", ".")
+        for kind in _TYPED_FIELDS
+        for escaped in (properties.get(kind) or {}).get("properties", {})
+    }
+
+
+def metadata_keys_query(fields: Mapping[str, str], scope: dict[str, Any]) -> dict[str, Any]:
+    """A search body counting, among the rows `scope` matches, those holding each typed field: the keys
+    in use are the fields with a count (one `filters` aggregation, no hits)."""
+    return {
+        "size": 0,
+        "query": scope,
+        "aggs": {"keys": {"filters": {"filters": {f: {"exists": {"field": f}} for f in fields}}}},
+    }
+
+
 def _equals(key: str, value: Scalar) -> dict[str, Any]:
     if isinstance(value, bool):
         return {"term": {_field("meta_b", key): value}}

@@ -35,6 +35,8 @@ FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
 # that doc_id belonging to another tenant (or to none), which it never changes; `doc_id_collision`: another
 # file of the job maps to the same doc_id (`a/b.md` and `a-b.md`, `x.docx` and `x.html`): each fails;
 # `doc_id_taken`: a document sent with `replace: false` whose doc_id a document of another file holds.
+# `too_many_metadata_keys`: its new metadata keys would take its source or tenant past its metadata key
+# quota (domain/metadata_quota.py), so nothing of it was written.
 ErrorCode = Literal[
     "unsupported_format",
     "corrupt",
@@ -55,6 +57,7 @@ ErrorCode = Literal[
     "another_tenant",
     "doc_id_collision",
     "doc_id_taken",
+    "too_many_metadata_keys",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 JobState = Literal["queued", "running", "completed", "cancelled"]

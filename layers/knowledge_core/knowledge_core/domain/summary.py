@@ -12,6 +12,12 @@ first: an answer tends to follow its cue) while it fits `max_bytes` of UTF-8, so
 about three times the characters of a Chinese one in the same bytes; a best sentence longer than that is
 cut around its first matching term. Cuts are on code points (Python strings), never inside one. No model:
 deterministic and cheap on every door.
+
+A summary is plain text for an agent, so a Markdown table in the passage is made legible first
+(`legible_tables`): separator rows dropped, a row's first cell followed by `: ` and its other cells, each
+named by its column's header when the passage holds the table's header and the table has more than two
+columns (`Tier: API — Limit: 100; Burst: 20`), rows parted by `; `. The window is then chosen and cut
+from that text, so the byte budget holds exactly.
 """
 
 from __future__ import annotations
@@ -27,6 +33,77 @@ SENTENCE_END = r"(?:[.!?;](?=\s)|[。！？；!?])[\"'”’)）」』\]*_]*"
 _SENTENCE = re.compile(SENTENCE_END + r"\s*|\n+")
 _ELLIPSIS = "…"
 _ELLIPSIS_BYTES = len(_ELLIPSIS.encode("utf-8"))
+
+
+_TABLE_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+_TABLE_SEPARATOR_CELL = re.compile(r":?-+:?")
+_ROW_END = re.compile(r"[.!?;:。！？；：,，]$")
+
+
+def _cells(line: str) -> list[str] | None:
+    """A Markdown table row's cells (outer pipes dropped, `\\|` unescaped); None for a non-table line."""
+    stripped = line.strip()
+    if not stripped.startswith("|"):
+        return None
+    inner = stripped[1:-1] if stripped.endswith("|") and len(stripped) > 1 else stripped[1:]
+    return [c.strip().replace("\\|", "|") for c in _TABLE_CELL_SPLIT.split(inner)]
+
+
+def _is_separator(cells: list[str]) -> bool:
+    return bool(cells) and all(_TABLE_SEPARATOR_CELL.fullmatch(c.replace(" ", "")) for c in cells)
+
+
+def _row_text(cells: list[str], header: list[str] | None) -> str:
+    """One row as text: `first: second` (two columns, or no header), `first — H2: second; H3: third` when
+    the header names the columns; empty cells skipped."""
+    first, rest = cells[0], cells[1:]
+    if header is not None and len(cells) > 2:
+        named = [
+            f"{header[i + 1]}: {c}" if i + 1 < len(header) and header[i + 1] else c
+            for i, c in enumerate(rest)
+            if c
+        ]
+        tail = "; ".join(named)
+        return f"{first} — {tail}" if first and tail else first or tail
+    values = [c for c in rest if c]
+    if not first:
+        return "; ".join(values)
+    return f"{first}: {'; '.join(values)}" if values else first
+
+
+def legible_tables(text: str) -> str:
+    """`text` with each Markdown table row rewritten as plain text (the module docstring has the rule); other
+    lines, and lines inside fenced code, unchanged."""
+    lines = text.split("\n")
+    parsed: list[list[str] | None] = []
+    fenced = False
+    for line in lines:
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        parsed.append(None if fenced else _cells(line))
+    if all(cells is None for cells in parsed):
+        return text
+    rows = [c is not None and not _is_separator(c) for c in parsed]  # lines that show as a row
+    out: list[str] = []
+    header: list[str] | None = None
+    for i, cells in enumerate(parsed):
+        if cells is None:
+            header = None
+            out.append(lines[i])
+            continue
+        if not rows[i]:
+            continue
+        after = next((j for j in range(i + 1, len(parsed)) if parsed[j] is None or rows[j]), None)
+        if i + 1 < len(parsed) and parsed[i + 1] is not None and not rows[i + 1]:
+            header = cells  # the row above a separator names the columns of the rows below
+            if len(cells) > 2 and after is not None and rows[after]:
+                continue  # each row below names its cells with it
+        row = _row_text(cells, header if cells is not header else None)
+        if not row:
+            continue
+        more = after is not None and rows[after]
+        out.append(row + (";" if more and not _ROW_END.search(row) else ""))
+    return "\n".join(out)
 
 
 def sentences(text: str) -> list[str]:
@@ -66,6 +143,7 @@ def _flat(text: str) -> str:
 def focused_excerpt(passage: str, query_terms: list[str], max_bytes: int) -> str:
     """The best-matching sentence window of `passage`, whitespace-normalised, at most `max_bytes` of UTF-8
     with an ellipsis on each cut side (the module docstring has the rule)."""
+    passage = legible_tables(passage)
     flat = _flat(passage)
     if _size(flat) <= max_bytes:
         return flat

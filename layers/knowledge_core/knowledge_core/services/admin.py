@@ -26,6 +26,7 @@ from ..domain.admin_wire import (
 )
 from ..domain.budget import LedgerEntry
 from ..domain.errors import InvalidRequest, KnowledgeUnavailable, NotFound, SourceFailure
+from ..domain.metadata_quota import MetadataQuota, metadata_quota_refusals
 from ..domain.models import (
     ROUTE_PATTERN,
     TOOL_MODES,
@@ -49,8 +50,10 @@ class AdminService:
         runs: RunStore,
         run_guard: RunGuard,
         ledger: BudgetLedger,
+        metadata_quota: MetadataQuota | None = None,
     ) -> None:
         self._ledger = ledger
+        self._metadata_quota = metadata_quota or MetadataQuota()
         self._registry = registry
         self._backend = backend
         self._scopes = scopes
@@ -106,9 +109,16 @@ class AdminService:
         self._scopes.invalidate()
 
     def put_documents(self, documents: list[Document]) -> None:
+        """Store `documents` (one write); a document past its metadata key quota refuses them all first
+        (400 naming the document and the limit)."""
         for key in {d.source_key for d in documents}:
             self._source_state(key)
         with _write_faults():
+            refused = metadata_quota_refusals(documents, self._metadata_quota, self._backend.metadata_keys)
+            if refused:
+                i, exc = min(refused.items())
+                where = f"documents[{i}]." if len(documents) > 1 else ""
+                raise InvalidRequest(f"{where}{exc}", field=f"{where}{exc.field}")
             self._backend.put_documents(documents)
 
     def migrate_tenant(self, source_key: str, tenant: str, apply: bool) -> list[str]:

@@ -54,6 +54,7 @@ from ..domain.ingestion import (
     sync_origin_tag,
     written_by_sync,
 )
+from ..domain.metadata_quota import MetadataQuota, metadata_quota_refusals
 from ..domain.metadata_sources import combine_metadata
 from ..domain.models import MAX_BODY_BYTES, Document, DocumentAcl
 from ..domain.passages import Passage, document_passages
@@ -121,6 +122,7 @@ class IngestionService:
         extractor: Extractor | None = None,
         s3: S3Origin | None = None,
         compact_after_jobs: bool = True,
+        metadata_quota: MetadataQuota | None = None,
     ) -> None:
         self._registry = registry
         self._jobs = jobs
@@ -132,6 +134,7 @@ class IngestionService:
         self._extract: Extractor = extractor or extract
         self._s3 = s3
         self._compact_after_jobs = compact_after_jobs  # KB_SEARCH_COMPACTION=manual: an operator's alone
+        self._metadata_quota = metadata_quota or MetadataQuota()
 
     # --- admin API ------------------------------------------------------------------------------------
     def submit(self, source_key: str, request: IngestionJobRequest) -> JobAccepted:
@@ -364,7 +367,20 @@ class IngestionService:
     def _write(self, writes: list[Document], outcomes: list[DocumentOutcome]) -> list[DocumentOutcome]:
         """Write a batch's documents. A refusal of a batch of several is raised (the attempt counts: each is
         then written alone); a document written alone that the backend refuses as it is fails at once with
-        the refusal's typed code (`too_many_fields`, else `index_rejected`), retried no more."""
+        the refusal's typed code (`too_many_fields`, else `index_rejected`), retried no more. A document
+        past its metadata key quota fails `too_many_metadata_keys` before anything is written."""
+        refused = metadata_quota_refusals(writes, self._metadata_quota, self._backend.metadata_keys)
+        if refused:
+            logger.warning("%d document(s) refused: past the metadata key quota", len(refused))
+            done = [i for i, o in enumerate(outcomes) if o.state == "done"]  # one per write, in order
+            outcomes = list(outcomes)
+            for j in refused:
+                outcomes[done[j]] = replace(
+                    outcomes[done[j]], state="failed", error="too_many_metadata_keys", passages=0
+                )
+            writes = [w for j, w in enumerate(writes) if j not in refused]
+            if not writes:
+                return outcomes
         try:
             self._backend.put_documents(writes)
         except SourceFailure as exc:

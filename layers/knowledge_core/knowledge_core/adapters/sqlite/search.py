@@ -849,6 +849,21 @@ class SqliteFtsBackend(SearchBackend):
         )
         return [doc_id for (doc_id,) in rows]
 
+    def metadata_keys(self, *, source_key: str | None = None, tenant: str | None = None) -> set[str]:
+        where, params = ["documents.metadata IS NOT NULL"], []
+        if source_key is not None:
+            where.append("documents.source_key = ?")
+            params.append(source_key)
+        if tenant is not None:
+            where.append("json_extract(documents.acl, '$.tenant') = ?")
+            params.append(tenant)
+        rows = self._read(
+            "SELECT DISTINCT keys.key FROM documents, json_each(documents.metadata) AS keys WHERE "
+            + " AND ".join(where),
+            params,
+        )
+        return {key for (key,) in rows}
+
     def warm(self) -> None:
         if self._embedder is not None:  # without one no search has a query vector: no index to load
             self._dense_indexes.warm(self._embedder.models)
