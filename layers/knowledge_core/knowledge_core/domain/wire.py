@@ -19,7 +19,7 @@ from pydantic_core import CoreSchema, core_schema
 
 from .errors import InvalidRequest
 from .filters import FILTER_SCHEMA, MAX_CONDITIONS, MAX_DEPTH, OPERATORS, FilterField
-from .models import WHOLE_NUMBER
+from .models import WHOLE_NUMBER, Model
 
 PROTOCOL = "bailing.agent-knowledge.v1"
 TRUST = "reference_only"
@@ -38,7 +38,7 @@ class Limits(BaseModel):
 LIMITS = Limits()
 
 
-class StrictRequest(BaseModel):
+class StrictRequest(Model):
     """Unknown fields and wrong JSON types are errors: a client cannot widen its scope with `kb_ids`."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -114,14 +114,14 @@ def parse_request(model: type[M], raw: str | bytes | None) -> M:
         raise InvalidRequest(f"{field}: {err['msg']}", field=field) from None
 
 
-class WireModel(BaseModel):
+class WireModel(Model):
     """A response body: services return it typed, the edge serialises it (`wire()`)."""
 
     def wire(self) -> dict[str, Any]:
         return to_wire(self)
 
 
-class Hint(BaseModel):
+class Hint(Model):
     ref: str
     title: str
     summary: str
@@ -161,7 +161,7 @@ class ReadResponse(WireModel):
     read_chain_max_bytes: int = LIMITS.read_chain_max_bytes
 
 
-class FilterExtension(BaseModel):
+class FilterExtension(Model):
     """What a search's `filter` may hold (§8)."""
 
     schema_: Annotated[str, Field(alias="schema")] = FILTER_SCHEMA
@@ -170,7 +170,7 @@ class FilterExtension(BaseModel):
     max_depth: int = MAX_DEPTH
 
 
-class Extensions(BaseModel):
+class Extensions(Model):
     """Extensions beyond the seed protocol (§2.1): a host that ignores them keeps working unchanged."""
 
     filter: FilterExtension = FilterExtension()
