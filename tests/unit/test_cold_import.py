@@ -32,6 +32,7 @@ def subclasses(cls):
 ours = {{c for c in subclasses(BaseModel) if c.__module__.startswith("knowledge_core")}}
 print(json.dumps({{
     "layer": knowledge_core.__file__,
+    "modules": sorted(m for m in sys.modules if m.startswith("knowledge_core")),
     "models": sorted(c.__qualname__ for c in ours),
     "built": sorted(f"{{c.__module__}}.{{c.__qualname__}}" for c in ours if c.__pydantic_complete__),
 }}))
@@ -48,11 +49,14 @@ BUILT_AT_IMPORT = {
 }
 
 
-def _import_every_function() -> dict[str, object]:
-    paths = sorted(
-        str(fn.code_dir / (fn.handler.rpartition(".")[0].replace(".", "/") + ".py"))
-        for fn in functions().values()
-    )
+def _function_paths() -> dict[str, str]:
+    return {
+        name: str(fn.code_dir / (fn.handler.rpartition(".")[0].replace(".", "/") + ".py"))
+        for name, fn in functions().items()
+    }
+
+
+def _import(paths: list[str]) -> dict[str, object]:
     env = {"POWERTOOLS_TRACE_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1", "PATH": "/usr/bin:/bin"}
     code = _PROBE.format(layer=str(LAYER), paths=paths)
     done = subprocess.run(
@@ -62,6 +66,10 @@ def _import_every_function() -> dict[str, object]:
     report: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     assert str(report["layer"]).startswith(str(LAYER))  # this tree's core, not an installed copy
     return report
+
+
+def _import_every_function() -> dict[str, object]:
+    return _import(sorted(_function_paths().values()))
 
 
 def test_importing_every_function_builds_no_filter_schema_model_f_filter():
@@ -97,3 +105,12 @@ def test_deferred_models_validate_and_document_filters_as_before_f_filter():
     assert {"Filter", "FilterDepth1", "EqualsFilter", "AndAllFilterDepth3"} <= set(search_defs)
     agent_defs = AgentDefinition.model_json_schema(by_alias=True)["$defs"]
     assert {"ContextFilter", "ContextEqualsCondition"} <= set(agent_defs)
+
+
+def test_the_admin_function_imports_no_agent_tool_or_turn_wire_models_r_admin():
+    """R-ADMIN: the admin function's cold import holds its own wire models, not the agent tool's or the
+    turns' (the ledger's invocation id pattern lives with the budget rules)."""
+    admin = next(path for path in _function_paths().values() if Path(path).parent.name == "admin")
+    modules = set(_import([admin])["modules"])  # type: ignore[arg-type]
+    assert "knowledge_core.domain.admin_wire" in modules
+    assert not modules & {"knowledge_core.domain.tool_wire", "knowledge_core.domain.turn_wire"}

@@ -18,12 +18,11 @@ from pydantic import (
     model_validator,
 )
 
-from .budget import MAX_CHAIN_DEPTH
+from .budget import INVOCATION_ID_PATTERN, MAX_CHAIN_DEPTH
 from .errors import ProtocolError, ToolError
 from .models import Model, split_key
 from .wire import NonBlank, WireModel
 
-INVOCATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 QUERY_MAX_CHARS = 2000
 
 InvocationId = Annotated[str, Field(pattern=INVOCATION_ID_PATTERN)]
