@@ -38,14 +38,12 @@ print(json.dumps({{
 }}))
 """
 
-# Instances made at import: request bounds (LIMITS), response defaults the OpenAPI document shows
-# (Extensions, FilterExtension, a document's empty ACL) and the settings every function checks at cold start.
+# Instances made at import: request bounds (LIMITS) and the capabilities' defaults, which the OpenAPI
+# document shows.
 BUILT_AT_IMPORT = {
     "knowledge_core.domain.wire.Limits",
     "knowledge_core.domain.wire.Extensions",
     "knowledge_core.domain.wire.FilterExtension",
-    "knowledge_core.domain.models.DocumentAcl",
-    "knowledge_core.settings.Settings",
 }
 
 

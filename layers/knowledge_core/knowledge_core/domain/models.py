@@ -373,7 +373,7 @@ class Document(Model):
     title: Annotated[str, StringConstraints(max_length=4096)]
     body: str
     structured_source: dict[str, Any] | None = None
-    acl: DocumentAcl = DocumentAcl()
+    acl: DocumentAcl = Field(default_factory=DocumentAcl)
     status: DocStatus = "ready"
     metadata: Metadata = None
 
