@@ -441,7 +441,7 @@ def _filter_documents(prefix: str, context: bool) -> type[BaseModel]:
 
 def compact_filter_schema() -> dict[str, Any]:
     """A filter's JSON Schema in a few hundred bytes, for an MCP tool's input schema (which clients take
-    without `$ref`s, where the unrolled `FilterDocument` would be ~80 KB): one operator per object, each
+    without `$ref`s, where the unrolled `filter_document` would be ~80 KB): one operator per object, each
     comparison `{key, value}`, each group a list of 2–16 objects; the server checks the rest (§8)."""
     comparison = {
         "type": "object",
@@ -462,8 +462,9 @@ def compact_filter_schema() -> dict[str, Any]:
 
 @cache
 def filter_document(context: bool) -> type[BaseModel]:
-    """`FilterDocument` (a request's filter) or `ContextFilterDocument` (values may name the trusted
-    context): built on first use, since only a JSON Schema needs these ~80 models, never validation."""
+    """The models documenting a request's filter (`Filter`, `FilterDepth1`, …) or, with `context`, an
+    agent's sourceFilters (`ContextFilter`, …): built on first use, since only a JSON Schema needs these
+    ~80 models, never validation."""
     return _filter_documents("Context" if context else "", context=context)
 
 
