@@ -32,6 +32,7 @@ from knowledge_core.domain.admin_wire import (
     WorkspaceRequest,
     WorkspaceResponse,
 )
+from knowledge_core.domain.budget import INVOCATION_ID_PATTERN
 from knowledge_core.domain.errors import InvalidRequest
 from knowledge_core.domain.models import (
     DOC_ID_PATTERN,
@@ -41,7 +42,6 @@ from knowledge_core.domain.models import (
     split_key,
     token_id_of,
 )
-from knowledge_core.domain.tool_wire import INVOCATION_ID_PATTERN
 from knowledge_core.domain.wire import parse_request
 from knowledge_core.edge import body_of, json_response, make_resolver
 from knowledge_core.observability import logger, tracer

@@ -9,7 +9,7 @@ cluster from those transport addresses (the runner names every single-node JVM "
 tell the nodes apart — ``node.attr.kb_node`` does). The indices ask for ``auto_expand_replicas: 0-1``
 (adapters/opensearch.py), so with two nodes or more every shard has one replica.
 
-Stdlib only, like the supervisor.
+Stdlib only and the core's private_files, like the supervisor.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from knowledge_core.adapters.private_files import private_path
 
 NODE_PREFIX = "opensearch"
 CLUSTER_FILE = "opensearch-cluster.json"
@@ -138,7 +140,7 @@ def resolve_spec(svc_dir: Path, nodes: int | None, single_node_data: bool) -> Cl
         )
     digest = hashlib.sha256(str(svc_dir.resolve()).encode()).hexdigest()[:8]
     spec = ClusterSpec(f"kb-cluster-{digest}", nodes, tuple(ports))
-    (svc_dir / CLUSTER_FILE).write_text(json.dumps(spec.to_json(), indent=2) + "\n")
+    private_path(svc_dir / CLUSTER_FILE).write_text(json.dumps(spec.to_json(), indent=2) + "\n")
     return spec
 
 

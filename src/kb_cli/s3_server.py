@@ -10,7 +10,9 @@ tests only), not MinIO (AGPL).
 
 Layout under ``<state>/services/``: ``s3.json``, ``s3.pid``, ``s3.log``, ``s3.credentials`` (0600; the
 access key pair the server requires, made once per state dir), ``s3/data/<bucket>/<key>`` (objects, kept
-across restarts) and ``s3/meta/`` (their metadata). Stdlib only."""
+across restarts) and ``s3/meta/`` (their metadata): the server runs with umask 077 (the supervisor's
+``_spawn``), so objects are 0600 in 0700 directories, and wider ones an earlier kb left are narrowed at
+each start. Stdlib only, and the core's private_files."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from knowledge_core.adapters.private_files import private_path, private_tree
 
 MARKER = "versitygw"
 MODULE = "github.com/versity/versitygw/cmd/versitygw"
@@ -39,8 +43,8 @@ def binary(svc_dir: Path, sources: Path, go: str) -> Path:
     pins = [src / "go.mod", src / "go.sum"]
     if out.is_file() and out.stat().st_mtime >= max(p.stat().st_mtime for p in pins):
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    log = svc_dir / "go-build-s3.log"
+    private_path(out.parent, directory=True)
+    log = private_path(svc_dir / "go-build-s3.log")
     cmd = [go, "build", "-o", str(out), MODULE]
     with open(log, "w") as fh:
         fh.write(f"$ (cd {src} && {' '.join(cmd)})\n")
@@ -48,12 +52,15 @@ def binary(svc_dir: Path, sources: Path, go: str) -> Path:
         rc = subprocess.call(cmd, cwd=src, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if rc != 0 or not out.is_file():
         raise RuntimeError(f"go build of versitygw failed (exit {rc}); see {log}")
+    private_tree(out.parent)
     return out
 
 
 def credentials(svc_dir: Path) -> tuple[str, str]:
     """The server's root access key pair: random, made once per state dir, readable by its owner only."""
     path = svc_dir / CREDENTIALS_FILE
+    if path.exists():
+        private_path(path)  # one an earlier kb left wider
     try:
         data = json.loads(path.read_text())
         return str(data["access_key_id"]), str(data["secret_access_key"])
@@ -67,11 +74,13 @@ def credentials(svc_dir: Path) -> tuple[str, str]:
 
 
 def command(exe: Path, svc_dir: Path, host: str, port: int) -> list[str]:
-    """The server's command line: loopback only, quiet, objects under the state dir. The key pair is
-    passed in the environment (`environment`), never on the command line (`ps` shows that)."""
+    """The server's command line: loopback only, quiet, objects under the state dir (0700 directories,
+    objects 0600: those an earlier kb left wider are narrowed here). The key pair is passed in the
+    environment (`environment`), never on the command line (`ps` shows that)."""
     data, meta = svc_dir / "s3" / "data", svc_dir / "s3" / "meta"
-    data.mkdir(parents=True, exist_ok=True)
-    meta.mkdir(parents=True, exist_ok=True)
+    for directory in (svc_dir / "s3", data, meta):
+        private_path(directory, directory=True)
+    private_tree(svc_dir / "s3")
     return [str(exe), "--port", f"{host}:{port}", "--quiet", "posix", "--sidecar", str(meta), str(data)]
 
 

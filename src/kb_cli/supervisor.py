@@ -33,7 +33,11 @@ With ``--nodes N`` (N > 1) each node is its own JVM with its own data dir and po
 single node's files; node k lives under ``opensearch-k/``, ``opensearch-k.json`` …) and
 ``OPENSEARCH_NODE_URLS`` names every node; ``kb_cli/cluster.py`` owns the cluster's configuration.
 
-Stdlib only; needs ``java`` (17+), ``mvn`` and ``go`` on PATH the first time.
+Everything under ``<state>/services/`` is its owner's only (G-LOCAL): directories 0700, files 0600 (a
+built program 0700). The services run with umask 077, so the files they write (OpenSearch's data and
+logs, the S3-API server's objects) are created so; what an earlier kb left wider is narrowed at start.
+
+Stdlib only, and the core's private_files; needs ``java`` (17+), ``mvn`` and ``go`` on PATH the first time.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from knowledge_core.adapters.private_files import private_path, private_tree
+
 from . import cluster, s3_server
 
 DEFAULT_STATE_DIR = ".kb-state"
@@ -72,6 +78,7 @@ DYNAMODB_DEFAULT_PORT = 8001
 S3_DEFAULT_PORT = 9620
 DEFAULT_JAVA_OPTS = "-Xms512m -Xmx1g -XX:+ExitOnOutOfMemoryError"
 HOST = "127.0.0.1"
+SERVICE_UMASK = 0o077  # every service process creates files 0600 and directories 0700
 
 OPENSEARCH_YML = """\
 # Written by kb_cli.supervisor on every start (the runner only copies its own template when absent).
@@ -109,9 +116,15 @@ def sources_dir() -> Path:
 
 
 def _svc_dir(state_dir: Path) -> Path:
-    d = Path(state_dir).resolve() / "services"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    """``<state>/services``, 0700 (narrowed if wider); a state dir made here is 0700 too."""
+    state = Path(state_dir).resolve()
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return private_path(state / "services", directory=True)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file of the services dir, 0600 from its creation (an earlier wider one narrowed)."""
+    private_path(path).write_text(text)
 
 
 def _timeout() -> float:
@@ -162,8 +175,8 @@ def _read_meta(state_dir: Path, name: str) -> dict[str, Any]:
 
 def _write_meta(state_dir: Path, name: str, meta: dict[str, Any]) -> None:
     d = _svc_dir(state_dir)
-    (d / f"{name}.json").write_text(json.dumps(meta, indent=2) + "\n")
-    (d / f"{name}.pid").write_text(f"{meta['pid']}\n")
+    _write_private(d / f"{name}.json", json.dumps(meta, indent=2) + "\n")
+    _write_private(d / f"{name}.pid", f"{meta['pid']}\n")
 
 
 def _clear_meta(state_dir: Path, name: str) -> None:
@@ -173,7 +186,7 @@ def _clear_meta(state_dir: Path, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         (d / f"{name}.pid").unlink()
     if port:
-        (d / f"{name}.json").write_text(json.dumps({"pid": None, "port": port}) + "\n")
+        _write_private(d / f"{name}.json", json.dumps({"pid": None, "port": port}) + "\n")
     else:
         with contextlib.suppress(FileNotFoundError):
             (d / f"{name}.json").unlink()
@@ -203,7 +216,7 @@ def _tail(path: Path, lines: int = 25) -> str:
 @contextlib.contextmanager
 def _lock(state_dir: Path) -> Iterator[None]:
     """Serialise start/stop across processes (e.g. parallel test workers) sharing a state dir."""
-    with open(_svc_dir(state_dir) / ".lock", "a+") as fh:
+    with open(private_path(_svc_dir(state_dir) / ".lock"), "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -265,7 +278,7 @@ def _healthy(name: str, url: str) -> bool:
 def run_maven(pom: Path, goals: list[str], log: Path, why: str) -> int:
     """`mvn -q -B -f pom <goals>`, its output in `log`; the exit code."""
     cmd = [_require("mvn", why), "-q", "-B", "-f", str(pom), *goals]
-    with open(log, "w") as fh:
+    with open(private_path(log), "w") as fh:
         fh.write("$ " + " ".join(cmd) + "\n")
         fh.flush()
         return subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -290,7 +303,7 @@ def _classpath(state_dir: Path) -> str:
     )
     if rc != 0 or not out.is_file():
         raise ServiceError(f"maven could not resolve the OpenSearch classpath (exit {rc}); see {log}")
-    return out.read_text().strip()
+    return private_path(out).read_text().strip()
 
 
 def _with_plugins(state_dir: Path, classpath: str) -> tuple[str, list[str]]:
@@ -314,13 +327,14 @@ def _unpack_plugin(bundle: Path, root: Path) -> tuple[list[str], str]:
     key = f"{bundle} {bundle.stat().st_size} {bundle.stat().st_mtime_ns}"
     if not (stamp.is_file() and stamp.read_text() == key):
         shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir(parents=True)
+        private_path(root, directory=True)
+        private_path(dest, directory=True)
         with zipfile.ZipFile(bundle) as zf:
             for info in zf.infolist():
                 name = Path(info.filename).name  # flat bundles; the base name also keeps it inside dest
                 if name.endswith(".jar") or name == "plugin-descriptor.properties":
-                    (dest / name).write_bytes(zf.read(info))
-        stamp.write_text(key)
+                    private_path(dest / name).write_bytes(zf.read(info))
+        _write_private(stamp, key)
     descriptor = dest / "plugin-descriptor.properties"
     lines = descriptor.read_text().splitlines()
     classname = next((ln.split("=", 1)[1].strip() for ln in lines if ln.startswith("classname=")), "")
@@ -338,8 +352,8 @@ def _minidyn_binary(state_dir: Path) -> Path:
     if binary.is_file() and binary.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
         return binary
     go = _require("go", "needed once to build services/minidyn-server")
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    log = d / "go-build.log"
+    private_path(binary.parent, directory=True)
+    log = private_path(d / "go-build.log")
     cmd = [go, "build", "-o", str(binary), "."]
     with open(log, "w") as fh:
         fh.write(f"$ (cd {src} && {' '.join(cmd)})\n")
@@ -347,6 +361,7 @@ def _minidyn_binary(state_dir: Path) -> Path:
         rc = subprocess.call(cmd, cwd=src, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if rc != 0 or not binary.is_file():
         raise ServiceError(f"go build of services/minidyn-server failed (exit {rc}); see {log}")
+    private_tree(binary.parent)
     return binary
 
 
@@ -356,7 +371,8 @@ def _minidyn_binary(state_dir: Path) -> Path:
 
 
 def _spawn(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> int:
-    with open(log, "ab") as fh:
+    """Start a service in its own process group, its output appended to `log` (0600), with umask 077."""
+    with open(private_path(log), "ab") as fh:
         fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n".encode())
         fh.flush()
         proc = subprocess.Popen(
@@ -368,6 +384,7 @@ def _spawn(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = No
             start_new_session=True,  # own process group; survives the caller
             close_fds=True,
             env={**os.environ, **env} if env else None,
+            umask=SERVICE_UMASK,
         )
     return proc.pid
 
@@ -378,10 +395,10 @@ def _launch_opensearch(
     """Start one OpenSearch JVM: the single node (``spec`` None) or node ``name`` of a cluster."""
     d = _svc_dir(state_dir)
     java = _require("java", "OpenSearch runs on Java 17+")
-    base = d / cluster.base_dir_name(name)
-    conf = base / "node_1" / "config"
-    conf.mkdir(parents=True, exist_ok=True)
-    (conf / "opensearch.yml").write_text(OPENSEARCH_YML if spec is None else spec.node_yml(name))
+    base = opensearch_base(d, name)
+    _write_private(
+        base / "node_1" / "config" / "opensearch.yml", OPENSEARCH_YML if spec is None else spec.node_yml(name)
+    )
     previous = _read_meta(state_dir, name).get("port")
     # nodes launched together are not listening yet: each must be told a port no other node holds
     taken = {_read_meta(state_dir, n).get("port") for n in spec.node_names() if n != name} if spec else set()
@@ -392,7 +409,7 @@ def _launch_opensearch(
     # the classpath goes into a java @argfile, keeping the command line (and the log) readable
     classpath, plugin_types = _with_plugins(state_dir, classpath)
     argfile = d / f"{name}.cp-args"  # one per node: nodes start at once
-    argfile.write_text(f'-cp "{classpath}"\n')
+    _write_private(argfile, f'-cp "{classpath}"\n')
     cmd = [
         java, *java_opts, "-Djava.awt.headless=true", f"@{argfile}", RUNNER_MAIN,
         "-numOfNode", "1", "-baseHttpPort", str(port - 1), "-basePath", str(base),
@@ -405,6 +422,15 @@ def _launch_opensearch(
             "log_offset": log_offset, "started_at": time.time()}  # fmt: skip
     _write_meta(state_dir, name, meta)
     return meta
+
+
+def opensearch_base(svc_dir: Path, name: str = OPENSEARCH) -> Path:
+    """A node's runner base path (its config, data and logs), with ``node_1/config`` made: 0700, and what
+    an earlier kb left wider under it narrowed (the node itself runs with umask 077)."""
+    base = svc_dir / cluster.base_dir_name(name)
+    for directory in (base, base / "node_1", base / "node_1" / "config"):
+        private_path(directory, directory=True)
+    return private_tree(base)
 
 
 def _opensearch_actual_port(meta: dict[str, Any]) -> int | None:

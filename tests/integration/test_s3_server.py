@@ -94,3 +94,24 @@ def test_i_ingest_s3_server_pagination_etags_delete_and_typed_errors(started, mo
     for obj in store.list_objects(bucket, "", 5000):
         client.delete_object(Bucket=bucket, Key=obj.key)
     client.delete_bucket(Bucket=bucket)
+
+
+def test_g_local_s3_server_objects_are_its_owners_only(started, monkeypatch) -> None:
+    """G-LOCAL: the real server (run with umask 077) writes an object 0600 in 0700 directories."""
+    import stat
+
+    import boto3
+
+    state, env = started
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", env["S3_ENDPOINT"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", env["AWS_ACCESS_KEY_ID"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", env["AWS_SECRET_ACCESS_KEY"])
+    client = boto3.Session().client("s3", region_name="us-east-1")
+    bucket = f"kbt-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key="docs/private.md", Body=b"# private")
+    data = state / "services" / "s3" / "data"
+    written = [data / bucket / "docs" / "private.md", data / bucket / "docs", data / bucket, data]
+    assert [stat.S_IMODE(p.stat().st_mode) for p in written] == [0o600, 0o700, 0o700, 0o700]
+    client.delete_object(Bucket=bucket, Key="docs/private.md")
+    client.delete_bucket(Bucket=bucket)

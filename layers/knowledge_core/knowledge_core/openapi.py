@@ -16,6 +16,7 @@ from pydantic.json_schema import models_json_schema
 
 from .domain import admin_wire as aw
 from .domain import errors
+from .domain.budget import INVOCATION_ID_PATTERN
 from .domain.models import (
     DOC_ID_PATTERN,
     ID_PATTERN,
@@ -24,7 +25,6 @@ from .domain.models import (
     AgentDefinition,
     SourceDefinition,
 )
-from .domain.tool_wire import INVOCATION_ID_PATTERN
 from .domain.turn_wire import TurnRequest, TurnResponse
 from .domain.wire import CapabilitiesResponse, ReadRequest, ReadResponse, SearchRequest, SearchResponse
 

@@ -6,13 +6,14 @@ import os
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from .domain.hybrid import HybridRanking
 from .domain.metadata_quota import DEFAULT_METADATA_KEYS_PER_SOURCE, DEFAULT_METADATA_KEYS_PER_TENANT
+from .domain.models import Model
 
 
-class Settings(BaseModel):
+class Settings(Model):
     table_name: str = Field("agent-knowledge", min_length=3)
     # State: the DynamoDB table (Lambda), or a SQLite file (the embedded default of `kb serve`).
     state_backend: Literal["dynamodb", "sqlite"] = "dynamodb"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 FILE_MODE = 0o600
 DIRECTORY_MODE = 0o700
+OWNER_BITS = 0o700  # what a tree keeps of each mode: its owner's read, write and execute
 # SQLite creates these beside a database with the database file's own mode; older ones are narrowed here.
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
 
@@ -37,6 +38,20 @@ def private_path(path: str | Path, *, directory: bool = False) -> Path:
         if sidecar.exists():
             _narrow(sidecar, FILE_MODE)
     return target
+
+
+def private_tree(root: str | Path) -> Path:
+    """`root` and everything under it narrowed to its owner: group and other bits dropped from every
+    directory and file (files 0600, directories 0700; a built program keeps its owner's execute bit).
+    Symlinks are left alone and not followed; a missing `root` is left missing."""
+    root = Path(root)
+    if not root.exists():
+        return root
+    _narrow(root, OWNER_BITS)
+    for directory, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            _narrow(Path(directory) / name, OWNER_BITS)
+    return root
 
 
 def names_a_file(path: str | Path) -> bool:

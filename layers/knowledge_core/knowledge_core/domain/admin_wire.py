@@ -6,7 +6,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
@@ -16,7 +15,16 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .filters import KEY_PATTERN, MAX_KEYS, MAX_LIST, MAX_STRING
-from .models import DOC_ID_PATTERN, ROUTE_PATTERN, WHOLE_NUMBER, DocumentAcl, Metadata, Tenant, TokenSummary
+from .models import (
+    DOC_ID_PATTERN,
+    ROUTE_PATTERN,
+    WHOLE_NUMBER,
+    DocumentAcl,
+    Metadata,
+    Model,
+    Tenant,
+    TokenSummary,
+)
 from .wire import StrictRequest, WireModel
 
 Route = Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
@@ -154,15 +162,15 @@ TokenId = Annotated[str, StringConstraints(pattern=TOKEN_ID_PATTERN)]
 # --- responses (the admin function builds each from these; openapi.json is generated from them) ---------
 
 
-class PublishResponse(BaseModel):
+class PublishResponse(Model):
     created: bool
 
 
-class PreparedResponse(BaseModel):
+class PreparedResponse(Model):
     prepared: bool
 
 
-class SearchIndexSummary(BaseModel):
+class SearchIndexSummary(Model):
     """How one full-text index is stored: segments over its primary shards, what a compaction leaves."""
 
     index: str
@@ -174,26 +182,26 @@ class SearchIndexSummary(BaseModel):
     merging: bool  # a merge runs now, or a compaction is pending
 
 
-class SearchIndicesResponse(BaseModel):
+class SearchIndicesResponse(Model):
     indices: list[SearchIndexSummary]  # none for a backend that keeps no index an operator can act on
 
 
-class CompactionResponse(BaseModel):
+class CompactionResponse(Model):
     started: bool  # a merge was started (in the background: `GET /admin/v1/search-indices` shows it end)
     indices: list[SearchIndexSummary]  # as they were when it started
 
 
-class WorkspaceResponse(BaseModel):
+class WorkspaceResponse(Model):
     route: str
     agent: str
 
 
-class SourceSwitchResponse(BaseModel):
+class SourceSwitchResponse(Model):
     source: str
     enabled: bool
 
 
-class DocumentRevision(BaseModel):
+class DocumentRevision(Model):
     doc_id: str
     revision: str
 
@@ -202,47 +210,47 @@ class DocumentResponse(DocumentRevision):
     source: str
 
 
-class DocumentsResponse(BaseModel):
+class DocumentsResponse(Model):
     source: str
     documents: list[DocumentRevision]
 
 
-class DocumentDeletedResponse(BaseModel):
+class DocumentDeletedResponse(Model):
     source: str
     doc_id: str
     deleted: bool
 
 
-class DocumentStatusResponse(BaseModel):
+class DocumentStatusResponse(Model):
     source: str
     doc_id: str
     status: Literal["ready", "disabled"]
 
 
-class TenantMigrationResponse(BaseModel):
+class TenantMigrationResponse(Model):
     source: str
     tenant: str
     applied: bool
     documents: list[str]
 
 
-class TokenIssuedResponse(BaseModel):
+class TokenIssuedResponse(Model):
     token: str
     token_id: str
     session_id: str
     expires_at: int
 
 
-class TokenListResponse(BaseModel):
+class TokenListResponse(Model):
     tokens: list[TokenSummary]
 
 
-class TokenRevokedResponse(BaseModel):
+class TokenRevokedResponse(Model):
     token_id: str
     revoked: bool
 
 
-class RunEndResponse(BaseModel):
+class RunEndResponse(Model):
     run_id: str
     state: Literal["completed", "cancelled", "failed"]
 
@@ -250,7 +258,7 @@ class RunEndResponse(BaseModel):
 # --- listings (operators and the console) --------------------------------------------------------------
 
 
-class SourceSummary(BaseModel):
+class SourceSummary(Model):
     key: str
     id: str
     version: str
@@ -264,11 +272,11 @@ class SourceSummary(BaseModel):
     searchable: bool  # active and enabled (a lease is checked when a source is selected)
 
 
-class SourceListResponse(BaseModel):
+class SourceListResponse(Model):
     sources: list[SourceSummary]
 
 
-class DocumentSummary(BaseModel):
+class DocumentSummary(Model):
     doc_id: str
     title: str
     revision: str
@@ -279,13 +287,13 @@ class DocumentSummary(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)  # SPEC §8 attributes ({} = none)
 
 
-class DocumentListResponse(BaseModel):
+class DocumentListResponse(Model):
     source: str
     documents: list[DocumentSummary]
     truncated: bool  # more documents than listed
 
 
-class ModelCheck(BaseModel):
+class ModelCheck(Model):
     """R-CFG's publish precheck for one model candidate: a tool mode needs `toolCalling: true`."""
 
     model: str
@@ -293,7 +301,7 @@ class ModelCheck(BaseModel):
     compatible: bool
 
 
-class AgentSummary(BaseModel):
+class AgentSummary(Model):
     key: str
     definition: dict[str, Any]  # as published (definition-file spelling)
     mode: str | None
@@ -302,20 +310,20 @@ class AgentSummary(BaseModel):
     routes: list[str]  # workspace routes pointing at this version
 
 
-class AgentListResponse(BaseModel):
+class AgentListResponse(Model):
     agents: list[AgentSummary]
 
 
-class WorkspaceSummary(BaseModel):
+class WorkspaceSummary(Model):
     route: str
     agent: str
 
 
-class WorkspaceListResponse(BaseModel):
+class WorkspaceListResponse(Model):
     workspaces: list[WorkspaceSummary]
 
 
-class LedgerEntryView(BaseModel):
+class LedgerEntryView(Model):
     invocation_id: str
     agent: str
     parent: str | None
@@ -329,7 +337,7 @@ class LedgerEntryView(BaseModel):
     chars_remaining: int
 
 
-class LedgerResponse(BaseModel):
+class LedgerResponse(Model):
     root_id: str
     entries: list[LedgerEntryView]
 
@@ -446,13 +454,13 @@ class JobAccepted(WireModel):
     total: int
 
 
-class JobDocumentError(BaseModel):
+class JobDocumentError(Model):
     doc_id: str
     code: str
     uri: str | None = None  # where it came from: `s3://bucket/key`, a path inside the directory
 
 
-class JobCounts(BaseModel):
+class JobCounts(Model):
     queued: int
     done: int
     unchanged: int

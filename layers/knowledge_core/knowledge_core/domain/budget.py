@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from .models import KnowledgeRouting
 
+INVOCATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"  # an invocation, the ledger's key
 MAX_CHAIN_DEPTH = 16  # root .. self; keeps one spend inside one TransactWriteItems (<= 100 items)
 # Citations one root tree may hold: the DynamoDB ledger marks each on the root item (~80 bytes of its
 # 400 KB), so a tree stops creating citations here, as when no chars remain; reuse still works.

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -19,10 +20,12 @@ from pydantic import (
     ConfigDict,
     Field,
     GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     RootModel,
     StringConstraints,
     create_model,
 )
+from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 FILTER_SCHEMA = "bailing.agent-knowledge-filter.v1"
@@ -373,7 +376,7 @@ _ScalarDoc = _Str | float | bool
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # only a JSON Schema needs these models
 
 
 class _ContextDoc(_Doc):
@@ -438,7 +441,7 @@ def _filter_documents(prefix: str, context: bool) -> type[BaseModel]:
 
 def compact_filter_schema() -> dict[str, Any]:
     """A filter's JSON Schema in a few hundred bytes, for an MCP tool's input schema (which clients take
-    without `$ref`s, where the unrolled `FilterDocument` would be ~80 KB): one operator per object, each
+    without `$ref`s, where the unrolled `filter_document` would be ~80 KB): one operator per object, each
     comparison `{key, value}`, each group a list of 2–16 objects; the server checks the rest (§8)."""
     comparison = {
         "type": "object",
@@ -457,8 +460,12 @@ def compact_filter_schema() -> dict[str, Any]:
     }
 
 
-FilterDocument = _filter_documents("", context=False)
-ContextFilterDocument = _filter_documents("Context", context=True)
+@cache
+def filter_document(context: bool) -> type[BaseModel]:
+    """The models documenting a request's filter (`Filter`, `FilterDepth1`, …) or, with `context`, an
+    agent's sourceFilters (`ContextFilter`, …): built on first use, since only a JSON Schema needs these
+    ~80 models, never validation."""
+    return _filter_documents("Context" if context else "", context=context)
 
 
 def _validated(raw: Any, allow_context: bool) -> Filter:
@@ -470,7 +477,7 @@ def _validated(raw: Any, allow_context: bool) -> Filter:
 
 class _FilterField:
     """A §8 filter field of a pydantic model: validated by `parse_filter` (so errors name the exact path,
-    `invalid_at_path` with the relative path in its context), documented by `FilterDocument`, serialised
+    `invalid_at_path` with the relative path in its context), documented by `filter_document`, serialised
     back to its JSON."""
 
     def __init__(self, allow_context: bool = False) -> None:
@@ -480,11 +487,15 @@ class _FilterField:
         allow = self.allow_context
         return core_schema.no_info_plain_validator_function(
             lambda raw: _validated(raw, allow),
-            json_schema_input_schema=handler.generate_schema(
-                ContextFilterDocument if allow else FilterDocument
-            ),
             serialization=core_schema.plain_serializer_function_ser_schema(lambda f: f.wire()),
         )
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """The field's schema with the document model as its input: built only when a JSON Schema is."""
+        document = filter_document(self.allow_context).__pydantic_core_schema__
+        return handler({**schema, "json_schema_input_schema": document})
 
 
 FilterField = Annotated[Filter, _FilterField()]

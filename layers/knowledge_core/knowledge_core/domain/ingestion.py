@@ -9,12 +9,13 @@ import unicodedata
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import PurePath, PurePosixPath
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from .models import DOC_ID_PATTERN, Document
+from .models import DOC_ID_PATTERN, Document, Model
 
 # A document's identity; every other field it has is what is stored, compared on re-ingest.
 _IDENTITY = {"source_key", "doc_id"}
@@ -76,7 +77,7 @@ FORMATS: dict[str, str] = {
 JOB_TTL_SECONDS = 30 * 86400
 
 
-class _Payload(BaseModel):
+class _Payload(Model):
     """What every kind of job document carries beside its content (stored as JSON; `kind` tells which)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -127,7 +128,11 @@ class S3ObjectPayload(_Payload):
 JobPayload = Annotated[
     TextPayload | UploadPayload | DirectoryFilePayload | S3ObjectPayload, Field(discriminator="kind")
 ]
-_PAYLOAD: TypeAdapter[JobPayload] = TypeAdapter(JobPayload)
+
+
+@cache
+def _payloads() -> TypeAdapter[JobPayload]:
+    return TypeAdapter(JobPayload)  # built on first use, like the payload models
 
 
 def job_payload(raw: dict[str, Any]) -> JobPayload:
@@ -138,7 +143,7 @@ def job_payload(raw: dict[str, Any]) -> JobPayload:
             "text" if "body" in raw else "directory" if "path" in raw else "s3" if "s3" in raw else "upload"
         )
         raw = {**raw, "kind": legacy}
-    return _PAYLOAD.validate_python(raw)
+    return _payloads().validate_python(raw)
 
 
 def known_payload(raw: dict[str, Any] | None) -> JobPayload | None:

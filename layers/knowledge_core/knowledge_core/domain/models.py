@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -49,7 +50,14 @@ WHOLE_NUMBER = BeforeValidator(_whole_number)
 `minimum`/`maximum`): a request integer is `2` or `2.0`, never `2.5`, `"2"` or `true`."""
 
 
-class Strict(BaseModel):
+class Model(BaseModel):
+    """The base of the core's pydantic models: each builds its validator and serializer on first use, so a
+    function builds only the models it uses, and none at import (a Lambda cold start pays for every one)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class Strict(Model):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
 
 
@@ -101,7 +109,7 @@ class SourceDefinition(Strict):
         return source_key(self.id, self.version)
 
 
-class SourceState(BaseModel):
+class SourceState(Model):
     """The mutable switches of a published source."""
 
     model_config = ConfigDict(extra="forbid")
@@ -111,9 +119,9 @@ class SourceState(BaseModel):
     lease_until: str | None = None  # ISO-8601 UTC; None = no lease required
 
 
-class Source(BaseModel):
+class Source(Model):
     definition: SourceDefinition
-    state: SourceState = SourceState()
+    state: SourceState = Field(default_factory=SourceState)
 
     @property
     def key(self) -> str:
@@ -229,10 +237,13 @@ class KnowledgeRouting(Strict):
         return rules
 
 
-DEFAULT_ROUTING = KnowledgeRouting()  # an agent without knowledgeRouting (frozen: shared safely)
+@cache
+def _default_routing() -> KnowledgeRouting:
+    """An agent without knowledgeRouting's routing (frozen: shared safely)."""
+    return KnowledgeRouting()
 
 
-class ModelCandidate(BaseModel):
+class ModelCandidate(Model):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True, populate_by_name=True)
 
     model: Annotated[str, StringConstraints(min_length=1, max_length=128)]
@@ -272,7 +283,7 @@ class AgentDefinition(Strict):
 
     @property
     def routing(self) -> KnowledgeRouting:
-        return self.knowledge_routing or DEFAULT_ROUTING
+        return self.knowledge_routing or _default_routing()
 
     @model_validator(mode="after")
     def _precheck(self) -> AgentDefinition:
@@ -296,7 +307,7 @@ class AgentDefinition(Strict):
         return self
 
 
-class Workspace(BaseModel):
+class Workspace(Model):
     route: Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
     agent: str  # exact id@version
 
@@ -308,7 +319,7 @@ TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 Tenant = Annotated[str, StringConstraints(pattern=TENANT_PATTERN)]
 
 
-class DocumentAcl(BaseModel):
+class DocumentAcl(Model):
     """Who may see a document: its tenant (and the tenants it is explicitly shared with), then, within
     them, the named subjects/groups; empty subjects and groups = the whole tenant (SPEC §1).
 
@@ -357,13 +368,13 @@ def document_revision(title: str, body: str) -> str:
     return "sha256:" + hashlib.sha256((title + "\n\0" + body).encode("utf-8")).hexdigest()
 
 
-class Document(BaseModel):
+class Document(Model):
     source_key: str
     doc_id: Annotated[str, StringConstraints(pattern=DOC_ID_PATTERN)]
     title: Annotated[str, StringConstraints(max_length=4096)]
     body: str
     structured_source: dict[str, Any] | None = None
-    acl: DocumentAcl = DocumentAcl()
+    acl: DocumentAcl = Field(default_factory=DocumentAcl)
     status: DocStatus = "ready"
     metadata: Metadata = None
 
@@ -461,7 +472,7 @@ def citable(doc: Document | DocumentState | None, source_key: str, revision: str
 # --- identity and runs -------------------------------------------------------------------------
 
 
-class Viewer(BaseModel):
+class Viewer(Model):
     """Whose eyes a retrieval is for: the end user when an agent acts on behalf of one."""
 
     tenant: str
@@ -469,7 +480,7 @@ class Viewer(BaseModel):
     groups: list[str] = []
 
 
-class Principal(BaseModel):
+class Principal(Model):
     """What the authorizer established about the caller of the public API."""
 
     client_id: str
@@ -496,7 +507,7 @@ def token_id_of(token_hash: str) -> str:
     return "tok_" + hashlib.sha256(b"bailing.token-id\0" + token_hash.encode("ascii")).hexdigest()[:32]
 
 
-class TokenSummary(BaseModel):
+class TokenSummary(Model):
     """What an administrator sees of an issued token: who and what it is for, never the token or its hash."""
 
     token_id: str
@@ -517,7 +528,7 @@ class TokenSummary(BaseModel):
 RunState = Literal["preparing", "context_ready", "completed", "failed", "cancelled"]
 
 
-class Run(BaseModel):
+class Run(Model):
     run_id: str
     session_id: str
     client_id: str

@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -19,19 +18,18 @@ from pydantic import (
     model_validator,
 )
 
-from .budget import MAX_CHAIN_DEPTH
+from .budget import INVOCATION_ID_PATTERN, MAX_CHAIN_DEPTH
 from .errors import ProtocolError, ToolError
-from .models import split_key
+from .models import Model, split_key
 from .wire import NonBlank, WireModel
 
-INVOCATION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 QUERY_MAX_CHARS = 2000
 
 InvocationId = Annotated[str, Field(pattern=INVOCATION_ID_PATTERN)]
 Name = Annotated[str, Field(min_length=1, max_length=256)]
 
 
-class _Strict(BaseModel):
+class _Strict(Model):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
@@ -111,7 +109,7 @@ class _Envelope(_Strict):
     arguments: dict[str, Any]
 
 
-class ToolEnvelope(BaseModel):
+class ToolEnvelope(Model):
     model_config = ConfigDict(frozen=True)
 
     operation: Literal["knowledge_search", "startup"]
@@ -142,12 +140,12 @@ def parse_envelope(event: Any) -> ToolEnvelope:
     return ToolEnvelope(operation=outer.operation, invocation=outer.invocation, arguments=arguments)
 
 
-class KnowledgeId(BaseModel):
+class KnowledgeId(Model):
     id: str
     version: str
 
 
-class _Camel(BaseModel):
+class _Camel(Model):
     """Wire models of the tool's result: camelCase on the wire (the seed's), snake_case in code."""
 
     model_config = ConfigDict(populate_by_name=True, frozen=True)
@@ -231,7 +229,7 @@ def event_wire(event: ToolEvent) -> dict[str, Any]:
     return {"type": body.pop("type"), **body}
 
 
-class ToolFailure(BaseModel):
+class ToolFailure(Model):
     code: str
     message: str
 

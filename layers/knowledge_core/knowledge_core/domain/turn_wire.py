@@ -7,8 +7,9 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import Field, StringConstraints
 
+from .models import Model
 from .wire import PROTOCOL, NonBlank, RunId, SearchStatus, StrictRequest, WireModel
 
 TURN_SCHEMA = "bailing.agent-turn.v1"
@@ -45,14 +46,14 @@ class TurnRequest(StrictRequest):
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-class KnowledgeItem(BaseModel):
+class KnowledgeItem(Model):
     ref: str
     title: str
     content: str
     revision: str
 
 
-class TurnContext(BaseModel):
+class TurnContext(Model):
     instructions: str
     knowledge: list[KnowledgeItem]
     knowledge_refs: list[str]
@@ -62,7 +63,7 @@ class TurnContext(BaseModel):
     knowledge_status: SearchStatus = "ok"
 
 
-class KnowledgeDelivery(BaseModel):
+class KnowledgeDelivery(Model):
     schema_version: str = DELIVERY_SCHEMA
     mode: Literal["on_demand"] = "on_demand"
     protocol: str = PROTOCOL

@@ -19,7 +19,7 @@ from pydantic_core import CoreSchema, core_schema
 
 from .errors import InvalidRequest
 from .filters import FILTER_SCHEMA, MAX_CONDITIONS, MAX_DEPTH, OPERATORS, FilterField
-from .models import WHOLE_NUMBER
+from .models import WHOLE_NUMBER, Model
 
 PROTOCOL = "bailing.agent-knowledge.v1"
 TRUST = "reference_only"
@@ -39,7 +39,7 @@ LIMITS = Limits()
 READ_MIN_BYTES = 4096  # a read page's smallest `max_bytes` (§2.4): advertised as extensions.read.min_bytes
 
 
-class StrictRequest(BaseModel):
+class StrictRequest(Model):
     """Unknown fields and wrong JSON types are errors: a client cannot widen its scope with `kb_ids`."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -135,14 +135,14 @@ def _said(err: Any) -> str:
     return f"must be {words} {err['ctx'][key]}" + (f": {reason}" if reason else "")
 
 
-class WireModel(BaseModel):
+class WireModel(Model):
     """A response body: services return it typed, the edge serialises it (`wire()`)."""
 
     def wire(self) -> dict[str, Any]:
         return to_wire(self)
 
 
-class Hint(BaseModel):
+class Hint(Model):
     ref: str
     title: str
     summary: str
@@ -182,7 +182,7 @@ class ReadResponse(WireModel):
     read_chain_max_bytes: int = LIMITS.read_chain_max_bytes
 
 
-class FilterExtension(BaseModel):
+class FilterExtension(Model):
     """What a search's `filter` may hold (§8)."""
 
     schema_: Annotated[str, Field(alias="schema")] = FILTER_SCHEMA
@@ -191,13 +191,13 @@ class FilterExtension(BaseModel):
     max_depth: int = MAX_DEPTH
 
 
-class ReadExtension(BaseModel):
+class ReadExtension(Model):
     """What a read's `max_bytes` may be at least (§2.4): a page is never smaller than this."""
 
     min_bytes: int = READ_MIN_BYTES
 
 
-class Extensions(BaseModel):
+class Extensions(Model):
     """Extensions beyond the seed protocol (§2.1): a host that ignores them keeps working unchanged."""
 
     filter: FilterExtension = FilterExtension()
