@@ -44,6 +44,7 @@ BUILT_AT_IMPORT = {
     "knowledge_core.domain.wire.Limits",
     "knowledge_core.domain.wire.Extensions",
     "knowledge_core.domain.wire.FilterExtension",
+    "knowledge_core.domain.wire.ReadExtension",
 }
 
 
