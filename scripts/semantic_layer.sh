@@ -14,7 +14,8 @@ mkdir -p "$OUT/python"
 # Inference needs none of onnxruntime's other requirements (sympy, protobuf, ... serve its tools).
 $BIN/pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64 \
   --platform manylinux_2_26_x86_64 --python-version 3.11 --implementation cp --no-deps -d "$OUT/wheels" \
-  "onnxruntime>=1.16" "numpy>=1.26,<2" "tokenizers>=0.20" packaging flatbuffers coloredlogs humanfriendly
+  "onnxruntime>=1.16" "numpy>=1.26,<2" "tokenizers>=0.20" "sentencepiece>=0.2" packaging flatbuffers \
+  coloredlogs humanfriendly
 # The mixed design's multilingual model (an ONNX graph of 4-bit weights, 83 MB unpacked) does not fit beside
 # the core layer in Lambda's 250 MB with the bge pair: KB_LAYER_MULTILINGUAL=1 adds it for a container image
 # or a function without the core layer's size; by default the layer holds the two bge models, which rank as

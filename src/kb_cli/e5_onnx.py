@@ -8,7 +8,8 @@ Nothing of the wheel is installed or executed. From that file this module writes
 - `model.onnx`: the 12-layer BERT encoder (post-LayerNorm, GELU, 12 heads) in standard ONNX operators; the
   250k-row word table stays 4-bit and each row is unpacked by the graph as it is gathered, the linear layers
   are dequantized to float32 here (exactly the 4-bit values);
-- `tokenizer.json`: the unigram vocabulary for Hugging Face `tokenizers` (metaspace, `<s> … </s>`);
+- `tokenizer.model`: the unigram vocabulary as a sentencepiece model (metaspace; `<s> … </s>` are added
+  by `OnnxModel`);
 - `normalize.json`: the normalization map (NFKC with sentencepiece's control and space rules), applied by
   `OnnxModel` before tokenizing.
 """
@@ -296,33 +297,39 @@ def build_graph(w: E5Weights) -> Any:
     return model
 
 
-def tokenizer_json(w: E5Weights) -> str:
-    """The unigram tokenizer for Hugging Face `tokenizers`: metaspace, runs of spaces as one, `<s> … </s>`."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+def sentencepiece_model(w: E5Weights) -> bytes:
+    """The unigram vocabulary as a sentencepiece model: the pieces in id order with their scores, `<s>`,
+    `<pad>`, `</s>` as control pieces and `<unk>`; no normalization of its own (normalize.json is applied
+    before), a metaspace before the text, runs of spaces as one."""
+    import importlib
 
-    unk = w.special["unk"]
-    tok = Tokenizer(
-        models.Unigram(list(zip(w.pieces, w.scores, strict=True)), unk_id=unk, byte_fallback=False)
-    )
-    tok.normalizer = normalizers.Replace(Regex(" {2,}"), " ")
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
-    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
-    bos, eos = w.pieces[w.special["bos"]], w.pieces[w.special["eos"]]
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A {eos}", special_tokens=[(bos, w.special["bos"]), (eos, w.special["eos"])]
-    )
-    tok.add_special_tokens([w.pieces[w.special[k]] for k in ("bos", "pad", "eos", "unk")])
-    return str(tok.to_str())
+    spm: Any = importlib.import_module("sentencepiece.sentencepiece_model_pb2")  # generated, untyped
+    proto = spm.ModelProto()
+    kinds = {w.special["bos"]: 3, w.special["eos"]: 3, w.special["pad"]: 3, w.special["unk"]: 2}
+    for i, (piece, score) in enumerate(zip(w.pieces, w.scores, strict=True)):
+        proto.pieces.add(piece=piece, score=score, type=kinds.get(i, 1))
+    spec = proto.trainer_spec
+    spec.model_type = 1  # TrainerSpec.UNIGRAM
+    spec.vocab_size = len(w.pieces)
+    spec.unk_id, spec.bos_id, spec.eos_id = w.special["unk"], w.special["bos"], w.special["eos"]
+    spec.pad_id = w.special["pad"]
+    spec.byte_fallback = False
+    norm = proto.normalizer_spec
+    norm.name = "identity"
+    norm.add_dummy_prefix = True
+    norm.remove_extra_whitespaces = True
+    norm.escape_whitespaces = True
+    return bytes(proto.SerializeToString())
 
 
 def write_model_files(weights_bytes: bytes, target: Path) -> tuple[E5Weights, dict[str, str]]:
-    """model.onnx, tokenizer.json and normalize.json into `target`; the weights' header and the file names
+    """model.onnx, tokenizer.model and normalize.json into `target`; the weights' header and the file names
     by role."""
     import onnx
 
     w = read_e5(weights_bytes)
     onnx.save_model(build_graph(w), str(target / "model.onnx"))
-    (target / "tokenizer.json").write_text(tokenizer_json(w), encoding="utf-8")
+    (target / "tokenizer.model").write_bytes(sentencepiece_model(w))
     char_map = {str(cp): out for cp, out in sorted(w.char_map.items())}
     (target / "normalize.json").write_text(json.dumps(char_map, ensure_ascii=True), encoding="utf-8")
-    return w, {"onnx": "model.onnx", "tokenizer": "tokenizer.json", "normalize": "normalize.json"}
+    return w, {"onnx": "model.onnx", "tokenizer": "tokenizer.model", "normalize": "normalize.json"}

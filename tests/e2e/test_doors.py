@@ -6,6 +6,7 @@ embedded — in Chinese, in English and across the two languages."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,15 +103,19 @@ def test_k_rel_hostile_text_is_answered_normally_through_every_door(
     server = ranked_server
     invoke = "/2015-03-31/functions/AgentToolsFunction/invocations"
     for name, text in HOSTILE.items():
+        # Sent as a client would: JSON with ASCII escapes (a lone surrogate is valid JSON, not UTF-8).
         search = server.request(
-            "POST", "/agent-api/v1/workspaces/demo/knowledge/search", {"query": text}, token=server.token
+            "POST",
+            "/agent-api/v1/workspaces/demo/knowledge/search",
+            token=server.token,
+            raw_body=json.dumps({"query": text}).encode(),
         )
         assert search.status in (200, 400), (name, search.raw[:300])
         turn = server.request(
             "POST",
             "/agent-api/v1/workspaces/demo/turns",
-            {"turn_id": f"hostile-{name}", "message": text[:8000]},
             token=server.token,
+            raw_body=json.dumps({"turn_id": f"hostile-{name}", "message": text[:8000]}).encode(),
         )
         assert turn.status in (200, 400), (name, turn.raw[:300])
         envelope = {
@@ -127,14 +132,13 @@ def test_k_rel_hostile_text_is_answered_normally_through_every_door(
                 "trusted_context": {},
             },
         }
-        tool = server.request("POST", invoke, envelope)
+        tool = server.request("POST", invoke, raw_body=json.dumps(envelope).encode())
         assert tool.status == 200 and "x-amz-function-error" not in tool.headers, (name, tool.raw[:300])
 
     async def mcp_session(c: Client) -> list[bool]:
-        return [
-            (await call(c, "knowledge_search", {"query": t[:4000]}))[0] in (True, False)
-            for t in HOSTILE.values()
-        ]
+        # The SDK client cannot encode a lone surrogate; the other texts go through it as they are.
+        texts = [t for name, t in HOSTILE.items() if name != "surrogates"]
+        return [(await call(c, "knowledge_search", {"query": t[:4000]}))[0] in (True, False) for t in texts]
 
     assert all(drive(mcp_client(server, "http"), mcp_session))
     document = tmp_path / "hostile.md"

@@ -158,7 +158,7 @@ def test_k_rel_fetch_writes_an_onnx_model_with_recorded_digests(
         "model.json",
         "model.onnx",
         "normalize.json",
-        "tokenizer.json",
+        "tokenizer.model",
     ]
     assert manifest["engine"] == "onnx" and manifest["across"] is True
     assert all(len(manifest[k]) == 64 for k in ("onnx_sha256", "tokenizer_sha256", "normalize_sha256"))
