@@ -194,6 +194,7 @@ class Container:
                 embedder=self.embedder,
                 slices=self.settings.sqlite_search_slices or None,
                 auto_compact=self.settings.search_compaction == "auto",
+                embedding_seconds=self.settings.embedding_deadline_seconds,
             )
         from .adapters.opensearch import OpenSearchBackend
 

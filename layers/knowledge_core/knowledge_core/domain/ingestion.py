@@ -28,7 +28,8 @@ FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
 # died on it each time); `invalid_metadata`: its sidecar is malformed, or its combined metadata breaks §8;
 # `index_rejected`: the search index refused the document, written alone, as it is (retrying would not
 # change it); `too_many_fields`: the search index's field limit is reached (one field per distinct
-# metadata key and value type across the deployment: OpenSearch's `index.mapping.total_fields.limit`).
+# metadata key and value type across the deployment: OpenSearch's `index.mapping.total_fields.limit`);
+# `embedding_timeout`: embedding its passages, written alone, passed the embedding deadline (settings).
 ErrorCode = Literal[
     "unsupported_format",
     "corrupt",
@@ -46,6 +47,7 @@ ErrorCode = Literal[
     "invalid_metadata",
     "index_rejected",
     "too_many_fields",
+    "embedding_timeout",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 JobState = Literal["queued", "running", "completed", "cancelled"]
