@@ -274,6 +274,7 @@ class Container:
             runs=self.state.runs,
             run_guard=self.run_guard,
             ledger=self.ledger,
+            ranking=lambda: self.retrieval.ranking_state(),  # built on first use: admin rarely asks
         )
 
     @cached_property

@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from .filters import KEY_PATTERN, MAX_KEYS, MAX_LIST, MAX_STRING
 from .models import DOC_ID_PATTERN, ROUTE_PATTERN, WHOLE_NUMBER, DocumentAcl, Metadata, Tenant, TokenSummary
-from .wire import StrictRequest, WireModel
+from .wire import RankingExtension, StrictRequest, WireModel
 
 Route = Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
 
@@ -176,6 +176,7 @@ class SearchIndexSummary(BaseModel):
 
 class SearchIndicesResponse(BaseModel):
     indices: list[SearchIndexSummary]  # none for a backend that keeps no index an operator can act on
+    ranking: RankingExtension = RankingExtension()  # how searches rank now (capabilities' extension)
 
 
 class CompactionResponse(BaseModel):
