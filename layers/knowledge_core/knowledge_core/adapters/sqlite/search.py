@@ -107,6 +107,7 @@ _NEIGHBOURS_SQL = (  # the passages numbered first + [lo, hi] of one document's 
     "AND d.revision = ? AND d.status = 'ready' ORDER BY r.passage_no"
 )
 FILL_BATCH = 32  # passages embedded per transaction of `fill_vectors`: a stop is seen within one batch
+_FILL_WINDOW = 256  # rows read at once and embedded shortest first (batches of like lengths pad little)
 _MEMO_ROWS = 10_000  # candidate rows a thread keeps from its last search for citing (below)
 _Memo = dict[tuple[str, str], tuple[list[tuple[Any, ...]], bool]]  # (source, match) -> rows, every match
 _VECTORS_SQL = (
@@ -799,7 +800,7 @@ class SqliteFtsBackend(SearchBackend):
         while True:
             row = self._conn().execute("SELECT pending FROM vector_fill WHERE id = 1").fetchone()
             generation = row[0] if row else 0
-            if not self._embed_missing(FILL_BATCH, stop):
+            if not self._embed_missing(_FILL_WINDOW, stop, FILL_BATCH):
                 return False
             with self._db.transaction() as tx:  # unless a deferred write came meanwhile: then again
                 cleared = tx.execute(
@@ -808,18 +809,20 @@ class SqliteFtsBackend(SearchBackend):
             if cleared or not generation:
                 return True
 
-    def _embed_missing(self, batch: int = 256, stop: threading.Event | None = None) -> bool:
+    def _embed_missing(
+        self, batch: int = 256, stop: threading.Event | None = None, step: int | None = None
+    ) -> bool:
         """Give every passage a vector of each model the embedder assigns it (new models, cross-script
         embedding turned on, a file from before them, or passages stored with `deferred_vectors`);
-        passages already embedded cost a scan. False when `stop` was set before it was done."""
+        passages already embedded cost a scan. `batch` rows are read at a time and embedded `step` at a
+        time (default: all at once), shortest first, each step written in its own transaction; False when
+        `stop` was set before it was done."""
         if self._embedder is None:
             return True
         conn = self._conn()
         for model in self._embedder.models:
             last = 0
             while True:
-                if stop is not None and stop.is_set():
-                    return False
                 rows = conn.execute(
                     "SELECT r.id, d.title, r.text, r.source_key, r.heading "
                     "FROM passage_rows r JOIN documents d "
@@ -835,17 +838,25 @@ class SqliteFtsBackend(SearchBackend):
                 mine = [
                     (r, t) for r, t in zip(rows, texts, strict=True) if model in self._embedder.models_for(t)
                 ]
-                if not mine:
-                    continue
-                vectors = self._embedder.embed_passages([t for _, t in mine], [model])
-                with self._db.transaction() as tx:
-                    tx.executemany(
-                        "INSERT OR REPLACE INTO passage_vectors VALUES (?,?,?)",
-                        [(r[0], model, vs[0].data) for vs, (r, _) in zip(vectors, mine, strict=True) if vs],
-                    )
-                    for source_key in {r[3] for r, _ in mine}:
-                        _bump(tx, source_key)
+                mine.sort(key=lambda pair: len(pair[1]))
+                size = step or max(1, len(mine))
+                for start in range(0, len(mine), size):
+                    if stop is not None and stop.is_set():
+                        return False
+                    self._store_vectors(model, mine[start : start + size])
         return True
+
+    def _store_vectors(self, model: str, mine: list[tuple[Any, str]]) -> None:
+        """Embed (row, text) pairs by `model` and store their vectors in one transaction."""
+        assert self._embedder is not None
+        vectors = self._embedder.embed_passages([t for _, t in mine], [model])
+        with self._db.transaction() as tx:
+            tx.executemany(
+                "INSERT OR REPLACE INTO passage_vectors VALUES (?,?,?)",
+                [(r[0], model, vs[0].data) for vs, (r, _) in zip(vectors, mine, strict=True) if vs],
+            )
+            for source_key in {r[3] for r, _ in mine}:
+                _bump(tx, source_key)
 
     @staticmethod
     def _delete(conn: sqlite3.Connection, source_key: str, doc_id: str) -> int:
