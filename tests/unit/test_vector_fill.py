@@ -196,3 +196,34 @@ def test_i_ingest_a_huge_document_fails_typed_and_the_next_job_completes(
     assert big_status.counts.done == 1
     assert container.ingestion.status(SOURCE, small).state == "completed"
     assert container.backend.get_document(SOURCE, "small") is not None
+
+
+def test_i_ingest_opensearch_write_past_the_embedding_deadline_sends_nothing() -> None:
+    """I-INGEST: the OpenSearch adapter bounds a write's embedding the same way: refused typed
+    `embedding_timeout` before any request reaches the cluster."""
+    from knowledge_core.adapters.opensearch import OpenSearchBackend
+
+    class _Refuses:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def __getattr__(self, name: str) -> Any:
+            self.calls.append(name)
+            raise AssertionError(f"no request expected ({name})")
+
+    client = _Refuses()
+    backend = OpenSearchBackend(
+        "http://127.0.0.1:1", client=client, embedder=CountingEmbedder(delay=0.2), embedding_seconds=0.1
+    )
+    backend.ensure_indices = lambda: None  # type: ignore[method-assign]  # indices ready: only the write
+    huge = Document(
+        source_key=SOURCE,
+        doc_id="huge",
+        title="Huge",
+        body="\n\n".join(f"battery paragraph {i} " + "word " * 120 for i in range(400)),
+        acl=DocumentAcl(tenant="acme"),
+    )
+    with pytest.raises(SourceFailure) as refused:
+        backend.put_documents([huge])
+    assert refused.value.kind == "rejected" and refused.value.cause == "embedding_timeout"
+    assert client.calls == []

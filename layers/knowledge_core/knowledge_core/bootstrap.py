@@ -206,6 +206,7 @@ class Container:
             index_prefix=self.settings.opensearch_index_prefix,
             embedder=self.embedder,
             passage_shards=self.settings.opensearch_passage_shards,
+            embedding_seconds=self.settings.embedding_deadline_seconds,
         )
 
     @cached_property
