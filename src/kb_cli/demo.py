@@ -3,6 +3,7 @@ Chinese and English product-support knowledge base (demo_corpus/)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,20 +114,24 @@ def issue_token(container: Container, ttl_seconds: int = 7 * 86400) -> str:
 
 
 def seeding_note(container: Container, embedded: bool) -> str | None:
-    """What a door says before `seed_if_absent` when it will seed with an embedding model in force (the
-    passages are embedded as they are stored: about two and a half minutes on 2 cores); None otherwise."""
+    """What a door says before `seed_if_absent(vectors_later=True)` when it will seed with an embedding
+    model in force (the text is stored in seconds; embedding the passages takes minutes on 2 cores, so it
+    is done in the background); None otherwise."""
     if embedded and container.state.registry.get_workspace_agent(ROUTE) is None:
-        return f"seeding the demo workspace '{ROUTE}': embedding its passages once (a few minutes)"
+        return (
+            f"seeding the demo workspace '{ROUTE}': searchable by BM25 at once, its passages' vectors "
+            "filled in the background (a few minutes; hybrid ranking once they are in)"
+        )
     return None
 
 
-def seed_if_absent(container: Container) -> bool:
+def seed_if_absent(container: Container, *, vectors_later: bool = False) -> bool:
     """Seed the demo workspace unless route `demo` already exists (then nothing is touched: a user's
-    changes to it survive a restart). True when it was seeded now."""
+    changes to it survive a restart). True when it was seeded now. `vectors_later`: as `seed`'s."""
     if container.state.registry.get_workspace_agent(ROUTE) is not None:
         adopt_default_tenant(container)
         return False
-    seed(container, with_token=False)
+    seed(container, with_token=False, vectors_later=vectors_later)
     return True
 
 
@@ -149,15 +154,24 @@ def adopt_default_tenant(container: Container) -> int:
     return len(legacy)
 
 
-def seed(container: Container, *, with_token: bool = True, ttl_seconds: int = 7 * 86400) -> str | None:
+def seed(
+    container: Container,
+    *,
+    with_token: bool = True,
+    ttl_seconds: int = 7 * 86400,
+    vectors_later: bool = False,
+) -> str | None:
     """Publish the demo source and agent, ingest the corpus, then point route `demo` at it; return a token.
-    The route comes last: it is what `seed_if_absent` looks for, so a seed cut short (Ctrl-C during a first
-    start's embedding) is done again on the next start instead of leaving a half-filled workspace."""
+    The route comes last: it is what `seed_if_absent` looks for, so a seed cut short (Ctrl-C while it
+    stores) is done again on the next start instead of leaving a half-filled workspace. `vectors_later`:
+    the passages are stored without their vectors (BM25 finds them at once; `local_env.VectorFill` embeds
+    them in the background, and every door ranks by BM25 until then)."""
     admin = container.admin
     admin.publish_source(SourceDefinition.model_validate(SOURCE))
     admin.publish_agent(AgentDefinition.model_validate(AGENT))
     for agent in TOOL_AGENTS:
         admin.publish_agent(AgentDefinition.model_validate(agent))
-    admin.put_documents(demo_documents())
+    with container.backend.deferred_vectors() if vectors_later else contextlib.nullcontext():
+        admin.put_documents(demo_documents())
     admin.set_workspace(ROUTE, f"{AGENT['id']}@{AGENT['version']}")
     return issue_token(container, ttl_seconds) if with_token else None

@@ -33,9 +33,11 @@ class IngestWorker:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """After the job step under way, waiting at most `timeout` (a daemon thread: the process may end
+        before it; the job's lease then runs out and the next start carries on)."""
         self._stop.set()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=timeout)
         close = getattr(self._container.extractor, "close", None)
         if close is not None:  # the extraction child (it would also exit once its pipe closes)
             close()

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
+import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,8 +44,51 @@ class LocalRanking:
         lexicon_dir, translation = models.resolve_lexicon(query_translation)
         return cls(model_dir, lexicon_dir, ranking, translation)
 
-    def banner(self) -> str:
-        return f"ranking: {self.ranking}; query translation: {self.translation}"
+    def banner(self, filling: bool = False) -> str:
+        """`filling`: passages wait for their vectors, so BM25 ranks until they are in."""
+        ranking = f"BM25 while vectors fill in, then {self.ranking}" if filling else self.ranking
+        return f"ranking: {ranking}; query translation: {self.translation}"
+
+
+class VectorFill:
+    """Passage vectors stored later (a first start's demo) filled in a background thread of this process
+    (`SearchBackend.fill_vectors`), in small batches so `stop` ends it within one; until they are in, every
+    door ranks by BM25 (the state is the store's). `say` gets one line when it ends."""
+
+    def __init__(self, container: Container, say: Callable[[str], None]) -> None:
+        self._container = container
+        self._say = say
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kb-vector-fill", daemon=True)
+
+    def start(self) -> bool:
+        """Start filling when vectors are pending; False (nothing started) when none are."""
+        if not self._container.backend.vectors_pending():
+            self._done.set()
+            return False
+        self._thread.start()
+        return True
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            if self._container.backend.fill_vectors(self._stop):
+                took = time.monotonic() - started
+                self._say(f"vectors filled in {took:.0f} s: hybrid ranking in force")
+        except Exception as exc:  # the operator's console; BM25 keeps answering meanwhile
+            self._say(f"filling vectors failed ({type(exc).__name__}); BM25 ranks until the next start")
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop after the batch under way (what is embedded is kept: the next start carries on)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
 
 def local_settings(

@@ -10,21 +10,19 @@ import contextlib
 import logging
 import os
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowledge_core.domain.errors import KnowledgeError, KnowledgeUnavailable
+from knowledge_core.domain.errors import KnowledgeError
 from knowledge_core.domain.wire import ReadRequest, SearchRequest
 from knowledge_core.mcp_server import KnowledgeDoor
 
 from knowledge_client import ApiError, KnowledgeClient, KnowledgeClientError
 
-from .local_env import LocalRanking
+from .local_env import LocalRanking, VectorFill
 from .models import ModelError
 
 
@@ -68,81 +66,16 @@ class ClientDoor:
         return self._call("read", request.model_dump(exclude_none=True))
 
 
-class DemoSeeding:
-    """The demo workspace seeded in a thread while the MCP server already answers: a first start with a model
-    embeds its passages for minutes, longer than an MCP host waits for `initialize`. Until the seed is done
-    the knowledge calls are refused as `knowledge_unavailable`, saying so, and nothing is read half-written
-    (the route is set last: `demo.seed`)."""
-
-    def __init__(self, seed: Callable[[], object]) -> None:
-        self._seed = seed
-        self._done = threading.Event()
-        self._failed = False
-        self._started = time.monotonic()
-
-    def start(self) -> None:
-        self._started = time.monotonic()
-        threading.Thread(target=self._run, name="kb-mcp-demo-seed", daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            self._seed()
-            print("kb mcp --embedded: demo workspace 'demo' seeded", file=sys.stderr, flush=True)
-        except Exception as exc:  # the operator's own stderr; the MCP client is told only that it failed
-            self._failed = True
-            print(f"kb mcp --embedded: seeding the demo workspace failed: {exc!r}", file=sys.stderr)
-        finally:
-            self._done.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self._done.wait(timeout)
-
-    def check(self) -> None:
-        """Raise unless the seed is done and went well."""
-        if not self._done.is_set():
-            waited = int(time.monotonic() - self._started)
-            raise KnowledgeUnavailable(
-                f"the demo workspace is still being seeded ({waited} s so far): a first start embeds its "
-                "passages once, which takes a few minutes; retry shortly"
-            )
-        if self._failed:
-            raise KnowledgeUnavailable("seeding the demo workspace failed (see kb mcp's stderr); restart it")
-
-
-@dataclass(frozen=True)
-class SeedingDoor:
-    """`door` behind a seed: its calls are refused at once (never kept waiting) until `seeding` is done."""
-
-    door: KnowledgeDoor
-    seeding: DemoSeeding
-
-    @property
-    def route(self) -> str:
-        return self.door.route
-
-    def capabilities(self) -> dict:
-        self.seeding.check()
-        return self.door.capabilities()
-
-    def search(self, request: SearchRequest) -> dict:
-        self.seeding.check()
-        return self.door.search(request)
-
-    def read(self, request: ReadRequest) -> dict:
-        self.seeding.check()
-        return self.door.read(request)
-
-
 def embedded_door(
     state: Path, route: str, token: str | None, seed_demo: bool, ranking: LocalRanking | None = None
-) -> tuple[KnowledgeDoor, DemoSeeding | None]:
+) -> tuple[KnowledgeDoor, VectorFill | None]:
     """The core services in this process, on the state `kb serve --state` keeps, ranked with the models and
     lexicon `kb serve` would use (one line on stderr says which). With a token, its principal; without one,
     the local operator of the state directory (trusted, as with `kb serve`) as the demo user. `seed_demo`
     seeds the demo workspace only when `route` is the demo's (the default) and it is not there yet: serving
-    a route of one's own never writes the demo into that state (one started with `kb serve --no-demo`). A
-    seed that embeds is returned as a `DemoSeeding` to start once the server runs (its door refuses calls
-    until it is done); one without a model (seconds) is done here."""
+    a route of one's own never writes the demo into that state (one started with `kb serve --no-demo`). The
+    seed stores text only (seconds), so every call answers at once; passages waiting for their vectors are
+    returned as a `VectorFill` to start once the server runs (BM25 answers until they are in)."""
     from knowledge_core.domain.models import Principal
     from knowledge_core.mcp_server import ServiceDoor
 
@@ -150,15 +83,13 @@ def embedded_door(
     from .local_env import local_container
 
     ranking = ranking or LocalRanking.resolve()
-    print(f"kb mcp --embedded: {ranking.banner()}", file=sys.stderr, flush=True)
     container = local_container(state, ranking=ranking)
-    seeding = None
     if seed_demo and route == demo.ROUTE:
         if note := demo.seeding_note(container, embedded=ranking.model_dir is not None):
             print(f"kb mcp --embedded: {note}, while answering", file=sys.stderr, flush=True)
-            seeding = DemoSeeding(lambda: demo.seed(container, with_token=False))
-        else:
-            demo.seed_if_absent(container)
+        demo.seed_if_absent(container, vectors_later=True)
+    filling = container.backend.vectors_pending()
+    print(f"kb mcp --embedded: {ranking.banner(filling=filling)}", file=sys.stderr, flush=True)
     if token is not None:
         principal = container.access.authenticate(f"Bearer {token}")
     else:
@@ -170,11 +101,12 @@ def embedded_door(
             routes=[route],
         )
     door: KnowledgeDoor = ServiceDoor(container.knowledge, principal, route)
-    return (door, None) if seeding is None else (SeedingDoor(door, seeding), seeding)
+    fill = VectorFill(container, say=lambda line: print(f"kb mcp --embedded: {line}", file=sys.stderr))
+    return door, fill if filling else None
 
 
-def run_stdio(door: KnowledgeDoor, started: Callable[[], None] | None = None) -> None:
-    """Serve `door` over stdio; `started` runs once the transport holds stdout (a background seed may then
+def run_stdio(door: KnowledgeDoor, started: Callable[[], object] | None = None) -> None:
+    """Serve `door` over stdio; `started` runs once the transport holds stdout (a background fill may then
     write to fd 1 without breaking the JSON-RPC stream)."""
     import anyio
     from knowledge_core.mcp_server import build_server
@@ -215,7 +147,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         try:
             with _stdout_to_stderr():
                 ranking = LocalRanking.resolve(args.embedding_model, args.query_translation)
-                door, seeding = embedded_door(
+                door, filling = embedded_door(
                     Path(args.state), route or "demo", token, not args.no_demo, ranking
                 )
         except KnowledgeError as exc:
@@ -228,8 +160,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             raise SystemExit("kb mcp: --token (or KB_TOKEN) is required unless --embedded")
         if not route:
             raise SystemExit("kb mcp: --route (or KB_ROUTE) is required unless --embedded")
-        door, seeding = ClientDoor(KnowledgeClient(args.endpoint, route, token)), None
-    run_stdio(door, None if seeding is None else seeding.start)
+        door, filling = ClientDoor(KnowledgeClient(args.endpoint, route, token)), None
+    run_stdio(door, None if filling is None else filling.start)
     return 0
 
 

@@ -147,6 +147,20 @@ def test_issue23_console_shows_the_search_index_and_compacts_it(page: Any, conso
     assert page.locator("#status").inner_text() == ""
 
 
+def test_g_local_console_header_says_the_ranking_in_force(page: Any, console: KbServer) -> None:
+    """G-LOCAL: the console's header says how searches rank now, as `GET /admin/v1/search-indices`
+    (`ranking`) and capabilities' `extensions.ranking` do (this server has no model: BM25), in both
+    languages."""
+    assert console.request("GET", "/admin/v1/search-indices").json["ranking"] == {
+        "mode": "bm25",
+        "vectors": "none",
+    }
+    assert console.ranking() == {"mode": "bm25", "vectors": "none"}
+    page.wait_for_selector("#ranking >> text=Ranking: BM25 (no embedding model)")
+    page.click("#lang")
+    page.wait_for_selector("#ranking >> text=排序：BM25（无嵌入模型）")
+
+
 def test_console_tool_call_rule_fires_and_rule_does_not(page: Any, console: KbServer) -> None:
     open_view(page, console, "try")
     tool = page.locator("section[aria-labelledby=try-tool]")

@@ -40,7 +40,7 @@ def _ranking_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def ranked_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KbServer]:
-    with running_kb_serve(tmp_path_factory.mktemp("doors"), env=_ranking_env()) as server:
+    with running_kb_serve(tmp_path_factory.mktemp("doors"), env=_ranking_env(), vectors=True) as server:
         yield server
 
 

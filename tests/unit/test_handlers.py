@@ -107,6 +107,7 @@ def test_a_cap_capabilities_event(handlers, container):
                 "max_depth": 3,
             },
             "read": {"min_bytes": 4096},  # §2.4: the smallest max_bytes a read takes
+            "ranking": {"mode": "bm25", "vectors": "none"},  # how searches rank now (no model here)
         },
     }
 

@@ -118,13 +118,38 @@ def test_issue22_p5_banner_counts_the_stored_documents(demo_container, tmp_path,
     assert json.dumps(out)  # printable
 
 
-def test_a_first_start_says_it_embeds_the_demo_before_it_does(container, tmp_path, capsys):
-    """With a model in force the first `kb serve` embeds the demo's passages before it listens (a minute or
-    two): it says so first, and a restart, which keeps the seeded workspace, does not."""
+def test_g_local_a_first_start_stores_the_demo_at_once_and_fills_its_vectors_after(
+    tmp_path, clock, monkeypatch, capsys
+):
+    """G-LOCAL: with a model in force the first `kb serve` stores the demo's text without embedding it (it
+    listens at once), says so first, and answers by BM25 saying `filling`; the background fill then gives
+    the passages their vectors and the same search ranks hybrid. A restart, which keeps the seeded
+    workspace, says nothing of seeding."""
+    from knowledge_core.domain.wire import SearchRequest
+
+    from kb_cli.local_env import VectorFill
+    from tests.conftest import embedded_container
+    from tests.unit.test_vector_fill import CountingEmbedder
+
+    embedder = CountingEmbedder()
+    container = embedded_container(tmp_path, clock, embedding_model_dir="fake")
+    container._embedder = embedder  # the port override: this embedder, no model files
     serve_command._seed_demo(container, tmp_path, embedded=True)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("seeding the demo workspace 'demo': embedding its passages once")
+    assert lines[0].startswith("seeding the demo workspace 'demo': searchable by BM25 at once")
     assert "demo workspace 'demo' seeded" in lines[1]
+    assert embedder.passages == 0
+    principal = Principal(client_id="c", session_id="s", subject="u", tenant="default", routes=["demo"])
+    ranking = container.knowledge.capabilities(principal, "demo").extensions.ranking
+    assert (ranking.mode, ranking.vectors) == ("bm25", "filling")
+    assert container.knowledge.search(principal, "demo", SearchRequest(query="网关离线")).hints
+    fill = VectorFill(container, say=print)
+    assert fill.start() and fill.wait(60)
+    assert embedder.passages > 0
+    assert "hybrid ranking in force" in capsys.readouterr().out
+    ranking = container.knowledge.capabilities(principal, "demo").extensions.ranking
+    assert (ranking.mode, ranking.vectors) == ("hybrid", "ready")
+    assert container.knowledge.search(principal, "demo", SearchRequest(query="网关离线")).hints
     serve_command._seed_demo(container, tmp_path, embedded=True)
     assert "seeding" not in capsys.readouterr().out
 
@@ -391,37 +416,39 @@ def test_m_mcp_embedded_seeds_the_demo_only_for_its_own_route(tmp_path, capsys):
     assert "seeding" not in capsys.readouterr().err  # BM25: nothing to embed, nothing to wait for
 
 
-def test_m_mcp_embedded_answers_while_it_seeds_the_demo(tmp_path, monkeypatch, capsys):
-    """M-MCP: on a first start with a model, `kb mcp --embedded` (route demo) seeds in the background once
-    the server runs, so the MCP host gets `initialize` at once; meanwhile a tool call is a typed
-    `knowledge_unavailable` result saying why, and once the seed is done the same call answers."""
+def test_m_mcp_embedded_answers_at_once_by_bm25_while_the_demo_vectors_fill(tmp_path, monkeypatch, capsys):
+    """M-MCP: on a first start with a model, `kb mcp --embedded` (route demo) stores the demo's text before
+    it serves and fills the vectors in the background once the server runs: a tool call meanwhile answers
+    by BM25 (never `knowledge_unavailable`) and capabilities say `filling`; once filled, hybrid."""
     import threading
 
+    from knowledge_core.bootstrap import Container
     from knowledge_core.mcp_server import HINT_SEARCH_TOOL, call_tool
 
     from kb_cli.local_env import LocalRanking
     from kb_cli.mcp_stdio import embedded_door
+    from tests.unit.test_vector_fill import CountingEmbedder
 
-    release, real_seed = threading.Event(), demo.seed
-
-    def slow_seed(container, **kwargs):
-        assert release.wait(30)
-        return real_seed(container, **kwargs)
-
-    monkeypatch.setattr(demo, "seed", slow_seed)
-    monkeypatch.setattr(demo, "seeding_note", lambda container, embedded: "seeding the demo workspace 'demo'")
-    door, seeding = embedded_door(tmp_path / "state", demo.ROUTE, None, True, LocalRanking())
-    assert seeding is not None
-    assert "seeding the demo workspace 'demo', while answering" in capsys.readouterr().err
-    seeding.start()
-    waiting = call_tool(door, HINT_SEARCH_TOOL, {"query": "网关离线怎么排查"})
-    assert waiting.is_error and waiting.body["error"]["code"] == "knowledge_unavailable"
-    assert "still being seeded" in waiting.body["error"]["message"]
-    release.set()
-    assert seeding.wait(60)
+    release = threading.Event()
+    embedder = CountingEmbedder(on_call=lambda: release.wait(30))
+    monkeypatch.setattr(Container, "embedder", property(lambda self: embedder))
+    door, filling = embedded_door(
+        tmp_path / "state", demo.ROUTE, None, True, LocalRanking("fake", None, "hybrid")
+    )
+    assert filling is not None
+    err = capsys.readouterr().err
+    assert "seeding the demo workspace 'demo': searchable by BM25 at once" in err
+    assert "ranking: BM25 while vectors fill in, then hybrid" in err
+    filling.start()
     answered = call_tool(door, HINT_SEARCH_TOOL, {"query": "网关离线怎么排查"})
     assert not answered.is_error and answered.body["hints"]
-    assert "demo workspace 'demo' seeded" in capsys.readouterr().err
+    assert door.capabilities()["extensions"]["ranking"] == {"mode": "bm25", "vectors": "filling"}
+    release.set()
+    assert filling.wait(60)
+    assert door.capabilities()["extensions"]["ranking"] == {"mode": "hybrid", "vectors": "ready"}
+    answered = call_tool(door, HINT_SEARCH_TOOL, {"query": "网关离线怎么排查"})
+    assert not answered.is_error and answered.body["hints"]
+    assert "hybrid ranking in force" in capsys.readouterr().err
 
 
 def test_a_seed_cut_short_is_done_again_on_the_next_start(container, monkeypatch):

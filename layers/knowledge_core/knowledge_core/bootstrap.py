@@ -195,6 +195,7 @@ class Container:
                 embedder=self.embedder,
                 slices=self.settings.sqlite_search_slices or None,
                 auto_compact=self.settings.search_compaction == "auto",
+                embedding_seconds=self.settings.embedding_deadline_seconds,
             )
         from .adapters.opensearch import OpenSearchBackend
 
@@ -206,6 +207,7 @@ class Container:
             index_prefix=self.settings.opensearch_index_prefix,
             embedder=self.embedder,
             passage_shards=self.settings.opensearch_passage_shards,
+            embedding_seconds=self.settings.embedding_deadline_seconds,
         )
 
     @cached_property
@@ -275,6 +277,7 @@ class Container:
             run_guard=self.run_guard,
             ledger=self.ledger,
             metadata_quota=self.metadata_quota,
+            ranking=lambda: self.retrieval.ranking_state(),  # built on first use: admin rarely asks
         )
 
     @cached_property

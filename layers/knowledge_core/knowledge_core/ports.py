@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -308,6 +310,22 @@ class SearchBackend(ABC):
         source's lexical candidates (BM25 over `query.lexical`, filtered by source, tenant/ACL and status
         before ranking), their passages' cosines with `query.vectors`, and its dense candidates. A failing
         source reports its error instead of hits."""
+
+    def deferred_vectors(self) -> AbstractContextManager[None]:
+        """Within it, this thread's writes store passages without their vectors (BM25 finds them at once)
+        and mark vectors pending until `fill_vectors` embeds them. A backend that cannot defer embeds as
+        usual."""
+        return nullcontext()
+
+    def vectors_pending(self) -> bool:
+        """True while stored passages wait for their vectors: every door then ranks by BM25 (one state for
+        all of them, read from the store)."""
+        return False
+
+    def fill_vectors(self, stop: threading.Event | None = None) -> bool:
+        """Embed the passages stored without a vector of a model the embedder assigns them, in small
+        batches, checking `stop` between batches; True when none is left (vectors no longer pending)."""
+        return True
 
     def passage_candidates(
         self, hits: Sequence[Hit], query: QueryAnalysis, per_doc: int, timeout_s: float

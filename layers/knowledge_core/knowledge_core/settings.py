@@ -49,6 +49,10 @@ class Settings(Model):
     embedding_cache: str | None = None  # a SQLite file remembering passage vectors (local use)
     # Passages embedded by every covering model, not only the one for their script (adapters.embedding).
     embedding_cross_script: bool = False
+    # The deadline of one write's embedding (a batch of documents, or one document retried alone): past it
+    # the write is refused as `embedding_timeout` and stores nothing, so one huge document cannot hold the
+    # ingestion worker (and every job behind it) indefinitely.
+    embedding_deadline_seconds: float = Field(300.0, ge=1, le=3600)
     # Cross-lingual query expansion (domain/translation.py) with the lexicon `kb models fetch` compiles.
     query_translation: bool = True
     lexicon_dir: str | None = None

@@ -165,14 +165,14 @@ def _note_orphans(container: Container, state: Path) -> None:
 
 
 def _seed_demo(container: Container, state: Path, *, embedded: bool = False) -> None:
-    """Seed the demo workspace unless it is there; `embedded`: its passages are embedded as they are
-    stored, so a first start says why it takes a while before it listens."""
+    """Seed the demo workspace unless it is there: its text is stored now (seconds) and, with a model in
+    force (`embedded`, said first), its passages' vectors are filled once kb serve listens (`_listen`)."""
     from .. import demo
 
     if note := demo.seeding_note(container, embedded):
         print(note, flush=True)
     moved = demo.adopt_default_tenant(container)
-    seeded = demo.seed_if_absent(container)
+    seeded = demo.seed_if_absent(container, vectors_later=True)
     token_file = state / "demo-token"
     token = _demo_token(container, token_file)
     if moved:
@@ -191,6 +191,7 @@ def _seed_demo(container: Container, state: Path, *, embedded: bool = False) -> 
 def _listen(args: argparse.Namespace, container: Container, state: Path, ranking: LocalRanking) -> int:
     from ..gateway import LocalGateway, WorkerHandlers, make_server
     from ..ingest_worker import IngestWorker
+    from ..local_env import VectorFill
 
     container.backend.warm()  # in the background (the embedded backend's dense graphs); a no-op elsewhere
     worker = IngestWorker(container, verbose=args.verbose)
@@ -206,11 +207,13 @@ def _listen(args: argparse.Namespace, container: Container, state: Path, ranking
         backend = f"sqlite, ranked by {rank.described()}"
     print(
         f"kb serve listening on http://{host}:{port} (search backend: {backend}; "
-        f"{ranking.banner()}; state: {where}; "
+        f"{ranking.banner(filling=container.backend.vectors_pending())}; state: {where}; "
         f"up to {args.instances} instances per function)",
         flush=True,
     )
     print(f"console: http://{host}:{port}/console/ (loopback only)", flush=True)
+    fill = VectorFill(container, say=lambda line: print(line, flush=True))
+    fill.start()  # BM25 answers meanwhile (every door: the state is the store's)
     stop_on_sigterm = threading.current_thread() is threading.main_thread()  # (signal's own condition)
     if stop_on_sigterm:
         signal.signal(signal.SIGTERM, _terminated)
@@ -221,9 +224,11 @@ def _listen(args: argparse.Namespace, container: Container, state: Path, ranking
     finally:
         if stop_on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one stops at once
+        # Within 10 s of a SIGTERM, even mid-embedding: each part stops after its batch, or is left behind.
         server.server_close()
-        worker.stop()
-        handlers.close()  # bounded: the instances save their pending dense graphs first
+        fill.stop(timeout=2.0)
+        worker.stop(timeout=2.0)
+        handlers.close(grace_s=3.0)  # bounded: the instances save their pending dense graphs first
         container.close()  # and this process its own (bounded, never raises)
     return 0
 

@@ -56,8 +56,12 @@ const STRINGS = {
     revokedMsg: "Token {id} revoked", noTokenApi: "This server has no token listing.",
     failed: "Failed: {code}",
     metadata: "Metadata", sourceFilters: "Source filters", filter: "Filter (values in {…} come from the trusted context)",
+    "ranking.hybrid": "Ranking: hybrid (BM25 + vectors)", "ranking.none": "Ranking: BM25 (no embedding model)",
+    "ranking.filling": "Ranking: BM25 while the vectors are filled in (hybrid once they are in)",
   },
   zh: {
+    "ranking.hybrid": "排序：混合（BM25 + 向量）", "ranking.none": "排序：BM25（无嵌入模型）",
+    "ranking.filling": "排序：向量填充中，暂按 BM25（填充完成后为混合排序）",
     brand: "智能体知识控制台", sections: "栏目", "nav.sources": "知识库", "nav.agents": "智能体与工作区",
     "nav.try": "试用", "nav.tokens": "令牌", other: "English", cancel: "取消", confirm: "确认",
     loading: "加载中…", none: "暂无内容。", "sources.title": "知识库", key: "键", description: "描述",
@@ -785,6 +789,25 @@ function applyLanguage() {
   document.getElementById("lang").textContent = t("other");
 }
 
+// How searches rank now, one line in the header: looked at again every few seconds while vectors fill.
+let rankingState = null;
+async function showRanking() {
+  try {
+    const { data } = await api("GET", "/admin/v1/search-indices");
+    rankingState = data.ranking;
+  } catch {
+    rankingState = null;
+  }
+  renderRanking();
+  if (rankingState?.vectors === "filling") setTimeout(showRanking, 5000);
+}
+
+function renderRanking() {
+  const state = rankingState;
+  const key = !state ? null : state.vectors === "filling" ? "filling" : state.mode === "hybrid" ? "hybrid" : "none";
+  document.getElementById("ranking").textContent = key ? t(`ranking.${key}`) : "";
+}
+
 async function route() {
   const name = (location.hash || "#sources").slice(1);
   const render = VIEWS[name] || renderSources;
@@ -806,8 +829,10 @@ document.getElementById("lang").addEventListener("click", () => {
   lang = lang === "zh" ? "en" : "zh";
   localStorage.setItem("kb-console-lang", lang);
   applyLanguage();
+  renderRanking();
   route();
 });
 window.addEventListener("hashchange", () => { quiet(); route(); });
 applyLanguage();
+showRanking();
 route();

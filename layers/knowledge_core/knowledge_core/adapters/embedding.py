@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -445,11 +446,29 @@ def passage_text(title: str, passage: str) -> str:
     return f"{title[:TITLE_CHARS]}\n\n{passage}" if title else passage
 
 
+class EmbeddingTimeout(Exception):
+    """Embedding a write's passages passed its deadline (`document_vectors`)."""
+
+
+DEADLINE_CHUNK = 64  # passages embedded between two looks at a write's deadline
+
+
 def document_vectors(
-    embedder: Embedder, documents: Sequence[tuple[str, list[str]]]
+    embedder: Embedder, documents: Sequence[tuple[str, list[str]]], deadline: float | None = None
 ) -> list[list[list[Vector]]]:
-    """Per (title, passages) document, the vectors of each passage, embedded in one batch."""
-    flat = iter(embedder.embed_passages([passage_text(title, p) for title, ps in documents for p in ps]))
+    """Per (title, passages) document, the vectors of each passage. With a `deadline` (time.monotonic())
+    they are embedded DEADLINE_CHUNK passages at a time and EmbeddingTimeout is raised once it has passed,
+    so one huge write cannot hold its caller past it."""
+    texts = [passage_text(title, p) for title, ps in documents for p in ps]
+    if deadline is None:
+        vectors = embedder.embed_passages(texts)
+    else:
+        vectors = []
+        for start in range(0, len(texts), DEADLINE_CHUNK):
+            if time.monotonic() > deadline:
+                raise EmbeddingTimeout
+            vectors += embedder.embed_passages(texts[start : start + DEADLINE_CHUNK])
+    flat = iter(vectors)
     return [[next(flat) for _ in ps] for _, ps in documents]
 
 

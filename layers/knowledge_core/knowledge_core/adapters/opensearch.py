@@ -102,7 +102,14 @@ from ..ports import (
     Vector,
     across_other,
 )
-from .embedding import cosines, document_vectors, matching, matching_cosines, passage_text
+from .embedding import (
+    EmbeddingTimeout,
+    cosines,
+    document_vectors,
+    matching,
+    matching_cosines,
+    passage_text,
+)
 from .opensearch_filters import (
     METADATA_PROPERTIES,
     METADATA_TEMPLATES,
@@ -383,11 +390,15 @@ class OpenSearchBackend(SearchBackend):
         client: Any = None,
         embedder: Embedder | None = None,
         passage_shards: int = 1,
+        embedding_seconds: float | None = None,
     ) -> None:
+        """`embedding_seconds`: the deadline of one write's embedding (None: none); past it the write is
+        refused (`rejected`, cause `embedding_timeout`) before anything of it is sent."""
         if passage_shards < 1:
             raise ValueError("passage_shards must be at least 1")
         self._url = url.rstrip("/")
         self._embedder = embedder
+        self._embedding_seconds = embedding_seconds
         self._region = region
         self._timeout_s = timeout_s
         self._max_retries = max_retries
@@ -1176,7 +1187,12 @@ class OpenSearchBackend(SearchBackend):
             self.ensure_indices()
             latest = {doc_key(d.source_key, d.doc_id): d for d in documents}  # last one of a key wins
             passages = {p: document_passages(d.body, d.title, d.structured_source) for p, d in latest.items()}
-            vectors = self._passage_vectors(latest, passages)
+            seconds = self._embedding_seconds
+            deadline = None if seconds is None else time.monotonic() + seconds
+            try:
+                vectors = self._passage_vectors(latest, passages, deadline=deadline)
+            except EmbeddingTimeout:
+                raise SourceFailure("rejected", "embedding deadline passed", "embedding_timeout") from None
             old = self._passage_counts(list(latest))
             actions: list[list[dict[str, Any]]] = []
             for parent, doc in latest.items():
@@ -1190,12 +1206,16 @@ class OpenSearchBackend(SearchBackend):
         docs: dict[str, Document],
         passages: dict[str, list[Passage]],
         knn_fields: Collection[str] | None = None,
+        deadline: float | None = None,
     ) -> dict[str, list[dict[str, Any]]]:
-        """Parent id -> per passage the vector fields to index (empty dicts without an embedder)."""
+        """Parent id -> per passage the vector fields to index (empty dicts without an embedder); past
+        `deadline` (time.monotonic()) EmbeddingTimeout."""
         if self._embedder is None:
             return {parent: [{} for _ in ps] for parent, ps in passages.items()}
         vectors = document_vectors(
-            self._embedder, [(docs[p].title, [x.indexed for x in ps]) for p, ps in passages.items()]
+            self._embedder,
+            [(docs[p].title, [x.indexed for x in ps]) for p, ps in passages.items()],
+            deadline,
         )
         return {
             parent: [self._vector_fields(v, knn_fields) for v in vs]

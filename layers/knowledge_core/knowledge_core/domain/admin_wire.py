@@ -25,7 +25,7 @@ from .models import (
     Tenant,
     TokenSummary,
 )
-from .wire import StrictRequest, WireModel
+from .wire import RankingExtension, StrictRequest, WireModel
 
 Route = Annotated[str, StringConstraints(pattern=ROUTE_PATTERN)]
 
@@ -184,6 +184,7 @@ class SearchIndexSummary(Model):
 
 class SearchIndicesResponse(Model):
     indices: list[SearchIndexSummary]  # none for a backend that keeps no index an operator can act on
+    ranking: RankingExtension = RankingExtension()  # how searches rank now (capabilities' extension)
 
 
 class CompactionResponse(Model):

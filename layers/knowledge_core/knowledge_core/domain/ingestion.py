@@ -38,6 +38,7 @@ FINAL_STATES: tuple[DocState, ...] = ("done", "unchanged", "failed")
 # `doc_id_taken`: a document sent with `replace: false` whose doc_id a document of another file holds.
 # `too_many_metadata_keys`: its new metadata keys would take its source or tenant past its metadata key
 # quota (domain/metadata_quota.py), so nothing of it was written.
+# `embedding_timeout`: embedding its passages, written alone, passed the embedding deadline (settings).
 ErrorCode = Literal[
     "unsupported_format",
     "corrupt",
@@ -59,6 +60,7 @@ ErrorCode = Literal[
     "doc_id_collision",
     "doc_id_taken",
     "too_many_metadata_keys",
+    "embedding_timeout",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 JobState = Literal["queued", "running", "completed", "cancelled"]

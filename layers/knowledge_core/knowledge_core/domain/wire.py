@@ -197,11 +197,20 @@ class ReadExtension(Model):
     min_bytes: int = READ_MIN_BYTES
 
 
+class RankingExtension(Model):
+    """How searches rank now: `hybrid` (BM25 and vectors fused) once every passage has its vectors; `bm25`
+    without a model, or while stored passages wait for theirs (`vectors`: `filling`, then `ready`)."""
+
+    mode: Literal["bm25", "hybrid"] = "bm25"
+    vectors: Literal["none", "filling", "ready"] = "none"
+
+
 class Extensions(Model):
     """Extensions beyond the seed protocol (§2.1): a host that ignores them keeps working unchanged."""
 
     filter: FilterExtension = FilterExtension()
     read: ReadExtension = ReadExtension()
+    ranking: RankingExtension = RankingExtension()
 
 
 class CapabilitiesResponse(WireModel):

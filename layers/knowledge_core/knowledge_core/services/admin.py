@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -36,6 +36,7 @@ from ..domain.models import (
     SourceDefinition,
     SourceState,
 )
+from ..domain.wire import RankingExtension
 from ..ports import BudgetLedger, Registry, RunStore, SearchBackend
 from .access import RunGuard
 from .scope import ScopeResolver
@@ -51,9 +52,12 @@ class AdminService:
         run_guard: RunGuard,
         ledger: BudgetLedger,
         metadata_quota: MetadataQuota | None = None,
+        ranking: Callable[[], RankingExtension] | None = None,
     ) -> None:
+        """`ranking`: how searches rank now (`Retrieval.ranking_state`), shown with the indices."""
         self._ledger = ledger
         self._metadata_quota = metadata_quota or MetadataQuota()
+        self._ranking = ranking
         self._registry = registry
         self._backend = backend
         self._scopes = scopes
@@ -76,7 +80,10 @@ class AdminService:
             states = self._backend.index_states()
         except SourceFailure:
             raise KnowledgeUnavailable() from None
-        return SearchIndicesResponse(indices=[SearchIndexSummary(**asdict(s)) for s in states])
+        summaries = [SearchIndexSummary(**asdict(s)) for s in states]
+        if self._ranking is None:
+            return SearchIndicesResponse(indices=summaries)
+        return SearchIndicesResponse(indices=summaries, ranking=self._ranking())
 
     def compact_search(self) -> CompactionResponse:
         """An operator's compaction (after a bulk load, say): every index above its target segments is merged

@@ -386,7 +386,11 @@ class IngestionService:
         except SourceFailure as exc:
             if exc.transient or len(writes) > 1:
                 raise
-            code: ErrorCode = "too_many_fields" if exc.cause == "too_many_fields" else "index_rejected"
+            known: dict[str | None, ErrorCode] = {
+                "too_many_fields": "too_many_fields",
+                "embedding_timeout": "embedding_timeout",
+            }
+            code = known.get(exc.cause, "index_rejected")
             logger.warning("a document was refused by the search index: %s", code)
             return [
                 replace(o, state="failed", error=code, passages=0) if o.state == "done" else o

@@ -26,6 +26,7 @@ from ..domain.text import cut_title, escaped_size, fit_bytes, fit_text, json_siz
 from ..domain.wire import (
     LIMITS,
     CapabilitiesResponse,
+    Extensions,
     Hint,
     ReadRequest,
     ReadResponse,
@@ -92,7 +93,10 @@ class KnowledgeService:
     def capabilities(self, principal: Principal, route: str) -> CapabilitiesResponse:
         scope = self._enter(principal, route, None)
         enabled = bool(scope.searchable()) and self.backend_healthy()
-        return CapabilitiesResponse(route=route, enabled=enabled, knowledge_scope_revision=scope.revision)
+        extensions = Extensions(ranking=self.retrieval.ranking_state())
+        return CapabilitiesResponse(
+            route=route, enabled=enabled, knowledge_scope_revision=scope.revision, extensions=extensions
+        )
 
     # --- A-SEARCH -----------------------------------------------------------------------------------
     def search(self, principal: Principal, route: str, request: SearchRequest) -> SearchResponse:

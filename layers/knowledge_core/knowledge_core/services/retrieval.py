@@ -32,6 +32,7 @@ from ..domain.models import Document, DocumentState, Viewer, citable
 from ..domain.passages import StoredPassage
 from ..domain.relevance import relevance_cut
 from ..domain.router import PlannedSource
+from ..domain.wire import RankingExtension
 from ..ports import (
     Embedder,
     QueryAnalysis,
@@ -121,11 +122,27 @@ class Retrieval:
         name = f"hybrid ({self._embedder.model_id})" if self._embedder is not None else "BM25"
         return name + (" + zh<->en query translation" if self._translator is not None else "")
 
+    def ranking_state(self) -> RankingExtension:
+        """The ranking in force now, the same for every door (read from the store): hybrid with vectors
+        ready; BM25 while stored passages wait for their vectors (`filling`), or without a model."""
+        if self._embedder is None:
+            return RankingExtension(mode="bm25", vectors="none")
+        if self._vectors_pending():
+            return RankingExtension(mode="bm25", vectors="filling")
+        return RankingExtension(mode="hybrid", vectors="ready")
+
+    def _vectors_pending(self) -> bool:
+        # (a Retrieval built for query analysis alone, as the evaluation's, may have no backend)
+        return self._backend is not None and self._backend.vectors_pending()
+
     # --- query analysis ----------------------------------------------------------------------------
     def analyse(self, text: str, expansion: str | None = None) -> QueryAnalysis:
-        """The query once for every source: its translation (unless `expansion` is given) and its vectors."""
+        """The query once for every source: its translation (unless `expansion` is given) and its vectors
+        (none while vectors are filling: BM25 ranks until every passage has its own)."""
         if expansion is None:
             expansion = self._translator.expand(text) if self._translator is not None else ""
+        if self._embedder is not None and self._vectors_pending():
+            return QueryAnalysis(text, expansion, ())
         across = query_across(self._embedder, text)
         if across is None:
             return QueryAnalysis(text, expansion, tuple(query_vectors(self._embedder, text, expansion)))

@@ -10,11 +10,12 @@ saved beside the file and never built in a request (dense_cache.py, dense_store.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from ...ports import (
     Vector,
     across_other,
 )
-from ..embedding import document_vectors, matching, matching_cosines, passage_text
+from ..embedding import EmbeddingTimeout, document_vectors, matching, matching_cosines, passage_text
 from . import candidates, dense_index, rank
 from .candidates import Restriction
 from .db import BUSY_TIMEOUT_S, SqliteDatabase, statements, write_faults
@@ -80,6 +81,7 @@ CREATE TABLE IF NOT EXISTS passage_vectors (
   passage_id INTEGER NOT NULL, model TEXT NOT NULL, vector BLOB, PRIMARY KEY (passage_id, model)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS source_versions (source_key TEXT PRIMARY KEY, version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS vector_fill (id INTEGER PRIMARY KEY CHECK (id = 1), pending INTEGER NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
   title_terms, body_terms, tokenize = 'unicode61 remove_diacritics 0'
 );
@@ -104,6 +106,8 @@ _NEIGHBOURS_SQL = (  # the passages numbered first + [lo, hi] of one document's 
     "WHERE r.id BETWEEN span.first + ? AND span.first + ? AND r.source_key = ? AND r.doc_id = ? "
     "AND d.revision = ? AND d.status = 'ready' ORDER BY r.passage_no"
 )
+FILL_BATCH = 32  # passages embedded per transaction of `fill_vectors`: a stop is seen within one batch
+_FILL_WINDOW = 256  # rows read at once and embedded shortest first (batches of like lengths pad little)
 _MEMO_ROWS = 10_000  # candidate rows a thread keeps from its last search for citing (below)
 _Memo = dict[tuple[str, str], tuple[list[tuple[Any, ...]], bool]]  # (source, match) -> rows, every match
 _VECTORS_SQL = (
@@ -266,10 +270,13 @@ class SqliteFtsBackend(SearchBackend):
         busy_timeout_s: float = BUSY_TIMEOUT_S,
         slices: int | None = None,
         auto_compact: bool = True,
+        embedding_seconds: float | None = None,
     ) -> None:
         """`slices`: how many id ranges of a large source one search reads at once (None: the CPUs this
         process may use, at most candidates.MAX_SLICES; 1: one statement). `auto_compact`: the full-text
-        index is compacted once writes are quiet and at `warm` (False: only on `compact`)."""
+        index is compacted once writes are quiet and at `warm` (False: only on `compact`).
+        `embedding_seconds`: the deadline of one write's embedding (None: none); past it the write is
+        refused (`rejected`, cause `embedding_timeout`) and nothing of it is stored."""
         # Its own schema: the tables below, analyzer version in user_version.
         # Each connection ranks by kb_bm25 where it can be built (rank.py: bm25() to the bit, faster).
         self._db = SqliteDatabase(path, busy_timeout_s=busy_timeout_s, on_connect=rank.install)
@@ -277,6 +284,8 @@ class SqliteFtsBackend(SearchBackend):
             self._db, candidates.default_slices() if slices is None else slices
         )
         self._embedder = embedder
+        self._embedding_seconds = embedding_seconds
+        self._deferring = threading.local()  # `deferred_vectors`: this thread's writes store no vectors
         self._dense_indexes = DenseIndexes(self._db, GraphStore(self._db.path) if self._db.on_disk else None)
         self._compactor = Compactor(self._db) if self._db.on_disk else None  # few FTS5 segments
         self._auto_compact = auto_compact
@@ -298,7 +307,8 @@ class SqliteFtsBackend(SearchBackend):
             self._migrate_metadata(conn)
             if conn.execute("PRAGMA user_version").fetchone()[0] != ANALYZER_VERSION:
                 self._reindex(conn)
-        self._embed_missing()
+        if not self._pending_marker():  # pending: a background `fill_vectors` (kb serve's) embeds them
+            self._embed_missing()
 
     def _conn(self) -> sqlite3.Connection:
         return self._db.connection()
@@ -650,14 +660,46 @@ class SqliteFtsBackend(SearchBackend):
             for source_key, doc_id, status, acl, revision, structured, metadata in rows
         }
 
+    @contextlib.contextmanager
+    def deferred_vectors(self) -> Iterator[None]:
+        self._deferring.on = True
+        try:
+            yield
+        finally:
+            self._deferring.on = False
+
+    def vectors_pending(self) -> bool:
+        if self._embedder is None:
+            return False
+        try:
+            return self._pending_marker()
+        except sqlite3.Error:
+            return False
+
+    def _pending_marker(self) -> bool:
+        row = self._conn().execute("SELECT pending FROM vector_fill WHERE id = 1").fetchone()
+        return bool(row and row[0])
+
     def put_documents(self, documents: list[Document]) -> None:
         # Vectors are computed before the write transaction: embedding is the slow part of ingestion.
         passages = [document_passages(d.body, d.title, d.structured_source) for d in documents]
         vectors: Sequence[Sequence[list[Vector]] | None] = [None] * len(passages)
-        if self._embedder:
+        deferred = self._embedder is not None and getattr(self._deferring, "on", False)
+        if self._embedder and not deferred:
             pairs = [(d.title, [p.indexed for p in ps]) for d, ps in zip(documents, passages, strict=True)]
-            vectors = document_vectors(self._embedder, pairs)
+            seconds = self._embedding_seconds
+            try:
+                vectors = document_vectors(
+                    self._embedder, pairs, None if seconds is None else time.monotonic() + seconds
+                )
+            except EmbeddingTimeout:
+                raise SourceFailure("rejected", "embedding deadline passed", "embedding_timeout") from None
         with write_faults(), self._db.transaction() as conn:
+            if deferred:  # a generation: a fill finishing now clears only the one it saw
+                conn.execute(
+                    "INSERT INTO vector_fill VALUES (1, 1) "
+                    "ON CONFLICT(id) DO UPDATE SET pending = pending + 1"
+                )
             for doc, doc_passages, doc_vectors in zip(documents, passages, vectors, strict=True):
                 self._delete(conn, doc.source_key, doc.doc_id)
                 conn.execute(
@@ -752,11 +794,31 @@ class SqliteFtsBackend(SearchBackend):
         conn.execute("DROP TABLE temp.kept_vectors")
         conn.execute(f"PRAGMA user_version = {ANALYZER_VERSION}")
 
-    def _embed_missing(self, batch: int = 256) -> None:
-        """Give every passage a vector of each model the embedder assigns it (new models, cross-script
-        embedding turned on, or a file from before them); passages already embedded cost a scan."""
+    def fill_vectors(self, stop: threading.Event | None = None) -> bool:
         if self._embedder is None:
-            return
+            return True
+        while True:
+            row = self._conn().execute("SELECT pending FROM vector_fill WHERE id = 1").fetchone()
+            generation = row[0] if row else 0
+            if not self._embed_missing(_FILL_WINDOW, stop, FILL_BATCH):
+                return False
+            with self._db.transaction() as tx:  # unless a deferred write came meanwhile: then again
+                cleared = tx.execute(
+                    "UPDATE vector_fill SET pending = 0 WHERE id = 1 AND pending = ?", (generation,)
+                ).rowcount
+            if cleared or not generation:
+                return True
+
+    def _embed_missing(
+        self, batch: int = 256, stop: threading.Event | None = None, step: int | None = None
+    ) -> bool:
+        """Give every passage a vector of each model the embedder assigns it (new models, cross-script
+        embedding turned on, a file from before them, or passages stored with `deferred_vectors`);
+        passages already embedded cost a scan. `batch` rows are read at a time and embedded `step` at a
+        time (default: all at once), shortest first, each step written in its own transaction; False when
+        `stop` was set before it was done."""
+        if self._embedder is None:
+            return True
         conn = self._conn()
         for model in self._embedder.models:
             last = 0
@@ -776,16 +838,25 @@ class SqliteFtsBackend(SearchBackend):
                 mine = [
                     (r, t) for r, t in zip(rows, texts, strict=True) if model in self._embedder.models_for(t)
                 ]
-                if not mine:
-                    continue
-                vectors = self._embedder.embed_passages([t for _, t in mine], [model])
-                with self._db.transaction() as tx:
-                    tx.executemany(
-                        "INSERT OR REPLACE INTO passage_vectors VALUES (?,?,?)",
-                        [(r[0], model, vs[0].data) for vs, (r, _) in zip(vectors, mine, strict=True) if vs],
-                    )
-                    for source_key in {r[3] for r, _ in mine}:
-                        _bump(tx, source_key)
+                mine.sort(key=lambda pair: len(pair[1]))
+                size = step or max(1, len(mine))
+                for start in range(0, len(mine), size):
+                    if stop is not None and stop.is_set():
+                        return False
+                    self._store_vectors(model, mine[start : start + size])
+        return True
+
+    def _store_vectors(self, model: str, mine: list[tuple[Any, str]]) -> None:
+        """Embed (row, text) pairs by `model` and store their vectors in one transaction."""
+        assert self._embedder is not None
+        vectors = self._embedder.embed_passages([t for _, t in mine], [model])
+        with self._db.transaction() as tx:
+            tx.executemany(
+                "INSERT OR REPLACE INTO passage_vectors VALUES (?,?,?)",
+                [(r[0], model, vs[0].data) for vs, (r, _) in zip(vectors, mine, strict=True) if vs],
+            )
+            for source_key in {r[3] for r, _ in mine}:
+                _bump(tx, source_key)
 
     @staticmethod
     def _delete(conn: sqlite3.Connection, source_key: str, doc_id: str) -> int:
