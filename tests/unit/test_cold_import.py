@@ -45,6 +45,7 @@ BUILT_AT_IMPORT = {
     "knowledge_core.domain.wire.Extensions",
     "knowledge_core.domain.wire.FilterExtension",
     "knowledge_core.domain.wire.ReadExtension",
+    "knowledge_core.domain.wire.RankingExtension",
 }
 
 
