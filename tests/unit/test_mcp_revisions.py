@@ -9,8 +9,9 @@ from typing import Any
 
 import jsonschema
 import pytest
-from knowledge_core.domain.wire import ReadRequest, SearchRequest
 from knowledge_core.mcp_server import TOOLS, serve_http
+
+from tests.unit.test_mcp_refusals import Door
 
 MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"
@@ -18,19 +19,6 @@ META = {
     "io.modelcontextprotocol/protocolVersion": MODERN,
     "io.modelcontextprotocol/clientCapabilities": {},
 }
-
-
-class Door:
-    route = "demo"
-
-    def capabilities(self) -> dict:
-        return {"schema": "caps"}
-
-    def search(self, request: SearchRequest) -> dict:
-        return {"hints": []}
-
-    def read(self, request: ReadRequest) -> dict:
-        return {"content": ""}
 
 
 def post(method: str, params: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict]:
