@@ -456,7 +456,7 @@ def test_i_ingest_pdf_passages_name_their_pages_in_hints_and_sources(world):
     assert stored is not None and stored.structured_source["page_starts"] == starts
 
 
-def test_i24_neighbour_passages_are_the_stored_passages_around_a_hit(world):
+def test_neighbour_passages_are_the_stored_passages_around_a_hit(world):
     """What a reference quoting its passage in context reads (domain.citing.in_context): the stored
     passages numbered within a radius of a hit's own (`Hit.passage_no`, set by every backend), of the hit's
     revision — on every backend the passages the one splitter cuts from the document."""
@@ -478,7 +478,7 @@ def test_i24_neighbour_passages_are_the_stored_passages_around_a_hit(world):
     assert world.c.backend.neighbour_passages([replace(hit, revision="older")], 2) == {}
 
 
-def test_i24_neighbours_carry_their_sections_and_a_quote_stays_in_its_own(world):
+def test_neighbours_carry_their_sections_and_a_quote_stays_in_its_own(world):
     """A sectioned document (Markdown headings, as HTML and DOCX headings become): every backend returns
     each neighbour with its section (heading path), so a quote in context (domain.citing.in_context) takes
     the cited passage's section only — neither the section before nor the one after. (A Chinese section

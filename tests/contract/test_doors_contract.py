@@ -121,7 +121,7 @@ def test_k_pipe_every_door_same_documents_same_order(translated_hybrid_world: Wo
 
 
 @pytest.mark.parametrize("question", ["quantum chromodynamics on a lattice", "量子计算机的原理"])
-def test_i24_no_word_match_no_padding_at_any_door(translated_hybrid_world: World, question: str) -> None:
+def test_no_word_match_no_padding_at_any_door(translated_hybrid_world: World, question: str) -> None:
     """R-TOOL (§3.6: no match → `references: []`) and 无匹配不强塞文档 (issue 24): a question sharing no
     word with the source, in either language, gets no document through any door, though min-max scaling
     gives its nearest passage the best possible semantic score; the evaluation door's deep ranking (asked
@@ -141,7 +141,7 @@ KETTLE = (
 )
 
 
-def test_i24_no_padding_under_a_title_of_the_other_script(translated_hybrid_world: World) -> None:
+def test_no_padding_under_a_title_of_the_other_script(translated_hybrid_world: World) -> None:
     """无匹配不强塞文档 / R-HYBRID (issue 24, a newcomer's walk): an English section under a bilingual title
     is embedded with its title, so as a Chinese passage; its cosines are the Chinese side's models' and
     face that side's no-match check, whatever script the cited text shows. A question sharing no word with the

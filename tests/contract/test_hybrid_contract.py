@@ -144,7 +144,7 @@ def test_a_search_dense_stage_follows_writes(hybrid_world: World) -> None:
 
 
 def test_a_search_dense_stage_never_mixes_models(hybrid_world: World) -> None:
-    """A-SEARCH / I-24: the dense stage compares a query vector with passages of the same model id only — a
+    """A-SEARCH: the dense stage compares a query vector with passages of the same model id only — a
     question's own script by its bge model, the other script by the multilingual model under that script's
     id (the mixed design). An English question sharing no word with a source of Chinese passages finds the
     one that answers it there in the ranking (its meaning, read by the multilingual model); the doors answer
@@ -170,7 +170,7 @@ NOTES = (
 )
 
 
-def test_i24_a_search_hybrid_cites_the_passage_that_blends_best(hybrid_world: World) -> None:
+def test_a_search_hybrid_cites_the_passage_that_blends_best(hybrid_world: World) -> None:
     """A hit shows the passage of its document that best blends BM25 and meaning (domain.citing), not
     merely the one repeating the query's words: in search summaries and in the agent tool's references
     alike, on every backend; ranking without a shown passage (the evaluation door) keeps BM25's."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tests.contract.conftest import World, doc
 
 
-def test_issue22_p4_document_listing_names_each_documents_tenant(world: World):
+def test_p4_document_listing_names_each_documents_tenant(world: World):
     (key,) = world.publish({"tenanted": {}})
     world.ingest(
         doc(key, "mine", "Mine", "first body", tenant="default"),

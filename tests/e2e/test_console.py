@@ -131,7 +131,7 @@ def test_console_search_and_read_to_the_end(page: Any, console: KbServer) -> Non
         assert int(used) <= int(limit) == 4096
 
 
-def test_issue23_console_shows_the_search_index_and_compacts_it(page: Any, console: KbServer) -> None:
+def test_console_shows_the_search_index_and_compacts_it(page: Any, console: KbServer) -> None:
     """The Sources page lists the passages index as `GET /admin/v1/search-indices` does, and "Compact now"
     starts an operator's compaction (`POST /admin/v1/search-indices/compact`) and says what it did."""
     open_view(page, console, "sources")
@@ -257,7 +257,7 @@ def test_console_is_loopback_and_same_origin_only(console: KbServer) -> None:
 PDF = ROOT / "examples" / "manuals" / "compressor-oil.pdf"
 
 
-def test_issue22_p3_console_pdf_upload_is_extracted_through_a_job(page: Any, console: KbServer) -> None:
+def test_p3_console_pdf_upload_is_extracted_through_a_job(page: Any, console: KbServer) -> None:
     open_view(page, console, "sources")
     page.set_input_files("input[name=file]", str(PDF))
     page.click("form button[type=submit]")
@@ -331,9 +331,7 @@ def test_i_ingest_console_uploads_into_the_source_whose_documents_are_shown(
     page.wait_for_selector("text=Documents of demo-docs@1.0.0")
 
 
-def test_issue22_p9_console_try_it_defaults_to_demo_and_explains_no_hints(
-    page: Any, console: KbServer
-) -> None:
+def test_p9_console_try_it_defaults_to_demo_and_explains_no_hints(page: Any, console: KbServer) -> None:
     open_view(page, console, "try")
     panel = page.locator("section[aria-labelledby=try-search]")
     assert panel.locator("select[name=route]").input_value() == "demo"
@@ -346,7 +344,7 @@ def test_issue22_p9_console_try_it_defaults_to_demo_and_explains_no_hints(
     assert "holds no ready document of tenant nobody" in panel.inner_text()
 
 
-def test_issue22_p8_console_asks_for_no_missing_favicon(browser: Any, console: KbServer) -> None:
+def test_p8_console_asks_for_no_missing_favicon(browser: Any, console: KbServer) -> None:
     context = browser.new_context()
     page = context.new_page()
     asked: list[str] = []
@@ -358,9 +356,7 @@ def test_issue22_p8_console_asks_for_no_missing_favicon(browser: Any, console: K
     assert not [u for u in asked if "favicon" in u], asked
 
 
-def test_issue25_console_shows_document_metadata_and_agent_source_filters(
-    page: Any, console: KbServer
-) -> None:
+def test_console_shows_document_metadata_and_agent_source_filters(page: Any, console: KbServer) -> None:
     """Issue 25 point 3: a document's metadata in the source's document view, and an agent's sourceFilters
     (a trusted-context value shown as {key}) in the agent view."""
     doc = {

@@ -23,7 +23,7 @@ def sidecar(**values: Any) -> bytes:
     return json.dumps({"metadataAttributes": values}).encode()
 
 
-def test_issue25_s3_sidecars_meta_and_filtered_search_through_kb_serve(
+def test_s3_sidecars_meta_and_filtered_search_through_kb_serve(
     tmp_path: Path,
     bucket: tuple[Any, str],  # noqa: F811
 ) -> None:

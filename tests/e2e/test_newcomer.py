@@ -16,7 +16,7 @@ SOURCE = "demo-docs@1.0.0"
 PDF = (ROOT / "examples" / "manuals" / "compressor-oil.pdf").read_bytes()
 
 
-def test_issue22_p4_inventory_lists_sources_docs_agents_workspaces(kb_server: KbServer):
+def test_p4_inventory_lists_sources_docs_agents_workspaces(kb_server: KbServer):
     sources = kb_server.kb("source", "list")
     assert sources.returncode == 0 and sources.stdout.splitlines()[0].startswith("SOURCE")
     assert SOURCE in sources.stdout and sources.stdout.endswith("\n")
@@ -38,7 +38,7 @@ def test_issue22_p4_inventory_lists_sources_docs_agents_workspaces(kb_server: Kb
     assert "expires=20" in tokens.stdout and "expires_at=1" not in tokens.stdout  # readable, not epoch
 
 
-def test_issue22_p5_refused_connection_names_the_endpoint_and_the_fix():
+def test_p5_refused_connection_names_the_endpoint_and_the_fix():
     done = subprocess.run(
         [*KB, "source", "list", "--endpoint", "http://127.0.0.1:9"],
         capture_output=True,
@@ -50,7 +50,7 @@ def test_issue22_p5_refused_connection_names_the_endpoint_and_the_fix():
     assert "KB_ENDPOINT" in done.stderr and "urlopen" not in done.stderr
 
 
-def test_issue22_p6_job_status_takes_the_readme_order(kb_server: KbServer, tmp_path):
+def test_p6_job_status_takes_the_readme_order(kb_server: KbServer, tmp_path):
     (tmp_path / "n.md").write_text("# N\nbody", encoding="utf-8")
     job_id = kb_server.kb("ingest", "--source", SOURCE, "--no-wait", str(tmp_path / "n.md")).stdout.strip()
     done = kb_server.kb("job", "status", "--source", SOURCE, job_id)
@@ -58,7 +58,7 @@ def test_issue22_p6_job_status_takes_the_readme_order(kb_server: KbServer, tmp_p
     assert kb_server.kb("job", "status", job_id, "--source", SOURCE).returncode == 0
 
 
-def test_issue22_p6_kb_invoke_honours_kb_endpoint(kb_server: KbServer):
+def test_p6_kb_invoke_honours_kb_endpoint(kb_server: KbServer):
     env = {**os.environ, "KB_ENDPOINT": kb_server.endpoint, "POWERTOOLS_LOG_LEVEL": "ERROR"}
     argv = [*KB, "invoke", "CapabilitiesFunction", "-e", "events/capabilities/get.json"]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
@@ -69,7 +69,7 @@ def test_issue22_p6_kb_invoke_honours_kb_endpoint(kb_server: KbServer):
     assert local.returncode == 0 and "kb invoke: in-process" in local.stderr
 
 
-def test_issue22_p5_p7_issue26_M5_L6_kb_ingest_files(kb_server: KbServer, tmp_path):
+def test_p5_p7_issue26_M5_L6_kb_ingest_files(kb_server: KbServer, tmp_path):
     """One remote directory upload: a symlink and hidden files are not sent (M5); a file that is not text
     and a file over 5 MiB each get one typed line and the rest goes on (L6); exit 1 (point 5); a .txt title
     is its file name and a CJK name keeps its id suffix under another prefix (point 7); a Windows-1252 text
@@ -121,7 +121,7 @@ def _ingest_remote(kb_server: KbServer, root, prefix: str) -> subprocess.Complet
     )
 
 
-def test_issue22_p7_single_file_without_doc_id_takes_its_name(kb_server: KbServer, tmp_path):
+def test_p7_single_file_without_doc_id_takes_its_name(kb_server: KbServer, tmp_path):
     term = f"zz{uuid.uuid4().hex[:10]}"
     path = tmp_path / f"{term}.txt"
     path.write_text(f"{term} plain text without a heading\n", "utf-8")
@@ -131,7 +131,7 @@ def test_issue22_p7_single_file_without_doc_id_takes_its_name(kb_server: KbServe
     assert shown.returncode == 0 and f"title:     {term}" in shown.stdout
 
 
-def test_issue22_p3_text_route_refuses_file_bytes_and_jobs_extract_them(kb_server: KbServer):
+def test_p3_text_route_refuses_file_bytes_and_jobs_extract_them(kb_server: KbServer):
     path = f"/admin/v1/sources/{SOURCE}/documents"
     for body in ("%PDF-1.4 raw", "a\x00b"):
         doc = {"doc_id": "x", "title": "t", "body": body, "acl": {"tenant": "default"}}
@@ -159,7 +159,7 @@ def test_issue22_p3_text_route_refuses_file_bytes_and_jobs_extract_them(kb_serve
     assert "file.text()" not in console and "/ingestion-jobs`, body)" in console
 
 
-def test_issue22_p9_kb_search_explains_an_empty_answer(kb_server: KbServer):
+def test_p9_kb_search_explains_an_empty_answer(kb_server: KbServer):
     found = kb_server.kb("search", "--route", "demo", "网关离线怎么排查？")
     assert found.returncode == 0 and "1. " in found.stdout and "no hints" not in found.stdout
     other = kb_server.kb("search", "--route", "demo", "--tenant", "nobody", "网关离线怎么排查？")
@@ -170,7 +170,7 @@ def test_issue22_p9_kb_search_explains_an_empty_answer(kb_server: KbServer):
     assert "context projectType=monitor" in auto.stdout
 
 
-def test_issue22_p10_mcp_lists_the_capabilities_resource_template(kb_server: KbServer):
+def test_p10_mcp_lists_the_capabilities_resource_template(kb_server: KbServer):
     async def session(c):
         return (await c.list_resource_templates()).resource_templates
 

@@ -38,7 +38,7 @@ def run_verbatim(script: str, tmp_path) -> str:
     return done.stdout
 
 
-def test_issue22_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path):
+def test_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path):
     out = run_verbatim(five_minute_block(), tmp_path)
     assert "ingested 4 document(s) into plant-manuals@1.0.0 (0 unchanged, 0 failed, 0 deleted)" in out
     assert "Pump seal replacement" in out  # Markdown: title from its heading
@@ -57,7 +57,7 @@ def metadata_block() -> str:
     return found.group(1)
 
 
-def test_issue25_readme_metadata_example_works_verbatim(tmp_path):
+def test_readme_metadata_example_works_verbatim(tmp_path):
     """Issue 25 point 5: the worked example (sidecar + --meta + filtered search + an agent bound to the
     trusted context) run verbatim after the five-minutes block, on a fresh state."""
     out = run_verbatim(five_minute_block() + metadata_block(), tmp_path)

@@ -86,8 +86,8 @@ def test_r_hybrid_chinese_text_goes_to_the_chinese_model(embedding_model_dir: st
     assert OnnxEmbedder(Path(embedding_model_dir) / EN).embed_query("电池 续航") is None  # no model for CJK
 
 
-def test_i24_the_multilingual_model_reads_both_languages(embedding_model_dir: str) -> None:
-    """R-HYBRID / I-24, the mixed design with the real models as `kb models fetch` writes them: every
+def test_the_multilingual_model_reads_both_languages(embedding_model_dir: str) -> None:
+    """R-HYBRID, the mixed design with the real models as `kb models fetch` writes them: every
     passage gets its script's bge vector and multilingual-e5's under its script's id; a Chinese question's
     multilingual vector (under the English passages' id) ranks the English passage that answers it above an
     English one that shares no meaning, and its bytes are the evidence's under the Chinese id."""
@@ -134,10 +134,10 @@ def test_k_rel_the_multilingual_model_matches_the_reference_engine(embedding_mod
         assert ours @ ref / np.linalg.norm(ours) / np.linalg.norm(ref) >= 0.998, case["text"]
 
 
-def test_i24_an_unusable_multilingual_model_leaves_the_bge_pair(
+def test_an_unusable_multilingual_model_leaves_the_bge_pair(
     embedding_model_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """R-HYBRID / I-24: a per-user cache whose multilingual model cannot be used here (a file that is not
+    """R-HYBRID: a per-user cache whose multilingual model cannot be used here (a file that is not
     the one its manifest's digest names) ranks with the bge pair beside it, as
     before the mixed design, and the banner line says so — not with BM25 alone. Named explicitly, the same
     directory refuses to start (one line); a container given the two directories joined by os.pathsep ranks

@@ -70,7 +70,7 @@ def _searchable_documents(backend: OpenSearchBackend) -> int:
     return int(backend.client.count(index=backend.documents_alias)["count"])
 
 
-def test_i23_a_put_of_one_bulk_request_is_searchable_when_it_returns(backend: OpenSearchBackend) -> None:
+def test_a_put_of_one_bulk_request_is_searchable_when_it_returns(backend: OpenSearchBackend) -> None:
     sent = _requests(backend)
     docs = [_doc(n, paragraphs=3) for n in range(3)]
     backend.put_documents(docs)
@@ -81,7 +81,7 @@ def test_i23_a_put_of_one_bulk_request_is_searchable_when_it_returns(backend: Op
     assert _searchable_documents(backend) == 3
 
 
-def test_i23_a_put_of_several_bulk_requests_refreshes_every_index_it_wrote(
+def test_a_put_of_several_bulk_requests_refreshes_every_index_it_wrote(
     backend: OpenSearchBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(opensearch, "BULK_MAX_BYTES", 1024)  # every document in a request of its own

@@ -25,7 +25,7 @@ def _doc(doc_id: str, keys: range) -> Document:
     )
 
 
-def test_i23_f_filter_past_the_field_limit_the_write_names_the_cause(
+def test_f_filter_past_the_field_limit_the_write_names_the_cause(
     opensearch_url: str, index_prefix: str
 ) -> None:
     backend = OpenSearchBackend(opensearch_url, index_prefix=index_prefix)

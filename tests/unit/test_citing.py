@@ -20,7 +20,7 @@ VIEWER = Viewer(tenant="t1", subject="u")
 QUERY = QueryAnalysis("battery life", vectors=(Vector("m", b"\x7f"),))
 
 
-def test_i24_cited_passage_blends_bm25_share_and_cosine() -> None:
+def test_cited_passage_blends_bm25_share_and_cosine() -> None:
     # 0.3 · 1 + 0.7 · 0.50 = 0.65 against 0.3 · 0.8 + 0.7 · 0.70 = 0.73: the second passage wins.
     assert cited_passage([(10.0, 0.50), (8.0, 0.70)]) == 1
     # A far lower BM25 score is not made up for by a slightly better cosine.
@@ -28,7 +28,7 @@ def test_i24_cited_passage_blends_bm25_share_and_cosine() -> None:
     assert CITE_BM25_WEIGHT == 0.3 and CITE_PASSAGES == 3  # chosen on the tuning split (bench/QUALITY.md)
 
 
-def test_i24_cited_passage_keeps_bm25_best_without_evidence() -> None:
+def test_cited_passage_keeps_bm25_best_without_evidence() -> None:
     assert cited_passage([]) == 0
     assert cited_passage([(10.0, 0.2), (9.0, None)]) == 0  # a passage without a vector of the query's model
     assert cited_passage([(0.0, 0.2), (0.0, 0.9)]) == 0  # no BM25 score to scale by
@@ -39,7 +39,7 @@ def _hit(passage: str, score: float = 5.0) -> Hit:
     return Hit("kb@1", "d", "Doc", "r1", score, passage, {"pages": [1]})
 
 
-def test_i24_cite_replaces_passage_and_page_only() -> None:
+def test_cite_replaces_passage_and_page_only() -> None:
     hit = _hit("artillery battery battery", score=0.91)  # a fused score
     better = replace(_hit("laptop battery", score=7.0), structured_source={"pages": [2]})
     shown = cite(hit, [(replace(hit, score=9.0), 0.4), (better, 0.8)])
@@ -47,7 +47,7 @@ def test_i24_cite_replaces_passage_and_page_only() -> None:
     assert (shown.doc_id, shown.score, shown.revision) == (hit.doc_id, 0.91, hit.revision)
 
 
-def test_i24_cite_keeps_a_passage_that_is_not_bm25s_best() -> None:
+def test_cite_keeps_a_passage_that_is_not_bm25s_best() -> None:
     """A document found by the dense stage alone shows its nearest passage: not re-chosen."""
     hit = _hit("the nearest passage")
     assert cite(hit, [(_hit("bm25 passage", 9.0), 0.1), (_hit("other", 8.0), 0.9)]) is hit
@@ -89,14 +89,14 @@ def backend() -> CitingBackend:
     return b
 
 
-def test_i24_retrieval_shows_cited_passages_in_one_read(backend: CitingBackend) -> None:
+def test_retrieval_shows_cited_passages_in_one_read(backend: CitingBackend) -> None:
     [outcome] = Retrieval(backend).run([SourceAsk("kb@1", 5, 0.0, cut=False)], QUERY, VIEWER, 3.0).outcomes
     shown = [(h.doc_id, h.passage) for h in outcome.hits]
     assert shown == [("a", "laptop battery"), ("b", "battery charger")]
     assert backend.reads == [(["a", "b"], CITE_PASSAGES, 3.0)]  # every hit at once, within the timeout
 
 
-def test_i24_retrieval_cites_nothing_without_a_vector_or_when_asked_not_to(backend: CitingBackend) -> None:
+def test_retrieval_cites_nothing_without_a_vector_or_when_asked_not_to(backend: CitingBackend) -> None:
     retrieval = Retrieval(backend)
     [plain] = retrieval.run([SourceAsk("kb@1", 5, 0.0)], QueryAnalysis("battery"), VIEWER, 3.0).outcomes
     [ranked] = retrieval.run([SourceAsk("kb@1", 5, 0.0, cite=False)], QUERY, VIEWER, 3.0).outcomes
@@ -104,7 +104,7 @@ def test_i24_retrieval_cites_nothing_without_a_vector_or_when_asked_not_to(backe
     assert backend.reads == []
 
 
-def test_i24_retrieval_keeps_bm25_passages_when_the_read_fails(
+def test_retrieval_keeps_bm25_passages_when_the_read_fails(
     backend: CitingBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
     backend.failure = SourceFailure("unavailable", "node down")

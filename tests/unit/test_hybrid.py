@@ -76,8 +76,8 @@ def test_r_hybrid_fuse_adds_what_only_the_dense_stage_found() -> None:
     assert [(h.doc_id, round(h.score, 6)) for h in only_dense] == [("z", 0.475)]  # 0.5 · 0.95; b 0.45 cut
 
 
-def test_i24_no_lexical_match_needs_a_close_vector_per_script() -> None:
-    """I-24 / SPEC "no match, no padding": with no BM25 hit in a source, min-max scaling would make the
+def test_no_lexical_match_needs_a_close_vector_per_script() -> None:
+    """SPEC "no match, no padding": with no BM25 hit in a source, min-max scaling would make the
     nearest vector score (1 − w) · 1 however far it is; a dense-only candidate then counts only at or above
     its script's raw-cosine floor (Latin and CJK passages have their cosines from different models). A floor
     of 0 turns the rule off."""
@@ -247,8 +247,8 @@ def test_r_hybrid_blend_norm_scales_cosines_per_script() -> None:
     assert [h.doc_id for h in plain] == ["zh-a", "zh-b", "en-a", "en-b"]
 
 
-def test_i24_a_far_vector_beside_word_matches_is_not_padding() -> None:
-    """I-24 / SPEC "no match, no padding", beside BM25's hits: a dense-only hit of the question's own script
+def test_a_far_vector_beside_word_matches_is_not_padding() -> None:
+    """SPEC "no match, no padding", beside BM25's hits: a dense-only hit of the question's own script
     (its model's cosine with the question itself) needs its script's floor too. The walk's case: a Chinese
     question on bee swarming, one English beekeeping note found through the translation's words, and a
     Chinese coffee-machine manual sharing no word with it (bge-zh cosine 0.31) — min-max scaling made the

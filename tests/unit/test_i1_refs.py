@@ -30,7 +30,7 @@ def payload(ref: str) -> dict:
     return json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
 
 
-def test_i1_ref_payload_hides_source_key_and_doc_id() -> None:
+def test_ref_payload_hides_source_key_and_doc_id() -> None:
     codec = TokenCodec(TEST_SECRET.encode(), FakeClock())
     ref = issue(codec)
     readable = json.dumps(payload(ref))
@@ -41,7 +41,7 @@ def test_i1_ref_payload_hides_source_key_and_doc_id() -> None:
     assert (claims.source_key, claims.doc_id) == (SOURCE, DOC)
 
 
-def test_i1_ref_location_is_bound_to_the_identity() -> None:
+def test_ref_location_is_bound_to_the_identity() -> None:
     """A location copied into a correctly signed ref of another caller does not open."""
     codec = TokenCodec(TEST_SECRET.encode(), FakeClock())
     other = identity_digest(PRINCIPAL.model_copy(update={"subject": "mallory"}), "ws", RUN)
@@ -51,14 +51,14 @@ def test_i1_ref_location_is_bound_to_the_identity() -> None:
 
 
 @pytest.mark.parametrize("location", ["", "x", "AAAA", "!!", base64.urlsafe_b64encode(b"s@1\nd").decode()])
-def test_i1_ref_signed_but_unreadable_location_is_invalid(location: str) -> None:
+def test_ref_signed_but_unreadable_location_is_invalid(location: str) -> None:
     codec = TokenCodec(TEST_SECRET.encode(), FakeClock())
     forged = {**payload(issue(codec)), "x": location}
     with pytest.raises(ReferenceInvalid):
         codec.open_ref(forge(REF_LABEL, forged), identity=IDENTITY)
 
 
-def test_i1_ref_location_opens_across_one_rotation() -> None:
+def test_ref_location_opens_across_one_rotation() -> None:
     old, new = b"o" * 32, b"n" * 32
     ref = issue(TokenCodec(old, FakeClock()))
     rotated = TokenCodec(new, FakeClock(), previous=old)
@@ -67,7 +67,7 @@ def test_i1_ref_location_opens_across_one_rotation() -> None:
         TokenCodec(new, FakeClock()).open_ref(ref, identity=IDENTITY)
 
 
-def test_i1_ref_is_no_longer_than_before_by_more_than_the_siv() -> None:
+def test_ref_is_no_longer_than_before_by_more_than_the_siv() -> None:
     """The budget of a search answer (4096 bytes, three refs) pays 16 bytes of tag per ref, and base64."""
     codec = TokenCodec(TEST_SECRET.encode(), FakeClock())
     plain_fields = len(json.dumps({"k": SOURCE, "d": DOC}, separators=(",", ":"))) - 2

@@ -30,21 +30,21 @@ def doc(uri: object, **extra: object) -> Document:
         ("\r\n\t", "%0D%0A%09"),
     ],
 )
-def test_i1_structured_source_uri_control_characters_escaped(raw: str, stored: str) -> None:
+def test_structured_source_uri_control_characters_escaped(raw: str, stored: str) -> None:
     assert doc(raw, kind="md").structured_source == {"uri": stored, "kind": "md"}
 
 
 @pytest.mark.parametrize("uri", ["docs/设备 安装.md", "https://example.org/a?b=c#d", "a%0Ab.md"])
-def test_i1_structured_source_printable_uri_kept_as_is(uri: str) -> None:
+def test_structured_source_printable_uri_kept_as_is(uri: str) -> None:
     assert doc(uri).structured_source == {"uri": uri}
 
 
-def test_i1_structured_source_without_a_string_uri_untouched() -> None:
+def test_structured_source_without_a_string_uri_untouched() -> None:
     assert doc(None, pages=[1]).structured_source == {"uri": None, "pages": [1]}
     assert Document(source_key="s@1", doc_id="d", title="t", body="b").structured_source is None
 
 
-def test_i1_structured_source_uri_escaped_in_the_index(tmp_path: Path) -> None:
+def test_structured_source_uri_escaped_in_the_index(tmp_path: Path) -> None:
     backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
     backend.put_documents([doc("a\nb.md")])
     stored = backend.get_document("s@1", "d")

@@ -375,7 +375,7 @@ def test_m1_i_ingest_opensearch_rejected_write_is_not_retried_as_an_outage(
     assert [d.attempts for d in c.state.jobs.job_documents(accepted.job_id)] == [2, 2, 2, 2, 2]
 
 
-def test_i23_i_ingest_a_document_past_the_index_field_limit_fails_too_many_fields(
+def test_i_ingest_a_document_past_the_index_field_limit_fails_too_many_fields(
     on_opensearch: tuple[Container, _WritingNode], clock: FakeClock
 ) -> None:
     """New metadata keys past OpenSearch's field limit: the document fails `too_many_fields` (not a bare

@@ -21,8 +21,8 @@ def hit(doc_id: str, score: float, passage: str) -> Hit:
     return Hit("s@1", doc_id, doc_id.upper(), "rev", score, passage)
 
 
-def test_i24_gate_opens_for_a_close_or_copied_other_script_passage() -> None:
-    """R-HYBRID / I-24: the gate is shut without evidence or without any other-script passage; open when
+def test_gate_opens_for_a_close_or_copied_other_script_passage() -> None:
+    """R-HYBRID: the gate is shut without evidence or without any other-script passage; open when
     the best other-script cosine is within the bias of the best own one, or when that passage is a copy
     (cosine ≥ τ) of one of the three best own-script passages; shut when it is far and unlike them."""
     ranking = HybridRanking()
@@ -39,8 +39,8 @@ def test_i24_gate_opens_for_a_close_or_copied_other_script_passage() -> None:
     assert unit_cosine(same, same) == pytest.approx(1.0) and unit_cosine(same, unlike) == 0.0
 
 
-def test_i24_a_shut_gate_keeps_a_flat_other_script_group_flat() -> None:
-    """I-24: with the gate shut, the other script's cosines are scaled over at least δ, so two near-equal
+def test_a_shut_gate_keeps_a_flat_other_script_group_flat() -> None:
+    """with the gate shut, the other script's cosines are scaled over at least δ, so two near-equal
     English passages under a Chinese question are not stretched to a perfect score; open, they are (as
     without a multilingual model)."""
     lexical = [hit("zh1", 10.0, "中文段落一"), hit("zh2", 9.0, "中文段落二")]
@@ -61,8 +61,8 @@ def test_i24_a_shut_gate_keeps_a_flat_other_script_group_flat() -> None:
     assert {h.doc_id: h.score for h in en_q}["zh3"] == pytest.approx(0.6 * 10.0 * (0.01 / 0.2))
 
 
-def test_i24_no_match_across_scripts_is_checked_by_the_translation() -> None:
-    """SPEC 无匹配不强塞文档 / I-24: when BM25 matched nothing, an other-script dense-only hit answers only if
+def test_no_match_across_scripts_is_checked_by_the_translation() -> None:
+    """SPEC 无匹配不强塞文档: when BM25 matched nothing, an other-script dense-only hit answers only if
     its passage's cosine with the translated question reaches its script's floor (the multilingual cosine
     does not separate relevant from off-topic hits); with no translation, only above 0.80. Own-script hits
     keep their floor; the deep ranking (floored off) drops nothing."""
@@ -91,8 +91,8 @@ def write_model(root: Path, name: str, **manifest: object) -> None:
     (d / "tokenizer.json").write_text("{}")
 
 
-def test_i24_two_scripts_cosines_of_one_document_are_never_compared_raw() -> None:
-    """R-HYBRID / I-24 (demo-en q183): a document whose BM25 passage is English (bge cosine 0.778) and whose
+def test_two_scripts_cosines_of_one_document_are_never_compared_raw() -> None:
+    """R-HYBRID (demo-en q183): a document whose BM25 passage is English (bge cosine 0.778) and whose
     nearest passage is bilingual, so of the CJK group (multilingual cosine 0.796: that model's cosines run
     higher) keeps the cosine that scales best within its own script, not the raw larger number; blend and
     rrf keep their better raw one."""
@@ -120,8 +120,8 @@ def test_i24_two_scripts_cosines_of_one_document_are_never_compared_raw() -> Non
     assert {h.doc_id: h.score for h in raw}["sla"] == pytest.approx(0.4 * 28.0 + 0.6 * 28.0 * 0.796)
 
 
-def test_i24_the_multilingual_model_is_stored_per_script(tmp_path: Path) -> None:
-    """R-HYBRID / I-24: beside a model per script, the multilingual model's vectors are stored under one
+def test_the_multilingual_model_is_stored_per_script(tmp_path: Path) -> None:
+    """R-HYBRID: beside a model per script, the multilingual model's vectors are stored under one
     id per script (its dense stage over one id reads only that script's passages, on every backend); a
     query's own model stays the bge of its script. Alone, the multilingual model is a plain model."""
     write_model(tmp_path, "en", languages=["en"])
@@ -141,8 +141,8 @@ def test_i24_the_multilingual_model_is_stored_per_script(tmp_path: Path) -> None
     assert only.models_for("电池") == ("multi",)
 
 
-def test_i24_query_analysis_of_the_mixed_design() -> None:
-    """K-PIPE / I-24: the query ranks by its script's model and the multilingual vector of the other
+def test_query_analysis_of_the_mixed_design() -> None:
+    """K-PIPE: the query ranks by its script's model and the multilingual vector of the other
     script; the same bytes under its own script's id are the gate's evidence; the translation's vector
     only checks a no-match source."""
     from knowledge_core.services.retrieval import Retrieval
@@ -160,8 +160,8 @@ def test_i24_query_analysis_of_the_mixed_design() -> None:
     assert q.translated is not None and q.translated.model == "lat"
 
 
-def test_i24_sqlite_reports_the_multilingual_evidence(tmp_path: Path) -> None:
-    """R-HYBRID / I-24 on the embedded backend: the multilingual dense stage reads only the other script's
+def test_sqlite_reports_the_multilingual_evidence(tmp_path: Path) -> None:
+    """R-HYBRID on the embedded backend: the multilingual dense stage reads only the other script's
     passages; the evidence holds the nearest own-script passages and the best other-script one with their
     stored vectors; the checks come only when BM25 matched nothing; the evidence never ranks."""
     from knowledge_core.adapters.sqlite.search import SqliteFtsBackend
@@ -195,8 +195,8 @@ def test_i24_sqlite_reports_the_multilingual_evidence(tmp_path: Path) -> None:
     assert checks["en-bat"] == pytest.approx(1.0, abs=0.01) and checks["zh-bat"] is None
 
 
-def test_i24_a_cosine_is_scaled_by_its_model_not_by_the_cited_text(tmp_path: Path) -> None:
-    """SPEC 无匹配不强塞文档 / R-HYBRID / I-24 (a newcomer's walk): an English body under a Chinese title is
+def test_a_cosine_is_scaled_by_its_model_not_by_the_cited_text(tmp_path: Path) -> None:
+    """SPEC 无匹配不强塞文档 / R-HYBRID (a newcomer's walk): an English body under a Chinese title is
     embedded as a CJK passage (title and text are embedded together), so its cosines come from the CJK
     models whatever script the cited text shows. The backend says each cosine's model, and fusion takes
     the model's script (`Embedder.cjk_model`): an English question that BM25 matches nowhere no longer

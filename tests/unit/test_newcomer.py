@@ -28,7 +28,7 @@ def _search(container, tenant: str, query: str) -> list[str]:  # hint titles
 # --- issue 21 point 5: the CLI in command modules ---------------------------------------------------------
 
 
-def test_issue21_p5_cli_functions_are_at_most_60_lines():
+def test_p5_cli_functions_are_at_most_60_lines():
     modules = [KB_CLI / "main.py", KB_CLI / "mcp_stdio.py", KB_CLI / "local_env.py"]
     modules += sorted((KB_CLI / "commands").glob("*.py"))
     long = [
@@ -40,7 +40,7 @@ def test_issue21_p5_cli_functions_are_at_most_60_lines():
     assert long == []
 
 
-def test_issue21_p5_main_and_mcp_stdio_do_not_import_each_other():
+def test_p5_main_and_mcp_stdio_do_not_import_each_other():
     def imports(path: Path) -> set[str]:
         found = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -56,7 +56,7 @@ def test_issue21_p5_main_and_mcp_stdio_do_not_import_each_other():
 # --- issue 22 point 1: one default tenant -----------------------------------------------------------------
 
 
-def test_issue22_p1_demo_workspace_token_and_commands_use_the_default_tenant(demo_container):
+def test_p1_demo_workspace_token_and_commands_use_the_default_tenant(demo_container):
     """SPEC §1 default tenant: the demo documents, the demo token and `kb token issue`/`kb ingest` defaults
     are all `default`, so what the README's commands ingest the printed token finds."""
     from kb_cli.main import build_parser
@@ -72,7 +72,7 @@ def test_issue22_p1_demo_workspace_token_and_commands_use_the_default_tenant(dem
     assert 'value: "demo" }' not in console and console.count('name: "tenant", value: "default"') == 4
 
 
-def test_issue22_p1_a_state_seeded_with_tenant_demo_keeps_working(demo_container, tmp_path, capsys):
+def test_p1_a_state_seeded_with_tenant_demo_keeps_working(demo_container, tmp_path, capsys):
     """An existing .kb-state (demo documents and token of tenant `demo`): `kb serve` moves the demo source's
     documents to `default`, renews the demo token and says so in one line."""
     legacy = [
@@ -108,7 +108,7 @@ def _hash(token: str) -> str:
     return token_hash(token)
 
 
-def test_issue22_p5_banner_counts_the_stored_documents(demo_container, tmp_path, capsys):
+def test_p5_banner_counts_the_stored_documents(demo_container, tmp_path, capsys):
     """The banner counts what the demo source holds after a restart, not the seed corpus."""
     extra = demo.markdown_document(DEMO_SOURCE, "extra", "# Extra\nbody")
     demo_container.admin.put_documents([extra])
@@ -157,7 +157,7 @@ def test_g_local_a_first_start_stores_the_demo_at_once_and_fills_its_vectors_aft
 # --- issue 22 point 8: make serve installs only when something changed --------------------------------------
 
 
-def test_issue22_p8_make_serve_installs_only_when_pyproject_changed(tmp_path):
+def test_p8_make_serve_installs_only_when_pyproject_changed(tmp_path):
     import os
     import shutil
     import subprocess
@@ -191,7 +191,7 @@ def test_issue22_p8_make_serve_installs_only_when_pyproject_changed(tmp_path):
     assert "pip install" in dry_run()
 
 
-def test_issue22_p8_handlers_do_not_warn_about_empty_metrics(tmp_path, monkeypatch):
+def test_p8_handlers_do_not_warn_about_empty_metrics(tmp_path, monkeypatch):
     """kb serve's worker processes inherit PYTHONWARNINGS ignoring Powertools' empty-metrics warning."""
     import os
     import subprocess
@@ -217,7 +217,7 @@ def test_issue22_p8_handlers_do_not_warn_about_empty_metrics(tmp_path, monkeypat
 # --- issue 22 point 7: readable, stable doc ids ------------------------------------------------------------
 
 
-def test_issue22_p7_cjk_file_names_get_readable_ids_with_the_same_suffix_under_any_prefix():
+def test_p7_cjk_file_names_get_readable_ids_with_the_same_suffix_under_any_prefix():
     from pathlib import PurePath
 
     from knowledge_core.domain.ingestion import directory_doc_id, path_doc_id
@@ -230,7 +230,7 @@ def test_issue22_p7_cjk_file_names_get_readable_ids_with_the_same_suffix_under_a
     assert path_doc_id("阀门") != path_doc_id("閥門")  # names that read alike stay apart
 
 
-def test_issue22_p7_issue26_L6_M5_kb_ingest_files_client_side(tmp_path, monkeypatch, capsys):
+def test_p7_issue26_L6_M5_kb_ingest_files_client_side(tmp_path, monkeypatch, capsys):
     """A single file without --doc-id takes its file name; a .txt without a heading is titled by its file
     name; a remote directory walk skips links and hidden files; a file that is not text or is > 5 MiB gets
     one typed line and the rest is sent; exit 1."""
@@ -312,7 +312,7 @@ def test_i_ingest_kb_ingest_takes_several_paths_as_one_directory(tmp_path, monke
         assert sent == []
 
 
-def test_issue22_p6_kb_invoke_sends_to_kb_endpoint(monkeypatch, capsys):
+def test_p6_kb_invoke_sends_to_kb_endpoint(monkeypatch, capsys):
     from kb_cli import main
 
     calls: list[tuple] = []

@@ -27,7 +27,7 @@ def _span(body: str, passage: str, max_chars: int) -> str:
     return body[lo:hi]
 
 
-def test_i24_context_takes_the_next_sentence_first_then_the_previous() -> None:
+def test_context_takes_the_next_sentence_first_then_the_previous() -> None:
     passage = "第二句讲传播。"
     assert _span(ZH, passage, len(passage)) == passage  # no room: the passage alone
     assert _span(ZH, passage, 16) == "第二句讲传播。第三句讲死亡人数。"  # the next one first
@@ -39,14 +39,14 @@ def test_i24_context_takes_the_next_sentence_first_then_the_previous() -> None:
     assert whole == ZH.removeprefix("# 黑死病\n\n")
 
 
-def test_i24_context_takes_whole_paragraphs_where_they_fit_else_sentences() -> None:
+def test_context_takes_whole_paragraphs_where_they_fit_else_sentences() -> None:
     body = "Q1? A1 one. A1 two.\n\nQ2? A2.\n\nQ3? A3."
     assert _span(body, "Q2? A2.", 37) == body  # the next paragraph, then the one before, whole
     # The one before does not fit whole: its last sentence does; the one before that no longer.
     assert _span(body, "Q2? A2.", 30) == "A1 two.\n\nQ2? A2.\n\nQ3? A3."
 
 
-def test_i24_context_never_crosses_a_heading_and_keeps_a_long_passage() -> None:
+def test_context_never_crosses_a_heading_and_keeps_a_long_passage() -> None:
     body = (
         "# Guide\n\n## Setup\n\nInstall it. Then start it.\n\n## Backups\n\nBack up nightly. Restore weekly."
     )
@@ -57,7 +57,7 @@ def test_i24_context_never_crosses_a_heading_and_keeps_a_long_passage() -> None:
     assert _span(body, long.strip(), 100) == long.strip()  # already as long as the window: unchanged
 
 
-def test_i24_context_keeps_markdown_emphasis_with_its_sentence() -> None:
+def test_context_keeps_markdown_emphasis_with_its_sentence() -> None:
     """A FAQ's bold question ends at its `?**`: a quote neither begins with the `**` after it nor ends inside
     it (even where the window's end falls between the two stars)."""
     body = "Intro. **Q: Can I fail over?** Yes, with a switchover. **Q: Who approves?** The lead."
@@ -68,7 +68,7 @@ def test_i24_context_keeps_markdown_emphasis_with_its_sentence() -> None:
     assert _span(body, passage, len(body) - len("Intro. ")) == body.removeprefix("Intro. ")
 
 
-def test_i24_context_cuts_lists_and_pdf_text_between_lines() -> None:
+def test_context_cuts_lists_and_pdf_text_between_lines() -> None:
     body = "Steps:\n- open the valve\n- check the gauge\n- close the valve\nDone"
     assert _span(body, "- check the gauge", 39) == "- check the gauge\n- close the valve"
     assert _span(body, "- check the gauge", 40) == "- check the gauge\n- close the valve\nDone"
@@ -80,7 +80,7 @@ def _stored(
     return [StoredPassage(first + n, t, section, pages) for n, t in enumerate(texts)]
 
 
-def test_i24_in_context_joins_the_sections_passages_and_names_their_pages() -> None:
+def test_in_context_joins_the_sections_passages_and_names_their_pages() -> None:
     neighbours = [
         StoredPassage(4, "Page one ends here.", "Setup", (1,)),
         StoredPassage(5, "Page two starts here. It goes on.", "Setup", (2,)),
@@ -96,7 +96,7 @@ def test_i24_in_context_joins_the_sections_passages_and_names_their_pages() -> N
     assert in_context(hit, neighbours).passage == shown.passage  # no number: found by its text
 
 
-def test_i24_in_context_never_joins_the_section_before_or_after() -> None:
+def test_in_context_never_joins_the_section_before_or_after() -> None:
     """The section's own passages only, on both sides (an HTML page's `h2` sections are one passage each:
     the "Water treatment" table quoted with the "Yearly tasks" list before it crossed a heading)."""
     neighbours = [
@@ -114,7 +114,7 @@ def test_i24_in_context_never_joins_the_section_before_or_after() -> None:
     assert in_context(replace(alone, passage="Intro.", passage_no=0), neighbours).passage == "Intro."
 
 
-def test_i24_in_context_keeps_a_passage_it_cannot_place() -> None:
+def test_in_context_keeps_a_passage_it_cannot_place() -> None:
     hit = Hit("k@1", "d", "T", "r", 1.0, "Second.", passage_no=1)
     assert in_context(hit, _stored("First.", "Second.", "Third.")).passage == "First.\n\nSecond.\n\nThird."
     assert in_context(hit, []) == hit  # another revision, or gone: the backend returned nothing
@@ -123,7 +123,7 @@ def test_i24_in_context_keeps_a_passage_it_cannot_place() -> None:
     assert in_context(hit, gap).passage == "First.\n\nSecond."  # only passages side by side
 
 
-def test_i24_r_budget_a_quote_in_context_only_where_it_fits_whole() -> None:
+def test_r_budget_a_quote_in_context_only_where_it_fits_whole() -> None:
     """A budget's cut keeps a quote's beginning: were the context before a passage cut instead of the
     passage, the reference would quote what did not match. So a quote in context is taken only where it
     fits whole, in rank order, per source (`sourceMaxChars`) and for the chain (remaining chars)."""
@@ -162,7 +162,7 @@ def _agent(world: World, **routing: Any) -> str:
     return world.agent("auto", {"mode": "AUTO", "rules": [{"knowledge": _ref(), "always": True}], **routing})
 
 
-def test_i24_r_tool_reference_quotes_its_passage_in_context(world: World) -> None:
+def test_r_tool_reference_quotes_its_passage_in_context(world: World) -> None:
     """The fake backend keeps no passages: the port's default reads its documents and splits them again."""
     result = world.call(_agent(world), {"query": "乙"})
     [ref] = result["references"]
@@ -172,7 +172,7 @@ def test_i24_r_tool_reference_quotes_its_passage_in_context(world: World) -> Non
     )
 
 
-def test_i24_r_tool_references_quote_their_passages_alone_when_the_read_fails(
+def test_r_tool_references_quote_their_passages_alone_when_the_read_fails(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def down(hits: Any) -> Any:
@@ -183,7 +183,7 @@ def test_i24_r_tool_references_quote_their_passages_alone_when_the_read_fails(
     assert ref["content"] == PARAGRAPHS[1]
 
 
-def test_i24_r_tool_a_tight_budget_quotes_the_passage_not_the_context_before_it(world: World) -> None:
+def test_r_tool_a_tight_budget_quotes_the_passage_not_the_context_before_it(world: World) -> None:
     [ref] = world.call(_agent(world, maxContextChars=600), {"query": "乙"})["references"]
     assert ref["content"] == PARAGRAPHS[1]  # the passage (250 chars), not the first 600 of its context
 
@@ -204,7 +204,7 @@ _PIECES = st.sampled_from(
     st.integers(min_value=1, max_value=30),
     st.integers(min_value=1, max_value=120),
 )
-def test_i24_context_span_holds_its_passage_within_the_limit_and_its_section(
+def test_context_span_holds_its_passage_within_the_limit_and_its_section(
     pieces: list[str], at: int, length: int, max_chars: int
 ) -> None:
     """Whatever the text: the span holds the whole passage, is no longer than `max_chars` unless the

@@ -54,7 +54,7 @@ def _write_in_batches(c: Container, batches: int) -> None:
         c.backend.put_documents([doc])
 
 
-def test_i23_a_jobs_end_compacts_a_fragmented_index(c: Container) -> None:
+def test_a_jobs_end_compacts_a_fragmented_index(c: Container) -> None:
     _write_in_batches(c, 6)
     [state] = c.backend.index_states()
     assert state.fragmented and state.segments > 1
@@ -68,7 +68,7 @@ def test_i23_a_jobs_end_compacts_a_fragmented_index(c: Container) -> None:
     assert c.ingestion.status(SOURCE, job.job_id).state == "completed"
 
 
-def test_i23_a_compaction_failure_never_fails_the_finished_job(
+def test_a_compaction_failure_never_fails_the_finished_job(
     c: Container, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     calls: list[bool] = []
@@ -86,7 +86,7 @@ def test_i23_a_compaction_failure_never_fails_the_finished_job(
     assert "not compacted after a job: unavailable" in caplog.text
 
 
-def test_i23_admin_routes_show_and_start_a_compaction(c: Container, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_admin_routes_show_and_start_a_compaction(c: Container, monkeypatch: pytest.MonkeyPatch) -> None:
     _write_in_batches(c, 2)
     bootstrap.reset(c)
     try:
@@ -116,7 +116,7 @@ def test_i23_admin_routes_show_and_start_a_compaction(c: Container, monkeypatch:
         bootstrap.reset(None)
 
 
-def test_i23_cli_search_indices_status_and_compact(c: Container, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_search_indices_status_and_compact(c: Container, capsys: pytest.CaptureFixture[str]) -> None:
     """`kb search-indices` prints the admin listing as a table (or `--json`), and says what compact did."""
     from kb_cli.main import build_parser
 
@@ -142,7 +142,7 @@ def test_i23_cli_search_indices_status_and_compact(c: Container, capsys: pytest.
     assert run("prepare").strip() == "search indices prepared"
 
 
-def test_i23_manual_compaction_leaves_it_to_the_operator(tmp_path: Path, clock: FakeClock) -> None:
+def test_manual_compaction_leaves_it_to_the_operator(tmp_path: Path, clock: FakeClock) -> None:
     """`KB_SEARCH_COMPACTION=manual` (SAM `SearchCompaction`): neither a job's end, nor quiet writes, nor a
     start compacts; `POST /admin/v1/search-indices/compact` still does."""
     from knowledge_core.settings import Settings
@@ -165,7 +165,7 @@ def test_i23_manual_compaction_leaves_it_to_the_operator(tmp_path: Path, clock: 
     assert compactor.idle(30) and c.backend.index_states()[0].segments == 1
 
 
-def test_i23_cli_compact_wait_returns_once_nothing_merges(
+def test_cli_compact_wait_returns_once_nothing_merges(
     c: Container, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`kb search-indices compact --wait` polls the listing until the merge has ended (exit 0, the listing

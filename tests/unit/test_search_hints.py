@@ -202,9 +202,7 @@ def test_a_search_hint_summary_of_a_table_document_reads_as_text(tmp_path, clock
         "| Starter | 100 | 20 |\n| Enterprise | 5000 | 800 |\n"
     )
     container = setup_world(embedded_container(tmp_path, clock), {A: 0.0}, [doc(A, "t1", "SLA tables", body)])
-    summaries = {
-        h["summary"] for h in search(container, "Escalation P2 Enterprise burst", limit=3)["hints"]
-    }
+    summaries = {h["summary"] for h in search(container, "Escalation P2 Enterprise burst", limit=3)["hints"]}
     summaries |= {h["summary"] for h in search(container, "Priority 优先级", limit=3)["hints"]}
     assert summaries and not any("|" in s for s in summaries)
     assert any("P2 重要: 1 小时 hour" in s for s in summaries)

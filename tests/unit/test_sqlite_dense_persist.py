@@ -103,7 +103,7 @@ def _saved_graph(path: Path) -> SqliteFtsBackend:
     return first
 
 
-def test_i23_restart_reuses_the_saved_graph_and_applies_writes_made_while_down(
+def test_restart_reuses_the_saved_graph_and_applies_writes_made_while_down(
     tmp_path: Path, builds: list[int]
 ) -> None:
     path = tmp_path / "search.sqlite3"
@@ -166,7 +166,7 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_i23_damaged_or_mismatched_saved_graph_is_rebuilt_never_an_error(
+def test_damaged_or_mismatched_saved_graph_is_rebuilt_never_an_error(
     tmp_path: Path, builds: list[int], damage: str
 ) -> None:
     path = tmp_path / "search.sqlite3"
@@ -181,7 +181,7 @@ def test_i23_damaged_or_mismatched_saved_graph_is_rebuilt_never_an_error(
     assert GraphStore(path).load(SOURCE, MODEL) is not None  # saved whole again
 
 
-def test_i23_saved_graph_of_a_recreated_file_is_not_used(tmp_path: Path, builds: list[int]) -> None:
+def test_saved_graph_of_a_recreated_file_is_not_used(tmp_path: Path, builds: list[int]) -> None:
     """Passage ids restart in a new file of the same name: the saved graph's vectors at sampled ids are not
     the stored ones, so it is rebuilt rather than answering with another corpus' neighbours."""
     path = tmp_path / "search.sqlite3"
@@ -217,7 +217,7 @@ def blocked_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.E
     release.set()
 
 
-def test_i23_first_search_without_saved_graph_is_exact_and_does_not_wait_for_the_build(
+def test_first_search_without_saved_graph_is_exact_and_does_not_wait_for_the_build(
     tmp_path: Path, blocked_build: tuple[threading.Event, list[int]]
 ) -> None:
     release, started = blocked_build
@@ -259,7 +259,7 @@ def test_i23_first_search_without_saved_graph_is_exact_and_does_not_wait_for_the
     assert GraphStore(tmp_path / "search.sqlite3").load(SOURCE, MODEL) is not None
 
 
-def test_i23_large_delta_is_folded_in_by_the_background_not_the_request(
+def test_large_delta_is_folded_in_by_the_background_not_the_request(
     tmp_path: Path, builds: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More new vectors than a request adds (INLINE_ADD_MAX): the request is answered exactly, the same
@@ -289,7 +289,7 @@ def test_i23_large_delta_is_folded_in_by_the_background_not_the_request(
     assert builds == [30]
 
 
-def test_i23_restart_with_a_large_delta_catches_the_saved_graph_up_in_the_background(
+def test_restart_with_a_large_delta_catches_the_saved_graph_up_in_the_background(
     tmp_path: Path, builds: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Many writes while no process searched: the restarted process answers exactly at once and folds them
@@ -310,7 +310,7 @@ def test_i23_restart_with_a_large_delta_catches_the_saved_graph_up_in_the_backgr
     assert saved is not None and len(saved.index) == 34
 
 
-def test_i23_processes_of_one_file_build_the_graph_once(tmp_path: Path, builds: list[int]) -> None:
+def test_processes_of_one_file_build_the_graph_once(tmp_path: Path, builds: list[int]) -> None:
     """While another process holds the build claim, this one answers exactly and its background thread
     waits, then loads the graph the other saved instead of building its own."""
     path = tmp_path / "search.sqlite3"
@@ -339,7 +339,7 @@ def test_i23_processes_of_one_file_build_the_graph_once(tmp_path: Path, builds: 
     assert _dense(mine, _text(8)) == _exact(mine, _text(8))
 
 
-def test_i23_exact_scan_matches_the_exact_matrix() -> None:
+def test_exact_scan_matches_the_exact_matrix() -> None:
     """The interim exact scan (usearch's exact int8 inner product) ranks and scores as the float32 matrix,
     and its updated copy drops and adds rows."""
     rng = np.random.default_rng(5)
@@ -359,7 +359,7 @@ def test_i23_exact_scan_matches_the_exact_matrix() -> None:
     assert later.nearest(query, 1)[0][0] == ids[-1] + 1 and scan.nearest(query, 1)[0][0] == ids[7]
 
 
-def test_i23_warm_loads_every_source_dense_index_in_the_background(tmp_path: Path, builds: list[int]) -> None:
+def test_warm_loads_every_source_dense_index_in_the_background(tmp_path: Path, builds: list[int]) -> None:
     """`kb serve` warms at start: the saved graph of each source and model is loaded before any search."""
     path = tmp_path / "search.sqlite3"
     _saved_graph(path)
@@ -370,7 +370,7 @@ def test_i23_warm_loads_every_source_dense_index_in_the_background(tmp_path: Pat
     assert _dense(restarted, _text(2)) == _exact(restarted, _text(2))
 
 
-def test_i23_warm_loads_only_the_models_this_process_searches_with(tmp_path: Path, builds: list[int]) -> None:
+def test_warm_loads_only_the_models_this_process_searches_with(tmp_path: Path, builds: list[int]) -> None:
     """`kb serve` warms whatever its backend: a process without an embedder (BM25 only) or with other
     models never searches the file's vectors, so warming loads and builds none of them."""
     path = tmp_path / "search.sqlite3"
@@ -385,7 +385,7 @@ def test_i23_warm_loads_only_the_models_this_process_searches_with(tmp_path: Pat
     assert builds == [30]
 
 
-def test_i23_unwritable_graph_directory_still_builds_in_memory(tmp_path: Path, builds: list[int]) -> None:
+def test_unwritable_graph_directory_still_builds_in_memory(tmp_path: Path, builds: list[int]) -> None:
     """A graph directory that cannot be created (a file in its place): the graph is built and used in
     memory, unsaved; searches never see an error."""
     path = tmp_path / "search.sqlite3"
@@ -403,7 +403,7 @@ def _sidecar_version(path: Path) -> int:
     return int(json.loads(GraphStore(path).paths(SOURCE, MODEL)[1].read_text())["version"])
 
 
-def test_i23_close_saves_a_pending_delta_at_once(tmp_path: Path, builds: list[int]) -> None:
+def test_close_saves_a_pending_delta_at_once(tmp_path: Path, builds: list[int]) -> None:
     """`kb serve` closes its backend when it stops: a graph changed by delta is on disk then, not
     `SAVE_DELAY_S`..`SAVE_MAX_DELAY_S` later (or never, the process gone)."""
     path = tmp_path / "search.sqlite3"
@@ -423,7 +423,7 @@ def test_i23_close_saves_a_pending_delta_at_once(tmp_path: Path, builds: list[in
     assert builds == [30]
 
 
-def test_i23_close_is_bounded_and_never_raises(
+def test_close_is_bounded_and_never_raises(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A save slower than the close's bound is left to the process's end, one failing unexpectedly is
@@ -452,7 +452,7 @@ def test_i23_close_is_bounded_and_never_raises(
         release.set()
 
 
-def test_i23_close_of_a_backend_without_saved_graphs_is_a_no_op(tmp_path: Path) -> None:
+def test_close_of_a_backend_without_saved_graphs_is_a_no_op(tmp_path: Path) -> None:
     """An in-memory file (nothing saved) and a file never searched close at once."""
     for backend in (SqliteFtsBackend(":memory:", embedder=HashEmbedder()), _backend(tmp_path / "s.sqlite3")):
         started = time.monotonic()
@@ -460,7 +460,7 @@ def test_i23_close_of_a_backend_without_saved_graphs_is_a_no_op(tmp_path: Path) 
         assert time.monotonic() - started < 0.5
 
 
-def test_i23_kb_serve_instance_closes_its_container_when_kb_serve_hangs_up(
+def test_kb_serve_instance_closes_its_container_when_kb_serve_hangs_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock
 ) -> None:
     """A `kb serve` instance (a worker process: searches, so deltas, happen there) saves its pending graph
@@ -494,7 +494,7 @@ def test_i23_kb_serve_instance_closes_its_container_when_kb_serve_hangs_up(
     assert _sidecar_version(path) == version
 
 
-def test_i23_kb_serve_stop_lets_an_idle_instance_exit_on_its_own() -> None:
+def test_kb_serve_stop_lets_an_idle_instance_exit_on_its_own() -> None:
     """kb serve's stop closes an instance's pipe and waits (bounded) for it to exit, closing its container,
     instead of killing it at once."""
     from kb_cli import gateway
@@ -506,7 +506,7 @@ def test_i23_kb_serve_stop_lets_an_idle_instance_exit_on_its_own() -> None:
     assert time.monotonic() - started < gateway.STOP_GRACE_S
 
 
-def test_i23_graphs_are_saved_only_beside_a_file_path(tmp_path: Path) -> None:
+def test_graphs_are_saved_only_beside_a_file_path(tmp_path: Path) -> None:
     """The search file says whether it is a file path (`SqliteDatabase.on_disk`): `:memory:` and a `file:`
     URI keep their graphs in memory, with nothing written beside them."""
     from knowledge_core.adapters.sqlite.db import SqliteDatabase
@@ -524,7 +524,7 @@ def test_i23_graphs_are_saved_only_beside_a_file_path(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.dense"))
 
 
-def test_i23_close_stops_a_build_between_chunks_and_none_starts_after(
+def test_close_stops_a_build_between_chunks_and_none_starts_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blocked_build: tuple[threading.Event, list[int]]
 ) -> None:
     """A build under way at shutdown stops at its next chunk of `ADD_CHUNK` vectors (a thread still inside
@@ -553,7 +553,7 @@ def test_i23_close_stops_a_build_between_chunks_and_none_starts_after(
     restarted.close()
 
 
-def test_i23_hnsw_update_adds_in_chunks_and_stops_between_them(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hnsw_update_adds_in_chunks_and_stops_between_them(monkeypatch: pytest.MonkeyPatch) -> None:
     import usearch.index
 
     monkeypatch.setattr(dense_index, "ADD_CHUNK", 4)

@@ -71,7 +71,7 @@ def _answers(backend: SqliteFtsBackend) -> list[list[tuple[str, float, str]]]:
     return out
 
 
-def test_i23_structure_record_gives_each_segments_leaf_pages(tmp_path: Path) -> None:
+def test_structure_record_gives_each_segments_leaf_pages(tmp_path: Path) -> None:
     backend = _fragmented_backend(tmp_path / "s.sqlite3")
     conn = backend._conn()
     pages = segment_pages(conn)
@@ -79,7 +79,7 @@ def test_i23_structure_record_gives_each_segments_leaf_pages(tmp_path: Path) -> 
     assert sorted(pages) == _leaf_pages(conn)
 
 
-def test_i23_compaction_merges_into_one_segment_and_changes_no_answer(tmp_path: Path) -> None:
+def test_compaction_merges_into_one_segment_and_changes_no_answer(tmp_path: Path) -> None:
     backend = _fragmented_backend(tmp_path / "s.sqlite3")
     conn = backend._conn()
     before = _answers(backend)
@@ -94,7 +94,7 @@ def test_i23_compaction_merges_into_one_segment_and_changes_no_answer(tmp_path: 
     assert compact(backend._db) == 0  # nothing left: a no-op
 
 
-def test_i23_a_small_write_after_a_compaction_does_not_rewrite_the_index(tmp_path: Path) -> None:
+def test_a_small_write_after_a_compaction_does_not_rewrite_the_index(tmp_path: Path) -> None:
     backend = _fragmented_backend(tmp_path / "s.sqlite3", batches=12, per_batch=40)
     compact(backend._db)
     backend.put_documents([_doc(SOURCE, "late", _body(999))])
@@ -103,7 +103,7 @@ def test_i23_a_small_write_after_a_compaction_does_not_rewrite_the_index(tmp_pat
     assert not fragmented(pages)  # one document's segment beside the index: not worth a rewrite
 
 
-def test_i23_unreadable_structure_counts_as_not_fragmented() -> None:
+def test_unreadable_structure_counts_as_not_fragmented() -> None:
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE passages_data (id INTEGER PRIMARY KEY, block BLOB)")
     assert segment_pages(conn) is None
@@ -112,7 +112,7 @@ def test_i23_unreadable_structure_counts_as_not_fragmented() -> None:
     assert not fragmented(None) and not fragmented([]) and not fragmented([7])
 
 
-def test_i23_compactor_runs_once_writes_are_quiet(tmp_path: Path) -> None:
+def test_compactor_runs_once_writes_are_quiet(tmp_path: Path) -> None:
     backend = _fragmented_backend(tmp_path / "s.sqlite3")
     compactor = Compactor(backend._db, quiet_s=0.2)
     compactor.written()
@@ -127,7 +127,7 @@ def test_i23_compactor_runs_once_writes_are_quiet(tmp_path: Path) -> None:
     compactor.close()
 
 
-def test_i23_warm_compacts_a_fragmented_file(tmp_path: Path) -> None:
+def test_warm_compacts_a_fragmented_file(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     _fragmented_backend(path)
     backend = SqliteFtsBackend(path)  # as `kb serve` opens a file an ingest left fragmented
@@ -143,7 +143,7 @@ def test_i23_warm_compacts_a_fragmented_file(tmp_path: Path) -> None:
     assert not thread.is_alive()
 
 
-def test_i23_writers_proceed_during_a_compaction_and_stop_ends_it(
+def test_writers_proceed_during_a_compaction_and_stop_ends_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(fts_compaction, "SLICE_PAGES", 1)  # many slices: the writer lands between two
@@ -171,7 +171,7 @@ def test_i23_writers_proceed_during_a_compaction_and_stop_ends_it(
     backend._conn().execute("INSERT INTO passages(passages) VALUES('integrity-check')")
 
 
-def test_i23_fragmented_rule_keeps_the_target_largest() -> None:
+def test_fragmented_rule_keeps_the_target_largest() -> None:
     """`domain.segments`, one rule for both backends: segments beside the `keep` largest must hold 5 % of
     them; a shard gets one segment per started 5 GiB (Lucene's largest merged segment)."""
     from knowledge_core.domain.segments import MAX_SEGMENT_BYTES, target_segments
@@ -183,7 +183,7 @@ def test_i23_fragmented_rule_keeps_the_target_largest() -> None:
     assert target_segments(MAX_SEGMENT_BYTES + 1) == 2 and target_segments(11 * 1024**3) == 3
 
 
-def test_i23_index_states_and_an_operators_compaction(tmp_path: Path) -> None:
+def test_index_states_and_an_operators_compaction(tmp_path: Path) -> None:
     """`GET /admin/v1/search-indices`' view of the embedded index, and `compact(force=True)`: it merges an
     index of more than one segment even below the fragmented share, in the background."""
     backend = _fragmented_backend(tmp_path / "s.sqlite3", batches=12, per_batch=40)
@@ -209,7 +209,7 @@ def test_i23_index_states_and_an_operators_compaction(tmp_path: Path) -> None:
     backend.close()
 
 
-def test_i23_an_in_memory_index_is_not_compacted() -> None:
+def test_an_in_memory_index_is_not_compacted() -> None:
     backend = SqliteFtsBackend(":memory:")
     assert backend.compact(force=True) is False
     assert backend.index_states()[0].merging is False

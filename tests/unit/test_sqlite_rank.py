@@ -52,7 +52,7 @@ def _scores(conn: sqlite3.Connection, function: str, match: str) -> list[tuple[i
     ).fetchall()
 
 
-def test_i23_kb_bm25_scores_every_row_as_bm25_does_before_and_after_writes() -> None:
+def test_kb_bm25_scores_every_row_as_bm25_does_before_and_after_writes() -> None:
     path = _require_build()
     assert rank.described() == rank.FUNCTION
     conn = sqlite3.connect(":memory:")
@@ -88,7 +88,7 @@ def _search(backend: SqliteFtsBackend, text: str) -> list[tuple[str, float]]:
     return [(h.doc_id, h.score) for h in result.hits]
 
 
-def test_i23_search_ranks_by_kb_bm25_with_the_scores_of_bm25(
+def test_search_ranks_by_kb_bm25_with_the_scores_of_bm25(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same file searched by a backend whose connections load kb_bm25 and by one told to use bm25()
@@ -110,7 +110,7 @@ def test_i23_search_ranks_by_kb_bm25_with_the_scores_of_bm25(
     plain.close()
 
 
-def test_i23_without_a_compiler_or_a_loadable_build_the_index_ranks_by_bm25(
+def test_without_a_compiler_or_a_loadable_build_the_index_ranks_by_bm25(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("KB_CACHE_DIR", str(tmp_path / "cache"))
@@ -131,7 +131,7 @@ def test_i23_without_a_compiler_or_a_loadable_build_the_index_ranks_by_bm25(
     assert "not loaded (OperationalError)" in caplog.text
 
 
-def test_i23_kb_bm25_is_built_once_per_user_into_a_private_directory(
+def test_kb_bm25_is_built_once_per_user_into_a_private_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if shutil.which("cc") is None and shutil.which("gcc") is None:
@@ -145,7 +145,7 @@ def test_i23_kb_bm25_is_built_once_per_user_into_a_private_directory(
     assert rank.library() == path and path.stat().st_mtime_ns == built  # found, not built again
 
 
-def test_i23_a_build_others_may_write_is_not_loaded(
+def test_a_build_others_may_write_is_not_loaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A library in a directory group or others may write could be anyone's code: refused, bm25() ranks."""

@@ -38,7 +38,7 @@ def _candidate_statements(backend: SqliteFtsBackend, source: str, text: str, top
     return result.hits, sum("MATCH" in s for s in seen)
 
 
-def test_i23_hidden_documents_cost_one_deeper_fetch_not_offset_pages(tmp_path: Path) -> None:
+def test_hidden_documents_cost_one_deeper_fetch_not_offset_pages(tmp_path: Path) -> None:
     """200 documents of another tenant outrank the one the viewer may see: the old path paged with OFFSET
     (9 statements here), the new one reads FTS5's top rows once, then every match once."""
     backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
@@ -49,7 +49,7 @@ def test_i23_hidden_documents_cost_one_deeper_fetch_not_offset_pages(tmp_path: P
     assert statements == 2
 
 
-def test_i23_source_is_filtered_inside_fts5(tmp_path: Path) -> None:
+def test_source_is_filtered_inside_fts5(tmp_path: Path) -> None:
     """Better matches in another source of the same file neither crowd out nor slow down a small source:
     its answer comes from the first fetch."""
     backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
@@ -61,7 +61,7 @@ def test_i23_source_is_filtered_inside_fts5(tmp_path: Path) -> None:
     assert _candidate_statements(backend, "absent@1", "zebra", top_k=5) == ([], 0)
 
 
-def test_i23_passage_ids_lie_in_their_source_range_and_are_never_reused(tmp_path: Path) -> None:
+def test_passage_ids_lie_in_their_source_range_and_are_never_reused(tmp_path: Path) -> None:
     backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
     backend.put_documents([_doc("a@1", "x", "one\n\ntwo"), _doc("b@1", "y", "three")])
     backend.put_documents([_doc("a@1", "x", "one\n\ntwo")])  # rewritten: a fresh id (one passage)
@@ -79,7 +79,7 @@ def test_i23_passage_ids_lie_in_their_source_range_and_are_never_reused(tmp_path
     ] == [1]  # the first write had id 0 of the range
 
 
-def test_i23_candidate_plan_takes_the_top_k_inside_fts5_before_any_join(tmp_path: Path) -> None:
+def test_candidate_plan_takes_the_top_k_inside_fts5_before_any_join(tmp_path: Path) -> None:
     """EXPLAIN QUERY PLAN: FTS5 answers the rank-ordered, rowid-bounded top-k in a materialized step; the
     rows and documents are then looked up by key, no table scan."""
     backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
@@ -92,7 +92,7 @@ def test_i23_candidate_plan_takes_the_top_k_inside_fts5_before_any_join(tmp_path
     assert not any(s.startswith("SCAN r") or s.startswith("SCAN d") for s in steps), steps
 
 
-def test_i23_candidates_equal_fts5_rank_order(tmp_path: Path) -> None:
+def test_candidates_equal_fts5_rank_order(tmp_path: Path) -> None:
     """The candidate statement scores with `bm25()` under SQLite's own ORDER BY ... LIMIT (cheaper per
     matching row than FTS5's `ORDER BY rank` cursor): the same passages, scores and order as FTS5's
     rank-ordered top-k with the same weights, ties by passage id, at every depth (the scale corpus)."""
@@ -121,7 +121,7 @@ def test_i23_candidates_equal_fts5_rank_order(tmp_path: Path) -> None:
     assert compared > 1_000
 
 
-def test_i23_restriction_applies_before_the_top_k(tmp_path: Path) -> None:
+def test_restriction_applies_before_the_top_k(tmp_path: Path) -> None:
     """The document pre-filter hook: a restriction keeps only its documents, however many others rank
     higher."""
     backend = SqliteFtsBackend(tmp_path / "search.sqlite3")
@@ -137,7 +137,7 @@ def test_i23_restriction_applies_before_the_top_k(tmp_path: Path) -> None:
     assert [r[0] for r in rows] == ["d01", "d00"]
 
 
-def test_i23_old_layout_index_rebuilt_on_open_vectors_kept(tmp_path: Path) -> None:
+def test_old_layout_index_rebuilt_on_open_vectors_kept(tmp_path: Path) -> None:
     """A file of the previous layout (passage ids 1.., no source ranges, user_version 2) is re-indexed on
     open into source ranges; its stored vectors follow their passages (no re-embedding)."""
     path = tmp_path / "search.sqlite3"
@@ -192,7 +192,7 @@ class HashEmbedder(Embedder):
         return [[self._vector(t)] for t in texts]
 
 
-def test_i23_hnsw_recall_at_10_against_exact() -> None:
+def test_hnsw_recall_at_10_against_exact() -> None:
     """The approximate index keeps recall@10 >= 0.98 against the exact scan on clustered int8 vectors (the
     scale corpus' geometry) at the depth the dense stage asks for, and its cosines are the exact ones."""
     corpus = Corpus(30_000, seed=3)
@@ -211,7 +211,7 @@ def test_i23_hnsw_recall_at_10_against_exact() -> None:
     assert float(np.mean(recalls)) >= 0.98
 
 
-def test_i23_dense_stage_past_the_exact_bound_follows_writes_by_delta(
+def test_dense_stage_past_the_exact_bound_follows_writes_by_delta(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past EXACT_MAX vectors the dense stage is an HNSW graph; a write adds/removes its passages in the
@@ -240,7 +240,7 @@ def test_i23_dense_stage_past_the_exact_bound_follows_writes_by_delta(
     assert first[0] not in dense_ids("unrelated")
 
 
-def test_i23_dense_stage_reads_the_row_of_each_documents_nearest_passage_only(tmp_path: Path) -> None:
+def test_dense_stage_reads_the_row_of_each_documents_nearest_passage_only(tmp_path: Path) -> None:
     """Status, ACL and filters are a document's: the dense stage reads the rows of each document's nearest
     passage (6 documents of 12 passages: 6 ids, not 72), and answers as reading every row did — each
     document's best cosine, best first, hidden ones passed over, a rewritten one by its new passages."""
@@ -281,7 +281,7 @@ def test_i23_dense_stage_reads_the_row_of_each_documents_nearest_passage_only(tm
     assert dense(2)[0] == expected()[:2]
 
 
-def test_i23_usearch_loads_beside_onnxruntime() -> None:
+def test_usearch_loads_beside_onnxruntime() -> None:
     """The pinned usearch, imported before onnxruntime, does not crash its import (2.26 does)."""
     import subprocess
     import sys

@@ -46,7 +46,7 @@ def _matches(corpus: Corpus, n: int = 40) -> list[str]:
     return [" OR ".join(f'"{w}"' for w in q.text.split()) for q in corpus.queries(n)]
 
 
-def test_i23_slices_split_the_used_ids_without_overlap_the_last_to_the_range_end() -> None:
+def test_slices_split_the_used_ids_without_overlap_the_last_to_the_range_end() -> None:
     db = SqliteDatabase(":memory:")
     sliced = SlicedCandidates(db, 3, min_passages=10)
     try:
@@ -59,7 +59,7 @@ def test_i23_slices_split_the_used_ids_without_overlap_the_last_to_the_range_end
 
 
 @pytest.mark.parametrize("slices", [2, 3, 4])
-def test_i23_sliced_top_k_equals_one_statement(corpus_file: tuple[Path, Corpus], slices: int) -> None:
+def test_sliced_top_k_equals_one_statement(corpus_file: tuple[Path, Corpus], slices: int) -> None:
     """Every depth, every query: the same (doc, score, acl, passage id) rows in the same order, the
     deeper fetch (every match) included."""
     path, corpus = corpus_file
@@ -84,7 +84,7 @@ def test_i23_sliced_top_k_equals_one_statement(corpus_file: tuple[Path, Corpus],
     assert compared > 2_000
 
 
-def test_i23_sliced_search_answers_as_one_statement(corpus_file: tuple[Path, Corpus]) -> None:
+def test_sliced_search_answers_as_one_statement(corpus_file: tuple[Path, Corpus]) -> None:
     """Through the backend: the same hits (documents, scores, cited passages), hidden documents of another
     tenant skipped and the deeper fetch taken alike."""
     path, corpus = corpus_file
@@ -106,7 +106,7 @@ def test_i23_sliced_search_answers_as_one_statement(corpus_file: tuple[Path, Cor
         sliced.close()
 
 
-def test_i23_a_slice_past_the_deadline_is_a_typed_timeout(corpus_file: tuple[Path, Corpus]) -> None:
+def test_a_slice_past_the_deadline_is_a_typed_timeout(corpus_file: tuple[Path, Corpus]) -> None:
     """A slice in another thread stops at the caller's deadline too: the statement is interrupted there
     (an OperationalError the search types as `timeout`), never an answer from fewer slices."""
     path, corpus = corpus_file
@@ -128,7 +128,7 @@ def test_i23_a_slice_past_the_deadline_is_a_typed_timeout(corpus_file: tuple[Pat
         backend.close()
 
 
-def test_i23_a_closed_slicer_answers_with_one_statement(corpus_file: tuple[Path, Corpus]) -> None:
+def test_a_closed_slicer_answers_with_one_statement(corpus_file: tuple[Path, Corpus]) -> None:
     path, corpus = corpus_file
     backend = SqliteFtsBackend(path, slices=1)
     conn = backend._conn()
@@ -145,7 +145,7 @@ def test_i23_a_closed_slicer_answers_with_one_statement(corpus_file: tuple[Path,
         backend.close()
 
 
-def test_i23_default_slices_are_the_usable_cpus_at_most_four_with_bm25_and_one_with_kb_bm25(
+def test_default_slices_are_the_usable_cpus_at_most_four_with_bm25_and_one_with_kb_bm25(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Slices pay with bm25() (0.62-0.85x one statement at 100k-1M), not with kb_bm25 (1.14-1.28x)."""
@@ -157,7 +157,7 @@ def test_i23_default_slices_are_the_usable_cpus_at_most_four_with_bm25_and_one_w
     assert candidates.default_slices() == 1
 
 
-def test_i23_every_embedded_store_uses_the_one_driver() -> None:
+def test_every_embedded_store_uses_the_one_driver() -> None:
     """One SQLite library per process (two copies would drop each other's POSIX locks on a shared file):
     every adapter module's `sqlite3` is the driver's, the newer of pysqlite3 and the standard library's."""
     from knowledge_core.adapters.sqlite import (
@@ -185,14 +185,14 @@ def test_i23_every_embedded_store_uses_the_one_driver() -> None:
         assert driver.sqlite3 is (dbapi2 if newer else stdlib)
 
 
-def test_i23_driver_falls_back_to_the_standard_library(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_driver_falls_back_to_the_standard_library(monkeypatch: pytest.MonkeyPatch) -> None:
     import sqlite3 as stdlib
 
     monkeypatch.setitem(sys.modules, "pysqlite3", None)  # an import of it fails
     assert driver._choose() is stdlib  # (the module's own choice, made at import, stays)
 
 
-def test_i23_driver_keeps_the_standard_library_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_driver_keeps_the_standard_library_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
     import sqlite3 as stdlib
 
     monkeypatch.setenv("KB_SQLITE_LIBRARY", "stdlib")
@@ -200,7 +200,7 @@ def test_i23_driver_keeps_the_standard_library_when_told(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("top_k", [1, 3, 10])
-def test_i23_citing_reads_the_passages_its_search_already_ranked(
+def test_citing_reads_the_passages_its_search_already_ranked(
     corpus_file: tuple[Path, Corpus], top_k: int
 ) -> None:
     """`passage_candidates` after a search in the same thread: a document with at least `per_doc` passages
@@ -235,7 +235,7 @@ def test_i23_citing_reads_the_passages_its_search_already_ranked(
     assert answered_from_rows > 0
 
 
-def test_i23_citing_after_another_search_asks_the_index(corpus_file: tuple[Path, Corpus]) -> None:
+def test_citing_after_another_search_asks_the_index(corpus_file: tuple[Path, Corpus]) -> None:
     """The rows kept are the thread's last search's, by source and query: another query's hits (or a
     search of another thread) are never answered from them."""
     path, corpus = corpus_file
