@@ -1,4 +1,4 @@
-"""The long-document task of `kb eval` (issue 24): does what a hit *shows* carry the answer?
+"""The long-document task of `kb eval`: does what a hit *shows* carry the answer?
 
 Each XQuAD article of a split is one Markdown document (`# title`, then its paragraphs), in Chinese and in
 English by turns (the split's articles in file order: even positions Chinese, odd English), asked its own

@@ -1,4 +1,4 @@
-"""The local S3-API server of `kb services` (issue 27): versitygw (Apache-2.0, github.com/versity/versitygw)
+"""The local S3-API server of `kb services`: versitygw (Apache-2.0, github.com/versity/versitygw)
 with its posix backend, built with ``go build`` from the version pinned in ``services/versitygw/go.mod``.
 
 Chosen over s3proxy (Apache-2.0, Maven Central ``org.gaul:s3proxy``) by measurement on this machine:

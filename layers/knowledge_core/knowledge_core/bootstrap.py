@@ -335,7 +335,7 @@ class Container:
 
     @cached_property
     def extractor(self) -> Callable[[str, bytes], Extracted]:
-        """Where a file is extracted (issue 26 M2): a resource-limited child process unless told not to."""
+        """Where a file is extracted: a resource-limited child process unless told not to."""
         from .extraction import DEFAULT_LIMITS, ExtractionLimits, extract
         from .extraction_sandbox import ProcessExtractor
 

@@ -3,7 +3,7 @@ headings kept; PDF page starts kept so passages can name their page. A file that
 reason, is a typed `ExtractionError` (`unsupported_format`, `corrupt`, `encrypted`, `empty`, `too_large`,
 `too_complex`, `timeout`, `extraction_failed`) carrying no text of the file and no library message.
 
-Extraction is bounded before and while it reads (SPEC §7, issue 26 M2): the input size, a DOCX's
+Extraction is bounded before and while it reads (SPEC §7): the input size, a DOCX's
 declared decompressed size and compression ratio, a PDF's page count and decoded content, an HTML page's
 nesting depth and element count (scanned before the tree is built), the output size and a wall-time
 deadline checked between pages and blocks. Memory and CPU are bounded by the process this runs in

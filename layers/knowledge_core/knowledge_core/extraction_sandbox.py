@@ -1,4 +1,4 @@
-"""Extraction in a worker process with resource limits (I-INGEST; issue 26 M2).
+"""Extraction in a worker process with resource limits (I-INGEST).
 
 A hostile file (a zip bomb, thousands of nested tables, a PDF whose pages share one huge content stream)
 must not take the serving process down with it, nor hold the only ingestion worker forever. So HTML, PDF

@@ -1,4 +1,4 @@
-"""Reading a file of a directory being ingested, without following links (I-INGEST; issue 26 M3).
+"""Reading a file of a directory being ingested, without following links (I-INGEST).
 
 Between the scan that listed a directory and the worker that reads a file, anything may have been swapped:
 the file for a symlink to `/etc/passwd`, a folder on its path for a symlink elsewhere, the file for a FIFO

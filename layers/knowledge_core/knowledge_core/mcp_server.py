@@ -341,7 +341,7 @@ def build_server(door: KnowledgeDoor) -> Server:
         )
 
     async def list_resource_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
-        # Issue 22 point 10: clients that ask for templates get the capabilities resource (any workspace).
+        # Clients that ask for templates get the capabilities resource (any workspace).
         return types.ListResourceTemplatesResult(
             resource_templates=[
                 types.ResourceTemplate(

@@ -73,7 +73,7 @@ class Settings(Model):
     ingest_queue_url: str | None = None
     ingest_directories: bool = False
     ingest_lease_seconds: float = Field(15.0, ge=1, le=900)
-    # Extraction of one file (issue 26 M2): in a resource-limited child process ("process") or, where no
+    # Extraction of one file: in a resource-limited child process ("process") or, where no
     # child can be started, in this one ("inline": the in-process bounds only); its time and memory bounds.
     ingest_extraction: Literal["process", "inline"] = "process"
     ingest_extraction_seconds: float = Field(30.0, ge=1, le=600)

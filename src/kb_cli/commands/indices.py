@@ -1,5 +1,5 @@
 """`kb search-indices status|prepare|compact`: how the passages index is stored, its schema, and merging its
-segments after a bulk load (issue 23). Ingestion jobs compact on their own when they leave it fragmented."""
+segments after a bulk load. Ingestion jobs compact on their own when they leave it fragmented."""
 
 from __future__ import annotations
 

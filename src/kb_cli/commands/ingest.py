@@ -206,7 +206,7 @@ def _file_document(args: argparse.Namespace, doc_id: str, file: Path, uri: str, 
 
 
 def directory_files(root: Path) -> list[Path]:
-    """The files of a directory upload, by the service's own rules (I-INGEST, issue 26 M5): regular files
+    """The files of a directory upload, by the service's own rules (I-INGEST): regular files
     but sidecars (a file of an unsupported format is listed, to fail `unsupported_format` as in a job),
     no symlink (file or directory) followed, nothing hidden (`.git/…`, `.env.md`), at most
     MAX_DIRECTORY_FILES."""

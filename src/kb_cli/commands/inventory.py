@@ -1,4 +1,4 @@
-"""What the service holds, from the CLI (issue 22 point 4): `kb source list`, `kb doc list|show`,
+"""What the service holds, from the CLI: `kb source list`, `kb doc list|show`,
 `kb agent list`, `kb workspace list`. Each prints an aligned table with a header (or `--json`: the admin
 API's listing as is); times are UTC, to the second."""
 

@@ -59,7 +59,7 @@ def cmd_job(args: argparse.Namespace, call: Call) -> int:
         return 0
     if not getattr(args, "job_id", None):
         raise SystemExit(f"kb job {args.action}: give a JOB_ID")
-    if args.action == "cancel":  # issue 26: stops after its current batch, counts kept
+    if args.action == "cancel":  # stops after its current batch, counts kept
         job = call(args.endpoint, "POST", f"{base}/{seg(args.job_id)}/cancel")
     else:
         job = call(args.endpoint, "GET", f"{base}/{seg(args.job_id)}")

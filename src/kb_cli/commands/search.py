@@ -1,4 +1,4 @@
-"""`kb search --route R "query"`: search as a route, and say why nothing came back (issue 22 point 9).
+"""`kb search --route R "query"`: search as a route, and say why nothing came back.
 
 The search itself is the public API's, unchanged; the explanation comes from the admin listings (the
 route's agent, its routing and its sources) planned with the service's own router."""

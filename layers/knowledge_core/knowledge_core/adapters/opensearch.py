@@ -123,7 +123,7 @@ logger = logging.getLogger(__name__)
 
 PASSAGES_VERSION = "v5"  # v3: `index.knn` (a final setting) and a k-NN field per embedding model
 # v4: the parent's stored `version` on every row (live hits); v5: structure-aware passages with heading
-# paths (issue 24). Rows of an index older than RESPLIT_BEFORE (the version that changed the splitter: keep
+# paths. Rows of an index older than RESPLIT_BEFORE (the version that changed the splitter: keep
 # it equal to the version number above when that change is the newest) are re-split from the documents
 # index, not copied
 RESPLIT_BEFORE = 5

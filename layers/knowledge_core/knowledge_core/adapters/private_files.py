@@ -1,4 +1,4 @@
-"""Files only their owner can read (G-LOCAL, issue 26 M6): the embedded state, index and caches hold every
+"""Files only their owner can read (G-LOCAL): the embedded state, index and caches hold every
 tenant's documents, the ledgers and the token secret, so they are 0600 in a 0700 directory whatever the
 umask. The mode is given at creation (a umask can only remove bits, never add them), and an existing file
 or directory with wider bits is narrowed when it is opened again."""

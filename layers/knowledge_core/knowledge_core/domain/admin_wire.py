@@ -57,7 +57,7 @@ _METADATA_SCHEMA: dict[str, Any] = {
 }
 WireMetadata = Annotated[Metadata, WithJsonSchema(_METADATA_SCHEMA)]
 
-# The magic numbers of files a text route must not store as a body (issue 22 point 3).
+# The magic numbers of files a text route must not store as a body.
 _BINARY_MAGIC = {b"%PDF-": "a PDF file", b"PK\x03\x04": "a ZIP/DOCX file", b"\xd0\xcf\x11\xe0": "an OLE file"}
 
 

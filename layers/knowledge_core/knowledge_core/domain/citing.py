@@ -1,4 +1,4 @@
-"""Which passage of a ranked document a hit shows (issue 24: its summary and the agent tool's reference).
+"""Which passage of a ranked document a hit shows (its summary and the agent tool's reference).
 
 A backend's hit carries its document's best passage by BM25. With a query vector, the shown passage is the
 document's passage that best blends the two signals instead, among its CITE_PASSAGES best passages by BM25:

@@ -28,7 +28,7 @@ lists scores `scale` under rrf; under blend a perfect cosine adds (1 − w) · s
 nothing the scores are the semantic half alone (cosine · (1 − w) for blend). A query no model covers (no
 query vector) keeps its plain BM25 scores. Both backends fuse with this one function.
 
-No word match, no padding (issue 24, SPEC 无匹配不强塞文档): min-max scaling makes the best cosine 1.0 however
+No word match, no padding (SPEC 无匹配不强塞文档): min-max scaling makes the best cosine 1.0 however
 far it is, so when BM25 matched nothing in a source its nearest vectors would always score (1 − w) · 1 and
 fill the answer. Then a dense-only hit is answered only if its raw cosine reaches its model's floor
 (`no_match_floor`: passages of Latin script, the English model; `no_match_floor_cjk`: CJK passages, the
@@ -43,7 +43,7 @@ the tuning halves: the long Chinese questions' noise 0.092 → 0.087, nothing el
 It only drops hits, never reorders the rest: like the relevance cut (domain/relevance.py) it decides what
 the doors answer, and the evaluation door's deep ranking (nDCG@10, R@100) asks without it.
 
-The mixed design (issue 24, bench/QUALITY.md "A gate that tells a copy from noise"): with a multilingual
+The mixed design (bench/QUALITY.md "A gate that tells a copy from noise"): with a multilingual
 model (multilingual-e5-small) beside the two bge models, a passage in the question's own script keeps its
 bge cosine and a passage of the other script is scored by the multilingual model (the translation's words
 still feed BM25; its vector only checks a no-match source, below). Two rules, chosen on the tuning halves:

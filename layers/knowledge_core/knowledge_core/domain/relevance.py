@@ -1,4 +1,4 @@
-"""The relevance cut (issue 24, "无匹配不强塞文档": no match, no padding): a source's ranked hits stop where
+"""The relevance cut ("无匹配不强塞文档": no match, no padding): a source's ranked hits stop where
 they fall far below its best one, instead of always filling `topK`.
 
 Rule: of one source's ranked, live-checked hits (fused hybrid scores, or BM25 scores without a model — both

@@ -1,4 +1,4 @@
-"""When a full-text index's segments are worth merging (issue 23): one rule for every backend.
+"""When a full-text index's segments are worth merging: one rule for every backend.
 
 Both backends store the passages index log-structured: every write adds a segment and background merges keep
 a few of each size, so an index written in many batches is read as tens of segments, each looked up for every

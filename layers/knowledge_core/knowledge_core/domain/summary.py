@@ -1,4 +1,4 @@
-"""A hint's summary (SPEC §2.3, issue 24): the sentence window of its passage that best matches the query.
+"""A hint's summary (SPEC §2.3): the sentence window of its passage that best matches the query.
 
 A passage is up to a few hundred tokens, a summary a few hundred bytes of the 4096-byte search response:
 which part of the passage it shows decides whether it carries the answer. The passage is cut into

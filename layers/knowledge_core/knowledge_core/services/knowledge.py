@@ -40,7 +40,7 @@ from .access import RunGuard, authorize_route
 from .retrieval import Retrieval, Retrieved, SourceAsk
 from .scope import ScopeResolver
 
-# A summary's bytes (UTF-8): 320 CJK characters as before issue 24, about three times that in English. With
+# A summary's bytes (UTF-8): 320 CJK characters, about three times that in English. With
 # three hints the response's 4096 bytes leave less: each hint's summary gets its share (`_summary_budget`).
 SUMMARY_MAX_BYTES = 960
 MIN_SUMMARY_BYTES = 120

@@ -1,4 +1,4 @@
-"""S3 as a data source on AWS (issue 27): the ingestion worker's messages besides job ids. An object created
+"""S3 as a data source on AWS: the ingestion worker's messages besides job ids. An object created
 under the deployment's prefix becomes a one-document job, an object removed deletes the document that
 object made (and nothing else), and the scheduled full sync is a sync job over the whole prefix — the
 safety net for an event lost or an object changed while notifications were off."""

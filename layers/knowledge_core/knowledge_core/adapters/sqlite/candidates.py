@@ -3,7 +3,7 @@
 Why ranges: every source owns the passage ids `[n << 32, (n + 1) << 32)` (n its number in `source_ranges`),
 so "only this source" is a rowid range that FTS5 applies while it walks its posting lists. The source is
 filtered inside FTS5 with one shared table, so BM25 statistics (and so every score) stay as they were with
-one table for every source, and no per-row source check or per-source table is needed (issue 23). Ids are
+one table for every source, and no per-row source check or per-source table is needed. Ids are
 never reused within a source (`next_id` only grows): a cached dense index can tell new passages by id.
 
 The query takes FTS5's top `limit` rows by rank *before* any join (a MATERIALIZED CTE: SQLite cannot

@@ -1,5 +1,5 @@
 """The dense indexes of one embedded search file, per (source, model), kept in process memory and never
-built in a request (issue 23).
+built in a request.
 
 A search asks `DenseIndexes.index` for the index of its source's current version (`source_versions`, bumped
 in the same transaction as every write of its passages, so several processes on one file stay consistent):

@@ -1,5 +1,5 @@
 """The dense stage's index of one (source, model) of the embedded backend: exact below `EXACT_MAX`
-vectors, HNSW (usearch) above, so a query costs a bounded time at a million vectors (issue 23).
+vectors, HNSW (usearch) above, so a query costs a bounded time at a million vectors.
 
 Why these numbers (bench/results/scale.md has the runs): the exact scan (float32 BLAS over the int8
 vectors) needs 4 bytes of RAM per dimension and, on this loaded 2-core machine, ~1-4 ms per 10,000 vectors

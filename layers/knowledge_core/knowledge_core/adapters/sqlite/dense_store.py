@@ -1,4 +1,4 @@
-"""Saved dense graphs of the embedded backend (issue 23): the usearch HNSW graph of one (source, model) is
+"""Saved dense graphs of the embedded backend: the usearch HNSW graph of one (source, model) is
 written beside the search file, `<search.sqlite3>.dense/<sha256 of source and model>.usearch`, with a JSON
 sidecar (`.json`) naming what it holds: source key, model, the source version and key count it was saved
 at, the vector width, the graph parameters, the usearch version and the graph file's SHA-256. A new process

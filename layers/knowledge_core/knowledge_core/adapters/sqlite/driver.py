@@ -1,4 +1,4 @@
-"""The SQLite library every embedded store of this process uses (issue 23).
+"""The SQLite library every embedded store of this process uses.
 
 `pysqlite3` (PyPI `pysqlite3-binary`, the project's `embedded` extra: the standard library's `sqlite3`
 module built against a current SQLite, 3.51 today) when it is installed and newer than the library Python

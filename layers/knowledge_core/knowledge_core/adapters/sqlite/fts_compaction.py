@@ -1,4 +1,4 @@
-"""Keeping the embedded full-text index in few segments (issue 23).
+"""Keeping the embedded full-text index in few segments.
 
 FTS5 is log-structured: every write transaction adds a segment and its automerge keeps up to three of each
 size, so an index written in many batches (an ingestion job writes one transaction per batch of documents)

@@ -2,8 +2,8 @@
 loaded, else FTS5's own `bm25()` — the same scores to the bit (tests/unit/test_sqlite_rank.py).
 
 `kb_bm25` is bm25() with each row's token count remembered per connection instead of read from FTS5's
-%_docsize table for every matching row, which is most of the full-text top-k's time (issue 23;
-bench/fts_floor_bench.py). It is a SQLite loadable extension, built once per user with the system's C
+%_docsize table for every matching row, which is most of the full-text top-k's time
+(bench/fts_floor_bench.py). It is a SQLite loadable extension, built once per user with the system's C
 compiler (`cc`, else `gcc`) against SQLite's extension header (Debian: `libsqlite3-dev`) into
 `$KB_CACHE_DIR` (else `$XDG_CACHE_HOME`, `~/.cache`)`/agent-knowledge/sqlite/<hash of the source>/`
 (0700), and loaded into each connection of the search index. It needs the SQLite of adapters/sqlite/driver.py

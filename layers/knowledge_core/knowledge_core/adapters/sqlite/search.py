@@ -88,7 +88,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
 """
 # Bumped whenever index analysis, layout or the splitter changes: an index written by an older one is rebuilt
 # (re-split, re-analysed; vectors of unchanged passages kept) on open. 3: passage ids in per-source ranges
-# (candidates.py); 4: structure-aware passages with heading paths (issue 24).
+# (candidates.py); 4: structure-aware passages with heading paths.
 ANALYZER_VERSION = 4
 CJK_UNIGRAMS = False
 _CANDIDATES_PER_DOC = 8
@@ -302,7 +302,7 @@ class SqliteFtsBackend(SearchBackend):
             # passage_vectors.)
             if "pages" not in columns:  # a file written before page-aware passages (PDF)
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN pages TEXT")
-            if "heading" not in columns:  # a file written before heading paths (issue 24)
+            if "heading" not in columns:  # a file written before heading paths
                 conn.execute("ALTER TABLE passage_rows ADD COLUMN heading TEXT")
             self._migrate_metadata(conn)
             if conn.execute("PRAGMA user_version").fetchone()[0] != ANALYZER_VERSION:
@@ -744,7 +744,7 @@ class SqliteFtsBackend(SearchBackend):
         first_id = candidates.allocate_ids(conn, source_key, len(passages))
         for i, (passage, on_pages) in enumerate(zip(passages, pages, strict=True)):
             row_id = first_id + i
-            # The cited text without its heading path; matching sees both (issue 24).
+            # The cited text without its heading path; matching sees both.
             conn.execute(
                 "INSERT INTO passage_rows (id, source_key, doc_id, passage_no, text, pages, heading) "
                 "VALUES (?,?,?,?,?,?,?)",

@@ -97,7 +97,7 @@ def _schema_v3(conn: sqlite3.Connection) -> None:
 
 
 def _schema_v4(conn: sqlite3.Connection) -> None:
-    """Ingestion jobs can be cancelled, and a document counts the batches begun with it (issue 26 M1)."""
+    """Ingestion jobs can be cancelled, and a document counts the batches begun with it."""
     statements(
         conn,
         """
