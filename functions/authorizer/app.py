@@ -24,8 +24,8 @@ def lambda_handler(event: APIGatewayAuthorizerEventV2, context: LambdaContext) -
     except Unauthorized as refused:
         logger.info("unauthenticated request")
         # An expired token is named so that the function's 401 says so; any other gets no context.
-        context = {"refused": TokenExpired.refusal} if isinstance(refused, TokenExpired) else {}
-        return APIGatewayAuthorizerResponseV2(authorize=True, context=context).asdict()
+        refusal = {"refused": TokenExpired.refusal} if isinstance(refused, TokenExpired) else {}
+        return APIGatewayAuthorizerResponseV2(authorize=True, context=refusal).asdict()
     logger.append_keys(client_id=principal.client_id, session_id=principal.session_id)
     return APIGatewayAuthorizerResponseV2(
         authorize=True, context={"principal": principal.model_dump_json()}
