@@ -57,7 +57,7 @@ def page(browser: Any, console: KbServer) -> Iterator[Any]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(f"{console.endpoint}/console/")
+    page.goto(console.console_url)  # as kb serve prints it: the operator credential in the fragment
     page.wait_for_selector("main h2")
     yield page
     context.close()
@@ -224,7 +224,9 @@ def test_console_is_loopback_and_same_origin_only(console: KbServer) -> None:
 
     for header, value in (("Origin", "http://evil.example"), ("Sec-Fetch-Site", "cross-site")):
         request = urllib.request.Request(
-            console.endpoint + "/admin/v1/sources", headers={header: value}, method="GET"
+            console.endpoint + "/admin/v1/sources",
+            headers={header: value, **console.operator_headers},  # the credential does not make it local
+            method="GET",
         )
         try:
             urllib.request.urlopen(request, timeout=30)
@@ -232,7 +234,9 @@ def test_console_is_loopback_and_same_origin_only(console: KbServer) -> None:
         except urllib.error.HTTPError as exc:
             assert exc.code == 403
     same = urllib.request.Request(
-        console.endpoint + "/admin/v1/sources", headers={"Origin": console.endpoint}, method="GET"
+        console.endpoint + "/admin/v1/sources",
+        headers={"Origin": console.endpoint, **console.operator_headers},
+        method="GET",
     )
     with urllib.request.urlopen(same, timeout=30) as resp:
         assert resp.status == 200

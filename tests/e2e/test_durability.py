@@ -180,6 +180,7 @@ def test_kill_9_mid_tool_calls_and_ingest_loses_no_commit_and_charges_nothing_pa
                 kb.endpoint,
             ],
             cwd=ROOT,
+            env={**os.environ, "KB_STATE": str(kb.state)},  # the operator credential kb serve keeps there
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

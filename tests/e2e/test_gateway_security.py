@@ -114,7 +114,7 @@ def test_h1_dns_rebinding_loopback_names_with_own_port_answered(kb_server: KbSer
 
 def test_h1_dns_rebinding_page_mints_no_token(kb_server: KbServer) -> None:
     """The review's attack end to end: nothing is issued, and the token list does not leave the server."""
-    before = call(kb_server.endpoint, "GET", "/admin/v1/tokens")["tokens"]
+    before = call(kb_server.endpoint, "GET", "/admin/v1/tokens", state=kb_server.state)["tokens"]
     _, _, tokens = ROUTES[3]
     answer = raw_exchange(
         kb_server,
@@ -122,7 +122,7 @@ def test_h1_dns_rebinding_page_mints_no_token(kb_server: KbServer) -> None:
     )
     assert_misdirected(*answer)
     assert b"tok_" not in answer[2]
-    assert call(kb_server.endpoint, "GET", "/admin/v1/tokens")["tokens"] == before
+    assert call(kb_server.endpoint, "GET", "/admin/v1/tokens", state=kb_server.state)["tokens"] == before
 
 
 @pytest.mark.parametrize(("lengths", "status"), [(("2", "3"), 400), (("2", "2"), 200)])
