@@ -74,6 +74,29 @@ def no_horizontal_overflow(page: Any) -> bool:
     return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"))
 
 
+def test_g_local_console_without_the_operator_credential_says_how_to_open_it(
+    browser: Any, console: KbServer
+) -> None:
+    """G-LOCAL: the console opened without the credential calls no admin action and says to open the URL
+    kb serve prints; that URL's fragment is kept for the tab and leaves the address bar."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+    page = context.new_page()
+    admin_calls: list[str] = []
+    page.on("request", lambda r: admin_calls.append(r.url) if "/admin/" in r.url else None)
+    try:
+        page.goto(f"{console.endpoint}/console/")
+        page.wait_for_selector("#operator-missing")
+        assert "#operator=" in page.inner_text("#operator-missing") and admin_calls == []
+        page.goto(console.console_url)
+        page.wait_for_selector("main h2")
+        assert "operator" not in page.url and admin_calls
+        assert all(console.operator not in url for url in admin_calls)
+        stored = page.evaluate("sessionStorage.getItem('kb-operator')")
+        assert stored == console.operator
+    finally:
+        context.close()
+
+
 def test_console_every_page_in_both_languages_and_sizes(page: Any, console: KbServer) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     headings = {}
