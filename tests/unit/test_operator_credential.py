@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import urllib.error
 import urllib.request
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -134,13 +136,17 @@ def test_g_local_the_operator_credential_is_created_once_0600_in_a_0700_state(tm
 
 
 class _Sent:
-    """urllib's urlopen, recording the requests the kb CLI sends and answering `{"tokens": []}`."""
+    """urllib's urlopen as kb serve answers: 401 without the operator credential SECRET, else
+    `{"tokens": [], "sources": []}`; the requests are recorded."""
 
     def __init__(self) -> None:
         self.requests: list[urllib.request.Request] = []
 
     def __call__(self, request: urllib.request.Request, timeout: float = 0) -> Any:
         self.requests.append(request)
+        if request.get_header(OPERATOR_HEADER.capitalize()) != SECRET:
+            body = io.BytesIO(b'{"error": {"code": "unauthorized", "message": "operator credential"}}')
+            raise urllib.error.HTTPError(request.full_url, 401, "Unauthorized", Message(), body)
         return io.BytesIO(b'{"tokens": [], "sources": []}')
 
 
@@ -154,8 +160,8 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
 def test_g_local_kb_cli_sends_the_operator_credential_of_its_state(
     sent: _Sent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """G-LOCAL: a kb command on the admin API reads the operator credential from --state and sends it; with
-    none there it says so in one line (exit 1) and sends nothing."""
+    """G-LOCAL: a kb command on the admin API of a loopback kb serve reads the operator credential from
+    --state and sends it; with none there, refused, it says so in one line (exit 1)."""
     state = tmp_path / "state"
     state.mkdir()
     (state / OPERATOR_FILE).write_text(SECRET + "\n")
@@ -166,15 +172,25 @@ def test_g_local_kb_cli_sends_the_operator_credential_of_its_state(
     monkeypatch.setattr("kb_cli.http.DEFAULT_STATE", Path(".kb-state"))
     assert main.main(["token", "list", "--endpoint", ENDPOINT]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "operator credential" in err and "--state" in err
-    assert len(sent.requests) == 1
+    assert err.count("\n") == 1 and "no operator credential at .kb-state" in err and "--state" in err
+
+
+def test_g_local_kb_cli_sends_the_operator_credential_to_no_remote_endpoint(
+    sent: _Sent, tmp_path: Path
+) -> None:
+    """G-LOCAL: the local credential is for a kb serve on this machine: a remote endpoint never gets it."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / OPERATOR_FILE).write_text(SECRET)
+    assert main.main(["token", "list", "--state", str(state), "--endpoint", "https://kb.example"]) == 1
+    assert sent.requests[-1].get_header(OPERATOR_HEADER.capitalize()) is None
 
 
 def test_g_local_kb_cli_says_in_one_line_when_another_users_credential_is_unreadable(
     sent: _Sent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """G-LOCAL: the credential of a kb serve another user started cannot be read (0600): one line says so,
-    and nothing is sent."""
+    """G-LOCAL: the credential of a kb serve another user started cannot be read (0600): refused, one line
+    says why."""
     state = tmp_path / "state"
     state.mkdir()
     (state / OPERATOR_FILE).write_text(SECRET)
@@ -189,7 +205,7 @@ def test_g_local_kb_cli_says_in_one_line_when_another_users_credential_is_unread
     assert main.main(["source", "list", "--state", str(state), "--endpoint", ENDPOINT]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot read the operator credential" in err
-    assert "Permission denied" in err and SECRET not in err and sent.requests == []
+    assert "Permission denied" in err and "only the user who started kb serve" in err and SECRET not in err
 
 
 # --- directory jobs only under the operator's roots -----------------------------------------------------
