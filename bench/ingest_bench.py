@@ -91,6 +91,7 @@ def container(tmp: str, name: str, model_dir: str | None, opensearch_url: str | 
         token_secret="bench-secret-0123456789abcdef",
         embedding_model_dir=model_dir,
         ingest_directories=True,
+        ingest_roots="/",  # the bench's own corpora, wherever they are
     )
     c = Container(settings, clock=SystemClock())
     c.admin.publish_source(SourceDefinition.model_validate({"id": "bench-ingest", "version": "1.0.0"}))

@@ -20,6 +20,7 @@ cleanup() { kill "$SERVER" 2>/dev/null || true; $BIN/kb services stop --state "$
 trap cleanup EXIT
 for _ in $(seq 1 240); do grep -q listening "$WORK/serve.log" 2>/dev/null && break; sleep 0.5; done
 export KB_TOKEN=$(cat "$WORK/serve/demo-token")
+export KB_OPERATOR=$(cat "$WORK/serve/operator-credential")  # the Invoke API needs it (G-LOCAL)
 FAULT=
 START=$SECONDS
 if [ "${KB_FAULTS:-1}" = 1 ]; then

@@ -3,7 +3,8 @@
 read 503 `knowledge_unavailable`, a tool result `{"error": {"code": "KNOWLEDGE_…"}}`. Anything else
 (an untyped 5xx, a body that is not the typed JSON) is a failure.
 
-    KB_TOKEN=$(cat STATE/demo-token) locust -f bench/locustfile.py --headless -u 16 -r 16 -t 60s \
+    KB_TOKEN=$(cat STATE/demo-token) KB_OPERATOR=$(cat STATE/operator-credential) \
+        locust -f bench/locustfile.py --headless -u 16 -r 16 -t 60s \
         --host http://127.0.0.1:PORT --csv bench/results/load
 
 (bench/load_faults.sh runs it against kb serve on OpenSearch and stops/restarts the node mid-run.)"""
@@ -100,7 +101,10 @@ class Agent(HttpUser):
             },
             "arguments": {"query": random.choice(QUERIES), "sources": ["demo-docs@1.0.0"]},
         }
-        with self.client.post(INVOKE, json=event, name="knowledge_search", catch_response=True) as resp:
+        operator = {"X-Kb-Operator": os.environ.get("KB_OPERATOR", "")}  # kb serve's Invoke API (G-LOCAL)
+        with self.client.post(
+            INVOKE, json=event, headers=operator, name="knowledge_search", catch_response=True
+        ) as resp:
             data = resp.json() if resp.status_code == 200 else None
             if data is None:
                 _count(f"tool untyped {resp.status_code}")

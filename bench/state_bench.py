@@ -64,7 +64,8 @@ def tool_event(n: int) -> dict:
 class Client:
     """One keep-alive HTTP connection, as boto3 and agent hosts keep theirs (one per thread)."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, operator: str | None = None) -> None:
+        self._operator = operator  # kb serve's operator credential, for its Invoke API (G-LOCAL)
         parts = urllib.parse.urlsplit(base_url)
         self._conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
 
@@ -72,6 +73,8 @@ class Client:
         headers = {"Content-Type": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        if self._operator:
+            headers["X-Kb-Operator"] = self._operator
         try:
             self._conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
             resp = self._conn.getresponse()
@@ -105,6 +108,7 @@ class Serve:
                 raise RuntimeError(self.log.read_text())
             time.sleep(0.1)
         self.token = (state / "demo-token").read_text().strip()
+        self.operator = (state / "operator-credential").read_text().strip()
 
     def close(self) -> None:
         self.proc.terminate()
@@ -142,7 +146,7 @@ def bench_tool_call(state: Path, serve: Serve, rounds: int) -> list[dict]:
         result = handlers.invoke("AgentToolsFunction", tool_event(next(counter)))
         assert result.get("references"), result
 
-    client = Client(serve.url)
+    client = Client(serve.url, serve.operator)
 
     def over_http() -> None:
         status, raw = client.post(INVOKE, tool_event(next(counter)))
@@ -161,7 +165,7 @@ def bench_flat(state: Path, serve: Serve, calls: int) -> dict:
     """Tool calls 1-100 vs the last 100 of `calls`, each window interleaved with the raw backend query:
     the plain ratio, and the ratio of the two windows' tool/raw ratios (the same-run baseline absorbs a
     change of machine load between the windows, which are a minute or more apart)."""
-    client = Client(serve.url)
+    client = Client(serve.url, serve.operator)
     baseline = raw_query(state)
     counter = iter(range(10**9))
 

@@ -21,8 +21,9 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 TOKEN=$(cat "$STATE/demo-token")
+OPERATOR=$(cat "$STATE/operator-credential")  # G-LOCAL: the admin API needs kb serve's operator credential
 cd "$STATE"  # schemathesis writes its reports here
 "$OLDPWD/$BIN/schemathesis" --config-file "$OLDPWD/tests/schemathesis.toml" run "$OLDPWD/openapi.json" --url "http://127.0.0.1:$PORT" \
-  -H "Authorization: Bearer $TOKEN" \
+  -H "Authorization: Bearer $TOKEN" -H "X-Kb-Operator: $OPERATOR" \
   --checks all \
   --phases examples,coverage,fuzzing,stateful --max-examples "${KB_FUZZ_EXAMPLES:-50}" --seed 14 -w 1 "$@"

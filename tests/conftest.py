@@ -51,6 +51,7 @@ def embedded_container(tmp_path: Path, clock: Clock, **overrides: object) -> Con
         "sqlite_path": str(tmp_path / "kb.sqlite3"),
         "token_secret": TEST_SECRET,
         "registry_cache_seconds": 0,
+        "ingest_roots": str(tmp_path),  # directory jobs (where enabled) read only under the test's own
     }
     settings = Settings.model_validate(values | overrides)
     return Container(settings, clock=clock)

@@ -1,7 +1,8 @@
 """A local HTTP API + Lambda Invoke API in front of the real handlers, as `sam local` would run them.
 
 Routes come from template.yaml. Public routes go through the template's Lambda authorizer with a
-payload 2.0 event; IAM routes (admin) and the Invoke API answer only on loopback.
+payload 2.0 event; IAM routes (admin) and the Invoke API answer only on loopback, and only to a request that
+carries the local operator credential in `X-Kb-Operator` (G-LOCAL: loopback is not an identity).
 
 `kb serve` runs every function the way Lambda does (`WorkerHandlers`): each instance is a worker process
 that loads the handler once and takes one event at a time; concurrency comes from more instances, never
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hmac
 import importlib.util
 import io
 import ipaddress
 import json
 import multiprocessing
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -48,6 +51,7 @@ STOP_GRACE_S = 5.0
 REQUEST_DEADLINE_S = 60.0  # request line, headers and body, all reads together (L4)
 MAX_EVENT_DEPTH = 64  # nesting of an Invoke API payload: deeper is refused before it meets recursion (L2)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+OPERATOR_HEADER = "x-kb-operator"  # the local operator credential (kb_cli.http.OPERATOR_HEADER), lowered
 
 
 @dataclass
@@ -327,8 +331,12 @@ class FunctionRunner(Protocol):
 
 
 class LocalGateway:
-    def __init__(self, handlers: FunctionRunner | None = None) -> None:
+    """`operator`: the local operator credential the admin and Invoke APIs require (`kb serve` passes the
+    one of its state; without one, a random one nobody holds: those doors stay closed)."""
+
+    def __init__(self, handlers: FunctionRunner | None = None, operator: str | None = None) -> None:
         self.handlers = handlers or Handlers()
+        self._operator = (operator or secrets.token_urlsafe(32)).encode("utf-8")
         template = tpl.load_template()
         self.routes = tpl.routes(template)
         self.authorizer = tpl.authorizer_function(template)
@@ -352,6 +360,8 @@ class LocalGateway:
             if route.iam:
                 if not is_loopback(source_ip) or cross_site(headers):
                     return _plain(403, {"message": "Forbidden"})
+                if (refused := self.operator_refusal(headers)) is not None:
+                    return refused
             elif route.authorizer and self.authorizer:
                 decision = self._authorize(route_key, raw_path, query, headers, params, context)
                 if decision is None:
@@ -431,7 +441,33 @@ class LocalGateway:
             },
         }
 
+    def operator_refusal(self, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes] | None:
+        """G-LOCAL: None when `headers` (lowered names) carry the operator credential; else the typed 401
+        (compared in constant time; the value given is never echoed)."""
+        given = headers.get(OPERATOR_HEADER, "").strip().encode("utf-8")
+        if hmac.compare_digest(given, self._operator):
+            return None
+        from knowledge_core.domain.errors import Unauthorized
+
+        error = Unauthorized(
+            "operator credential missing or wrong: the admin and Invoke APIs of kb serve need the "
+            "X-Kb-Operator header (the kb CLI sends it from --state; the console takes it from the URL "
+            "kb serve prints)"
+        )
+        return _plain(error.status, error.body(), {"WWW-Authenticate": 'KbOperator realm="kb serve"'})
+
     # --- Lambda Invoke API ----------------------------------------------------------------------
+    def invoke_api(
+        self, name: str, body: bytes, headers: dict[str, str], source_ip: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        """`POST /2015-03-31/functions/{name}/invocations`: the operator's door (loopback, same-site, with
+        the operator credential), then the function."""
+        if not is_loopback(source_ip) or cross_site(headers):
+            return _plain(403, {"message": "Forbidden"})
+        if (refused := self.operator_refusal(headers)) is not None:
+            return refused
+        return self.lambda_invoke(name, body)
+
     def lambda_invoke(self, name: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
         try:
             self.handlers.resolve(name)
@@ -619,11 +655,8 @@ class _Handler(BaseHTTPRequestHandler):
             and self.command == "POST"
         ):
             lowered = {k.lower(): v for k, v in self.headers.items()}
-            if not is_loopback(client_ip) or cross_site(lowered):
-                status, headers, raw = _plain(403, {"message": "Forbidden"})
-            else:
-                name = unquote(url.path[len(INVOKE_PREFIX) : -len("/invocations")])
-                status, headers, raw = self.gateway.lambda_invoke(name, body)
+            name = unquote(url.path[len(INVOKE_PREFIX) : -len("/invocations")])
+            status, headers, raw = self.gateway.invoke_api(name, body, lowered, client_ip)
         else:
             lowered = {k.lower(): v for k, v in self.headers.items()}
             status, headers, raw = self.gateway.http(

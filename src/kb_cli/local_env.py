@@ -17,8 +17,11 @@ if TYPE_CHECKING:
     from knowledge_core.bootstrap import Container
     from knowledge_core.settings import Settings
 
-DEFAULT_STATE = Path(".kb-state")
+# The state directory of `kb serve` and of the CLI that operates it: --state, else $KB_STATE, else this.
+DEFAULT_STATE = Path(os.environ.get("KB_STATE") or ".kb-state")
 STATE_FILE = "state.sqlite3"  # beside search.sqlite3: sources, agents, tokens, runs, turns, ledgers
+# G-LOCAL: the local operator credential the admin API, the Invoke API and the console's admin actions need.
+OPERATOR_FILE = "operator-credential"
 
 
 @dataclass(frozen=True)
@@ -98,10 +101,12 @@ def local_settings(
     opensearch_url: str | None = None,
     dynamodb_endpoint: str | None = None,
     ranking: LocalRanking | None = None,
+    ingest_roots: list[str] | None = None,
 ) -> Settings:
     """The settings of the local runtime: what the environment sets (`Settings.from_env`, the one table),
     with state and search embedded on SQLite under `state` unless real endpoints are given, and ranked as
-    `ranking` says (default: resolved as `kb serve` resolves it)."""
+    `ranking` says (default: resolved as `kb serve` resolves it). `ingest_roots`: the directories a
+    directory job may read under (`kb serve --ingest-root`; default: $KB_INGEST_ROOTS, else none)."""
     from knowledge_core.adapters.private_files import private_path
     from knowledge_core.settings import Settings
 
@@ -109,7 +114,7 @@ def local_settings(
     # The directory is 0700 and its files 0600 (G-LOCAL): those an earlier kb left wider are narrowed here,
     # the databases as they are opened.
     private_path(state, directory=True)
-    for name in ("token-secret", "token-secret.previous", "demo-token"):
+    for name in ("token-secret", "token-secret.previous", "demo-token", OPERATOR_FILE):
         if (state / name).exists():
             private_path(state / name)
     secret_file = state / "token-secret"
@@ -132,9 +137,13 @@ def local_settings(
         # Every function runs in its own processes here: without a registry cache, a disabled source or an
         # ended run is seen by the next request (local reads are cheap); on Lambda the default is 2 s.
         "registry_cache_seconds": _unless_set(base, "registry_cache_seconds", 0.0),
-        # The admin API answers on loopback only here, so an ingestion job may name a local directory
-        # (unless KB_INGEST_DIRECTORIES=false: the fuzz run reads none of this machine's files).
+        # An ingestion job may name a local directory (unless KB_INGEST_DIRECTORIES=false: the fuzz run
+        # reads none of this machine's files), and S3 prefixes.
         "ingest_directories": _unless_set(base, "ingest_directories", True),
+        # Only under the roots the operator named (G-LOCAL): a request cannot make kb serve read elsewhere.
+        "ingest_roots": os.pathsep.join(str(Path(root).resolve()) for root in ingest_roots)
+        if ingest_roots
+        else base.ingest_roots,
         "embedding_model_dir": ranking.model_dir,
         # Hybrid ranking: re-seeding (or a restart) must not re-embed the corpus.
         "embedding_cache": (base.embedding_cache or str(state / "embedding-cache.sqlite3"))
@@ -199,6 +208,47 @@ def _write_private(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class OperatorCredentialUnreadable(Exception):
+    """The CLI cannot read the operator credential of `--state` (another user's kb serve, or none there)."""
+
+
+def operator_credential(state: Path) -> str:
+    """G-LOCAL: the local operator credential of `state`, created once (random, 0600 in the 0700 state
+    directory) and kept across restarts."""
+    from knowledge_core.adapters.private_files import private_path
+
+    private_path(state, directory=True)
+    path = state / OPERATOR_FILE
+    if path.exists():
+        private_path(path)  # one an earlier kb left wider is narrowed
+        credential = path.read_text(encoding="utf-8").strip()
+        if credential:
+            return credential
+    credential = secrets.token_urlsafe(32)
+    _write_private(path, credential + "\n")
+    return credential
+
+
+def read_operator_credential(state: Path) -> str:
+    """The operator credential the CLI sends, read from `state`; a one-line reason when it cannot be."""
+    path = state / OPERATOR_FILE
+    try:
+        credential = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise OperatorCredentialUnreadable(
+            f"no operator credential at {path}: run kb with the --state of the kb serve it talks to "
+            "(or KB_STATE)"
+        ) from None
+    except OSError as exc:
+        raise OperatorCredentialUnreadable(
+            f"cannot read the operator credential at {path} ({exc.strerror}): only the user who started "
+            "kb serve can operate it"
+        ) from None
+    if not credential:
+        raise OperatorCredentialUnreadable(f"the operator credential at {path} is empty: restart kb serve")
+    return credential
 
 
 def local_container(state: Path, **kwargs: Any) -> Container:

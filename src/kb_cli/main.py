@@ -25,8 +25,15 @@ from .commands import (
     serve,
     tokens,
 )
-from .http import ApiError, EndpointUnreachable, call
-from .local_env import DEFAULT_STATE, STATE_FILE, _write_private, configure_local_env, local_container
+from .http import ApiError, EndpointUnreachable, call, use_state
+from .local_env import (
+    DEFAULT_STATE,
+    STATE_FILE,
+    OperatorCredentialUnreadable,
+    _write_private,
+    configure_local_env,
+    local_container,
+)
 
 __all__ = ["DEFAULT_STATE", "STATE_FILE", "_write_private", "configure_local_env", "local_container"]
 
@@ -81,9 +88,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    use_state(getattr(args, "state", None))  # the operator credential is read from the command's --state
     try:
         return int(args.func(args, call) or 0)
-    except (ApiError, EndpointUnreachable) as exc:
+    except (ApiError, EndpointUnreachable, OperatorCredentialUnreadable) as exc:
         print(f"kb: {exc}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as exc:

@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 from knowledge_core.adapters.sqlite.driver import sqlite3
 
+from kb_cli.http import OPERATOR_HEADER, needs_operator
+from kb_cli.local_env import OPERATOR_FILE
+
 ROOT = Path(__file__).resolve().parents[2]
 # The installed console script when there is one (it is what users run), else the module.
 _SCRIPT = Path(sys.executable).parent / "kb"
@@ -55,6 +58,20 @@ class KbServer:
     token: str  # the demo token, route `demo`
     state: Path
 
+    @property
+    def operator(self) -> str:
+        """G-LOCAL: the local operator credential kb serve keeps in its state (what the kb CLI sends)."""
+        return (self.state / OPERATOR_FILE).read_text(encoding="utf-8").strip()
+
+    @property
+    def operator_headers(self) -> dict[str, str]:
+        return {OPERATOR_HEADER: self.operator}
+
+    @property
+    def console_url(self) -> str:
+        """The console's URL as kb serve prints it: the operator credential in the fragment."""
+        return f"{self.endpoint}/console/#operator={self.operator}"
+
     def request(
         self,
         method: str,
@@ -62,7 +79,9 @@ class KbServer:
         body: object = None,
         token: str | None = None,
         raw_body: bytes | None = None,
+        operator: bool = True,
     ) -> Response:
+        """`operator`: with the operator credential on the admin and Invoke APIs (as the kb CLI sends it)."""
         data = (
             raw_body
             if raw_body is not None
@@ -71,6 +90,8 @@ class KbServer:
         headers = {"Content-Type": "application/json"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
+        if operator and needs_operator(path):
+            headers.update(self.operator_headers)
         request = urllib.request.Request(self.endpoint + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=60) as resp:
@@ -109,7 +130,8 @@ class KbServer:
             capture_output=True,
             text=True,
             timeout=120,
-            env={**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR"},
+            # The CLI reads the operator credential from this server's state (its --state default).
+            env={**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_STATE": str(self.state)},
             check=False,
         )
 
@@ -179,7 +201,9 @@ def running_kb_serve(
 
 @pytest.fixture(scope="session")
 def kb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KbServer]:
-    with running_kb_serve(tmp_path_factory.mktemp("kb-serve")) as server:
+    # Directory jobs may read the session's temporary directories (the tests' corpora), nothing else.
+    roots = ("--ingest-root", str(tmp_path_factory.getbasetemp()))
+    with running_kb_serve(tmp_path_factory.mktemp("kb-serve"), args=roots) as server:
         yield server
 
 

@@ -57,7 +57,7 @@ def page(browser: Any, console: KbServer) -> Iterator[Any]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(f"{console.endpoint}/console/")
+    page.goto(console.console_url)  # as kb serve prints it: the operator credential in the fragment
     page.wait_for_selector("main h2")
     yield page
     context.close()
@@ -72,6 +72,29 @@ def open_view(page: Any, console: KbServer, view: str) -> None:
 
 def no_horizontal_overflow(page: Any) -> bool:
     return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"))
+
+
+def test_g_local_console_without_the_operator_credential_says_how_to_open_it(
+    browser: Any, console: KbServer
+) -> None:
+    """G-LOCAL: the console opened without the credential calls no admin action and says to open the URL
+    kb serve prints; that URL's fragment is kept for the tab and leaves the address bar."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+    page = context.new_page()
+    admin_calls: list[str] = []
+    page.on("request", lambda r: admin_calls.append(r.url) if "/admin/" in r.url else None)
+    try:
+        page.goto(f"{console.endpoint}/console/")
+        page.wait_for_selector("#operator-missing")
+        assert "#operator=" in page.inner_text("#operator-missing") and admin_calls == []
+        page.goto(console.console_url)
+        page.wait_for_selector("main h2")
+        assert "operator" not in page.url and admin_calls
+        assert all(console.operator not in url for url in admin_calls)
+        stored = page.evaluate("sessionStorage.getItem('kb-operator')")
+        assert stored == console.operator
+    finally:
+        context.close()
 
 
 def test_console_every_page_in_both_languages_and_sizes(page: Any, console: KbServer) -> None:
@@ -216,6 +239,7 @@ def test_console_accessibility_has_no_serious_violations(browser: Any, console: 
     # The console's CSP forbids injected scripts: only this checking context bypasses it.
     context = browser.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
     page = context.new_page()
+    page.goto(console.console_url)  # the operator credential, kept for the tab
     for view in VIEWS:
         open_view(page, console, view)
         page.add_script_tag(path=str(AXE))
@@ -238,7 +262,9 @@ def test_console_is_loopback_and_same_origin_only(console: KbServer) -> None:
 
     for header, value in (("Origin", "http://evil.example"), ("Sec-Fetch-Site", "cross-site")):
         request = urllib.request.Request(
-            console.endpoint + "/admin/v1/sources", headers={header: value}, method="GET"
+            console.endpoint + "/admin/v1/sources",
+            headers={header: value, **console.operator_headers},  # the credential does not make it local
+            method="GET",
         )
         try:
             urllib.request.urlopen(request, timeout=30)
@@ -246,7 +272,9 @@ def test_console_is_loopback_and_same_origin_only(console: KbServer) -> None:
         except urllib.error.HTTPError as exc:
             assert exc.code == 403
     same = urllib.request.Request(
-        console.endpoint + "/admin/v1/sources", headers={"Origin": console.endpoint}, method="GET"
+        console.endpoint + "/admin/v1/sources",
+        headers={"Origin": console.endpoint, **console.operator_headers},
+        method="GET",
     )
     with urllib.request.urlopen(same, timeout=30) as resp:
         assert resp.status == 200
@@ -349,7 +377,7 @@ def test_p8_console_asks_for_no_missing_favicon(browser: Any, console: KbServer)
     page = context.new_page()
     asked: list[str] = []
     page.on("request", lambda r: asked.append(r.url))
-    page.goto(f"{console.endpoint}/console/")
+    page.goto(console.console_url)
     page.wait_for_selector("main h2")
     page.wait_for_timeout(500)
     context.close()

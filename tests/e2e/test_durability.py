@@ -110,12 +110,13 @@ def test_restart_keeps_tokens_registry_documents_runs_turns_and_ledgers(tmp_path
 
 @contextmanager
 def own_group_kb_serve(state: Path) -> Iterator[tuple[KbServer, subprocess.Popen]]:
-    """`kb serve` in a process group of its own, so that a test can SIGKILL it and all its workers."""
+    """`kb serve` in a process group of its own, so that a test can SIGKILL it and all its workers; its
+    directory jobs may read under the state's parent (the test's temporary directory: its corpora)."""
     port = free_port()
     log_path = state / "serve.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            [*KB, "serve", "--state", str(state), "--port", str(port)],
+            [*KB, "serve", "--state", str(state), "--port", str(port), "--ingest-root", str(state.parent)],
             cwd=ROOT,
             env={**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR"},
             stdout=log,
@@ -180,6 +181,7 @@ def test_kill_9_mid_tool_calls_and_ingest_loses_no_commit_and_charges_nothing_pa
                 kb.endpoint,
             ],
             cwd=ROOT,
+            env={**os.environ, "KB_STATE": str(kb.state)},  # the operator credential kb serve keeps there
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

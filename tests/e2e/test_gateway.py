@@ -185,7 +185,7 @@ def lambda_client(kb_server):
     import boto3
     from botocore.config import Config
 
-    return boto3.client(
+    client = boto3.client(
         "lambda",
         endpoint_url=kb_server.endpoint,
         region_name="us-east-1",
@@ -193,6 +193,14 @@ def lambda_client(kb_server):
         aws_secret_access_key="x",
         config=Config(retries={"max_attempts": 1}, read_timeout=60),
     )
+
+    # The Invoke API of kb serve needs the local operator credential (G-LOCAL), as the kb CLI sends it.
+    def with_operator(request, **_):
+        for name, value in kb_server.operator_headers.items():
+            request.headers[name] = value
+
+    client.meta.events.register("before-sign.lambda.*", with_operator)
+    return client
 
 
 def test_lambda_invoke_search_function(lambda_client):

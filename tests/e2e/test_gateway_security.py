@@ -114,7 +114,7 @@ def test_h1_dns_rebinding_loopback_names_with_own_port_answered(kb_server: KbSer
 
 def test_h1_dns_rebinding_page_mints_no_token(kb_server: KbServer) -> None:
     """The review's attack end to end: nothing is issued, and the token list does not leave the server."""
-    before = call(kb_server.endpoint, "GET", "/admin/v1/tokens")["tokens"]
+    before = call(kb_server.endpoint, "GET", "/admin/v1/tokens", state=kb_server.state)["tokens"]
     _, _, tokens = ROUTES[3]
     answer = raw_exchange(
         kb_server,
@@ -122,7 +122,7 @@ def test_h1_dns_rebinding_page_mints_no_token(kb_server: KbServer) -> None:
     )
     assert_misdirected(*answer)
     assert b"tok_" not in answer[2]
-    assert call(kb_server.endpoint, "GET", "/admin/v1/tokens")["tokens"] == before
+    assert call(kb_server.endpoint, "GET", "/admin/v1/tokens", state=kb_server.state)["tokens"] == before
 
 
 @pytest.mark.parametrize(("lengths", "status"), [(("2", "3"), 400), (("2", "2"), 200)])
@@ -271,3 +271,75 @@ def test_g_local_a_client_that_resets_its_connection_is_no_traceback(
     except ValueError:
         server.handle_error(None, ("127.0.0.1", 1))
     assert "ValueError: a bug" in capsys.readouterr().err
+
+
+# --- G-LOCAL: loopback is not an identity (the local operator credential) -----------------------------
+
+OPERATOR_DOORS = [
+    ("GET", "/admin/v1/tokens", None),
+    ("POST", "/admin/v1/tokens", {"routes": ["demo"], "client_id": "op", "subject": "u", "tenant": "x"}),
+    ("POST", "/2015-03-31/functions/AgentToolsFunction/invocations", {}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), OPERATOR_DOORS)
+def test_g_local_admin_and_invoke_api_need_the_operator_credential(
+    kb_server: KbServer, method: str, path: str, body: object
+) -> None:
+    """G-LOCAL: any local user reaches kb serve's loopback port, so the admin API and the Invoke API answer
+    only with the operator credential kept 0600 in --state: none or a wrong one is a typed 401."""
+    before = kb_server.request("GET", "/admin/v1/tokens").json["tokens"]
+    for headers in ({}, {"X-Kb-Operator": "wrong"}, {"X-Kb-Operator": ""}):
+        answer = raw_exchange(
+            kb_server,
+            raw(
+                method,
+                path,
+                f"127.0.0.1:{kb_server.port}",
+                json.dumps(body).encode() if body else b"",
+                headers,
+            ),
+        )
+        status, response_headers, payload = answer
+        assert status == 401 and response_headers["cache-control"] == "no-store", payload
+        assert json.loads(payload)["error"]["code"] == "unauthorized"
+        assert kb_server.operator.encode() not in payload
+    assert kb_server.request("GET", "/admin/v1/tokens").json["tokens"] == before  # nothing was issued
+    assert kb_server.request(method, path, body).status in (200, 201)  # the credential opens it
+
+
+def test_g_local_operator_credential_is_0600_and_printed_only_in_the_console_url(kb_server: KbServer) -> None:
+    """G-LOCAL: the credential file is owner-only, the console URL kb serve prints carries it in the
+    fragment, and no request line kb serve logs holds it."""
+    path = kb_server.state / "operator-credential"
+    assert path.stat().st_mode & 0o777 == 0o600 and kb_server.state.stat().st_mode & 0o777 == 0o700
+    log = (kb_server.state / "serve.log").read_text()
+    console = [line for line in log.splitlines() if line.startswith("console: ")]
+    assert len(console) == 1 and f"/console/#operator={kb_server.operator} " in console[0]
+    assert kb_server.request("GET", "/admin/v1/tokens").status == 200
+    assert sum(kb_server.operator in line for line in log.splitlines()) == 1
+
+
+def test_g_local_a_directory_outside_the_ingest_roots_is_refused(kb_server: KbServer, tmp_path) -> None:
+    """G-LOCAL, I-INGEST: kb serve reads a directory job only under its --ingest-root directories (here the
+    test session's temporary directory): a root-only directory elsewhere is a typed 403 naming `directory`."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as outside:
+        (tmp_path / "secret.md").write_text("# Inside\nreadable", encoding="utf-8")
+        refused = kb_server.request(
+            "POST",
+            "/admin/v1/sources/demo-docs@1.0.0/ingestion-jobs",
+            {"directory": outside, "acl": {"tenant": "default"}},
+        )
+        assert refused.status == 403, refused.raw
+        assert refused.json["error"]["code"] == "forbidden"
+        assert (
+            refused.json["error"]["message"].startswith("directory:") and outside not in refused.raw.decode()
+        )
+    inside = kb_server.request(
+        "POST",
+        "/admin/v1/sources/demo-docs@1.0.0/ingestion-jobs",
+        {"directory": str(tmp_path), "doc_id_prefix": "oproot", "acl": {"tenant": "default"}},
+    )
+    assert inside.status == 202, inside.raw

@@ -23,6 +23,7 @@ def test_S7_revoked_token_is_refused_over_http(kb_server: KbServer) -> None:
         "POST",
         "/admin/v1/tokens",
         {"routes": ["demo"], "client_id": "e2e-revoke", "subject": "u", "tenant": "default"},
+        state=kb_server.state,
     )
     assert kb_server.knowledge("demo", "search", {"query": "网关"}, token=issued["token"]).status == 200
     assert kb_server.kb("token", "revoke", issued["token_id"]).returncode == 0
@@ -39,6 +40,7 @@ def test_S3_another_tenant_sees_nothing_over_http(kb_server: KbServer) -> None:
         "POST",
         "/admin/v1/tokens",
         {"routes": ["demo"], "client_id": "e2e-tenant", "subject": "u", "tenant": "tenant-b"},
+        state=kb_server.state,
     )["token"]
     mine = kb_server.knowledge("demo", "search", {"query": "网关离线"}).json
     assert mine["hints"]

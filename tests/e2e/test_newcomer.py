@@ -59,14 +59,20 @@ def test_p6_job_status_takes_the_readme_order(kb_server: KbServer, tmp_path):
 
 
 def test_p6_kb_invoke_honours_kb_endpoint(kb_server: KbServer):
-    env = {**os.environ, "KB_ENDPOINT": kb_server.endpoint, "POWERTOOLS_LOG_LEVEL": "ERROR"}
+    env = {
+        **os.environ,
+        "KB_ENDPOINT": kb_server.endpoint,
+        "KB_STATE": str(kb_server.state),
+        "POWERTOOLS_LOG_LEVEL": "ERROR",
+    }
     argv = [*KB, "invoke", "CapabilitiesFunction", "-e", "events/capabilities/get.json"]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0 and json.loads(done.stdout)["statusCode"] == 200, done.stderr
     assert "in-process" not in done.stderr and '"_aws"' not in done.stderr
     env.pop("KB_ENDPOINT")
-    local = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
-    assert local.returncode == 0 and "kb invoke: in-process" in local.stderr
+    here = [*argv, "--in-process"]  # not whatever kb serve may listen on the default port
+    local = subprocess.run(here, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert local.returncode == 0 and "kb invoke: running in-process" in local.stderr
 
 
 def test_p5_p7_issue26_M5_L6_kb_ingest_files(kb_server: KbServer, tmp_path):
@@ -116,8 +122,9 @@ def _ingest_remote(kb_server: KbServer, root, prefix: str) -> subprocess.Complet
         "from kb_cli.main import main; sys.exit(main(sys.argv[1:]))"
     )
     argv = ["ingest", "--source", SOURCE, "--doc-id", prefix, str(root), "--endpoint", kb_server.endpoint]
+    env = {**os.environ, "KB_STATE": str(kb_server.state)}  # where the CLI reads the operator credential
     return subprocess.run(
-        [sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env
     )
 
 

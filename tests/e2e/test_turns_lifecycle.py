@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with running_kb_serve(tmp_path_factory.mktemp("kb-state")) as kb:
+    with running_kb_serve(tmp_path_factory.mktemp("kb-state")) as kb, pytest.MonkeyPatch.context() as env:
+        env.setenv("KB_STATE", str(kb.state))  # the kb CLI reads this server's operator credential there
         yield kb.endpoint, kb.token, kb.state
 
 

@@ -25,13 +25,20 @@ ADMIN = [
 ]
 
 
-def test_openapi_admin_security_is_iam_on_aws_or_none_on_loopback() -> None:
-    """ST401/ST203: kb serve checks no Authorization header on the admin API, so the document must not
-    require one: SigV4 (AWS) or the empty requirement (kb serve, loopback only)."""
-    assert ADMIN and all(op["security"] == [{"awsSigV4": []}, {}] for op in ADMIN)
-    scheme = openapi_document()["components"]["securitySchemes"]["awsSigV4"]
-    assert scheme["x-amazon-apigateway-authtype"] == "awsSigv4"
-    assert "loopback" in scheme["description"] and "IAM" in scheme["description"]
+def test_openapi_admin_security_is_iam_on_aws_or_the_operator_credential_under_kb_serve() -> None:
+    """ST401/ST203, G-LOCAL: kb serve checks no Authorization header on the admin API but the local
+    operator credential (X-Kb-Operator, 401 without it): SigV4 (AWS) or that header (kb serve)."""
+    assert ADMIN and all(op["security"] == [{"awsSigV4": []}, {"kbOperator": []}] for op in ADMIN)
+    assert all("401" in op["responses"] for op in ADMIN)
+    schemes = openapi_document()["components"]["securitySchemes"]
+    assert schemes["awsSigV4"]["x-amazon-apigateway-authtype"] == "awsSigv4"
+    assert "loopback" in schemes["awsSigV4"]["description"] and "IAM" in schemes["awsSigV4"]["description"]
+    assert schemes["kbOperator"] == {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Kb-Operator",
+        "description": schemes["kbOperator"]["description"],
+    }
 
 
 def parameter_patterns() -> dict[str, str]:

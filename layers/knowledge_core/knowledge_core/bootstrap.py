@@ -291,6 +291,7 @@ class Container:
             clock=self.clock,
             queue=self.job_queue,
             allow_directories=self.settings.ingest_directories,
+            directory_roots=self.settings.directory_roots(),
             lease_s=self.settings.ingest_lease_seconds,
             extractor=self.extractor,
             s3=self.s3_origin,

@@ -31,10 +31,16 @@ from .domain.wire import CapabilitiesResponse, ReadRequest, ReadResponse, Search
 OPENAPI_PATH = "/agent-api/v1/openapi.json"
 ADMIN_ACCESS = (
     "On AWS: IAM, a SigV4-signed request (API Gateway's AWS_IAM authorizer; unsigned or denied: 403 "
-    '{"message":"Forbidden"}). Under kb serve: no credentials (hence the empty alternative in each admin '
-    "operation's security), answered only to loopback clients whose request names the server itself "
-    "(Host: 127.0.0.1, localhost or [::1] with its port; otherwise 421 misdirected_request) and that no "
-    'other site\'s browser sent (Origin, Sec-Fetch-Site; otherwise 403 {"message":"Forbidden"}).'
+    '{"message":"Forbidden"}). Under kb serve: the local operator credential (kbOperator, the other '
+    "alternative in each admin operation's security), answered only to loopback clients whose request "
+    "names the server itself (Host: 127.0.0.1, localhost or [::1] with its port; otherwise 421 "
+    "misdirected_request) and that no other site's browser sent (Origin, Sec-Fetch-Site; otherwise 403 "
+    '{"message":"Forbidden"}).'
+)
+OPERATOR_ACCESS = (
+    "Under kb serve (G-LOCAL: loopback is not an identity): the local operator credential kb serve keeps "
+    "0600 in --state/operator-credential (the kb CLI reads it; the console gets it from the URL kb serve "
+    "prints). Without it, or a wrong one: 401 unauthorized."
 )
 _REF = "#/components/schemas/{model}"
 # The server's own patterns (an `id@version` key is split_key's): nothing the document admits is refused
@@ -419,7 +425,7 @@ def openapi_document() -> dict[str, Any]:
         }
         if status == 201:  # publishing identical content again is a no-op
             responses["200"] = responses["201"] | {"description": "Already published (identical)"}
-        for error in sorted({*error_statuses, 500}):
+        for error in sorted({*error_statuses, 500, *((401,) if admin else ())}):
             responses[str(error)] = {
                 "description": "Typed error: " + ", ".join(codes.get(error, ["internal_error"])),
                 "content": {"application/json": {"schema": {"$ref": _REF.format(model="ErrorResponse")}}},
@@ -428,8 +434,8 @@ def openapi_document() -> dict[str, Any]:
             "operationId": op_id,
             "summary": summary,
             "tags": ["admin" if admin else "agent-knowledge"],
-            # Admin: IAM on AWS, or no credentials at all under kb serve (the empty requirement).
-            "security": [{"awsSigV4": []}, {}] if admin else [{"bearer": []}],
+            # Admin: IAM on AWS, or the local operator credential under kb serve.
+            "security": [{"awsSigV4": []}, {"kbOperator": []}] if admin else [{"bearer": []}],
             "responses": responses,
         }
         if _parameters(path):
@@ -455,7 +461,7 @@ def openapi_document() -> dict[str, Any]:
             "title": "Agent Knowledge Service",
             "version": "1.0.0",
             "description": "bailing.agent-knowledge.v1 (public, bearer token) and the admin API (IAM on "
-            "AWS; loopback only, no credentials, under kb serve).",
+            "AWS; loopback only, with the local operator credential, under kb serve).",
         },
         "servers": [{"url": "http://127.0.0.1:3000", "description": "kb serve"}],
         "paths": paths,
@@ -469,6 +475,12 @@ def openapi_document() -> dict[str, Any]:
                     "name": "Authorization",
                     "x-amazon-apigateway-authtype": "awsSigv4",
                     "description": ADMIN_ACCESS,
+                },
+                "kbOperator": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "X-Kb-Operator",
+                    "description": OPERATOR_ACCESS,
                 },
             },
         },

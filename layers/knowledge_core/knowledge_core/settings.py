@@ -72,6 +72,8 @@ class Settings(Model):
     # Ingestion jobs: the worker's SQS queue (AWS); directories readable by the service (kb serve only).
     ingest_queue_url: str | None = None
     ingest_directories: bool = False
+    # The directories a directory job may read under (os.pathsep-separated; none: every one is refused).
+    ingest_roots: str = ""
     ingest_lease_seconds: float = Field(15.0, ge=1, le=900)
     # Extraction of one file: in a resource-limited child process ("process") or, where no
     # child can be started, in this one ("inline": the in-process bounds only); its time and memory bounds.
@@ -85,6 +87,9 @@ class Settings(Model):
     ingest_s3_source: str | None = None
     ingest_s3_doc_id_prefix: str = Field("s3", min_length=1)  # a sync under "" is refused (SPEC §7)
     ingest_s3_tenant: str = "default"
+
+    def directory_roots(self) -> tuple[str, ...]:
+        return tuple(root for root in self.ingest_roots.split(os.pathsep) if root)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -12,6 +12,7 @@ from difflib import get_close_matches
 from typing import Any, NoReturn, Protocol
 
 from ..http import DEFAULT_ENDPOINT
+from ..local_env import DEFAULT_STATE
 
 
 class Call(Protocol):
@@ -58,5 +59,15 @@ class KbParser(argparse.ArgumentParser):
         return f"{flag} (did you mean {near[0]}?)" if near else flag
 
 
-def add_endpoint(p: argparse.ArgumentParser) -> None:
+def add_endpoint(p: argparse.ArgumentParser, state_help: str = "") -> None:
     p.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="kb serve / API base URL (env KB_ENDPOINT)")
+    add_state(p, state_help)
+
+
+def add_state(p: argparse.ArgumentParser, also: str = "") -> None:
+    """--state: where the CLI reads the operator credential of the kb serve it operates (G-LOCAL)."""
+    p.add_argument(
+        "--state",
+        default=str(DEFAULT_STATE),
+        help="kb serve's state directory, where its operator credential is read (env KB_STATE)" + also,
+    )

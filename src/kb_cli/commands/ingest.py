@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..http import seg
+from ..http import ApiError, seg
 from . import Call, Subparsers, add_endpoint
 from .jobs import job_line as _job_line
 
@@ -375,7 +375,8 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
             {"s3_uri": named[0], "doc_id_prefix": args.doc_id or "", "acl": _acl(args), "sync": sync, **meta}
         ]
     elif path.is_dir() and _is_loopback(args.endpoint):
-        # kb serve reads the directory itself (its admin API answers on loopback only).
+        # kb serve reads the directory itself when it is under one of its --ingest-root directories;
+        # otherwise the files are read here and uploaded (a --sync needs the former).
         body: dict[str, Any] = {
             "directory": str(path.resolve()),
             "doc_id_prefix": args.doc_id or "",
@@ -390,20 +391,20 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
             raise SystemExit("kb ingest: --sync needs a directory and a kb serve on this machine")
         if not path.exists():
             raise SystemExit(f"kb ingest: {named[0]}: no such file or directory")
-        files, title = _files(args, path, named[0])
-        files, refused = _without_collisions(files)
-        requests, unsent = _inline_jobs(args, files, title)
-        refused += unsent
-        if not path.is_dir() and not getattr(args, "replace", False):
-            for request in requests:  # a file alone never silently replaces another file's document
-                for document in request["documents"]:
-                    document["replace"] = False
+        requests, refused = _uploads(args, path, named[0])
+    url = f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs"
+    if len(requests) == 1 and "directory" in requests[0]:
+        try:
+            responses = [call(args.endpoint, "POST", url, requests[0])]
+        except ApiError as exc:
+            if sync or not _directory_refused(exc):
+                raise
+            requests, refused = _uploads(args, path, named[0])
+            responses = [call(args.endpoint, "POST", url, request) for request in requests]
+    else:
+        responses = [call(args.endpoint, "POST", url, request) for request in requests]
     for uri, reason in refused:
         print(f"kb ingest: {uri}: {reason}", file=sys.stderr)
-    responses = [
-        call(args.endpoint, "POST", f"/admin/v1/sources/{seg(args.source)}/ingestion-jobs", request)
-        for request in requests
-    ]
     accepted = [a for a in responses if isinstance(a, dict) and "job_id" in a]
     if getattr(args, "no_wait", False):
         for job in accepted:
@@ -411,6 +412,28 @@ def cmd_ingest(args: argparse.Namespace, call: Call) -> int:
         return 1 if refused else 0
     jobs = _wait_for_jobs(args, call, [a["job_id"] for a in accepted], sum(a["total"] for a in accepted))
     return _report(args, jobs, len(refused))
+
+
+def _uploads(
+    args: argparse.Namespace, path: Path, name: str
+) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """The jobs that upload `path`'s files read here, and the files refused before any job (colliding
+    ids, unreadable files). A file alone never silently replaces another file's document."""
+    files, title = _files(args, path, name)
+    files, refused = _without_collisions(files)
+    requests, unsent = _inline_jobs(args, files, title)
+    if not path.is_dir() and not getattr(args, "replace", False):
+        for request in requests:
+            for document in request["documents"]:
+                document["replace"] = False
+    return requests, refused + unsent
+
+
+def _directory_refused(exc: ApiError) -> bool:
+    """Whether kb serve refused to read a directory itself (not under its --ingest-root directories, or
+    directory jobs off): the files can still be uploaded."""
+    error = exc.body.get("error", {}) if isinstance(exc.body, dict) else {}
+    return exc.status in (400, 403) and str(error.get("message", "")).startswith("directory: not ")
 
 
 def _report(args: argparse.Namespace, jobs: list[dict], refused: int) -> int:

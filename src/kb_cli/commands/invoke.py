@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from ..http import LOCAL_ENDPOINT, seg
 from ..local_env import local_container
-from . import Call, Subparsers
+from . import Call, Subparsers, add_state
 
 
 def register(sub: Subparsers) -> None:
@@ -28,6 +28,7 @@ def register(sub: Subparsers) -> None:
         "the demo workspace (said at once: your own sources, agents and tokens are not there).",
     )
     p.add_argument("function", help="logical id (SearchFunction) or short name (search)")
+    add_state(p)
     p.add_argument("-e", "--event", required=True)
     p.add_argument(
         "--endpoint",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..http import ApiError, seg
-from ..local_env import DEFAULT_STATE, _write_private
+from ..local_env import _write_private
 from . import Call, Subparsers, add_endpoint
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("search", help="search as a workspace route; an empty answer says why")
-    add_endpoint(p)
+    add_endpoint(p, "; also where the reused token is kept")
     p.add_argument("--route", required=True, help="workspace route (e.g. demo)")
     p.add_argument("--tenant", default="default", help="the tenant to search as (SPEC §1 default)")
     p.add_argument(
@@ -34,7 +34,6 @@ def register(sub: Subparsers) -> None:
         help="a bearer token (env KB_TOKEN); default: one for --route, kept (0600) in --state and reused "
         "until it expires or is revoked",
     )
-    p.add_argument("--state", default=str(DEFAULT_STATE), help="where the reused token is kept")
     p.add_argument("--limit", type=int, default=3)
     p.add_argument(
         "--json",

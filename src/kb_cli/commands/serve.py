@@ -10,7 +10,15 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..local_env import DEFAULT_STATE, STATE_FILE, LocalRanking, _write_private, local_container
+from ..local_env import (
+    DEFAULT_STATE,
+    OPERATOR_FILE,
+    STATE_FILE,
+    LocalRanking,
+    _write_private,
+    local_container,
+    operator_credential,
+)
 from . import Call, Subparsers
 
 if TYPE_CHECKING:
@@ -25,6 +33,14 @@ def register(sub: Subparsers) -> None:
         "--state", default=str(DEFAULT_STATE), help="state directory (SQLite index, secret, token)"
     )
     p.add_argument("--no-demo", action="store_true", help="do not seed the demo workspace")
+    p.add_argument(
+        "--ingest-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory whose files ingestion jobs may name by path (repeatable; default: none, "
+        "`kb ingest DIR` then uploads the files itself)",
+    )
     p.add_argument("--search-backend", choices=["sqlite", "opensearch"], default="sqlite")
     p.add_argument("--opensearch-url")
     p.add_argument(
@@ -144,6 +160,7 @@ def _open_state(args: argparse.Namespace, state: Path, ranking: LocalRanking) ->
             opensearch_url=args.opensearch_url,
             dynamodb_endpoint=args.dynamodb_endpoint if args.state_backend == "dynamodb" else None,
             ranking=ranking,
+            ingest_roots=args.ingest_root,
         )
         if container.table is None:
             container.state  # noqa: B018 - open (and migrate) the state file now, not on the first request
@@ -197,7 +214,8 @@ def _listen(args: argparse.Namespace, container: Container, state: Path, ranking
     worker = IngestWorker(container, verbose=args.verbose)
     worker.start()  # resumes any job a killed kb serve left behind, once its lease runs out
     handlers = WorkerHandlers(max_instances=args.instances, verbose=args.verbose)
-    server = make_server(args.host, args.port, LocalGateway(handlers), log_requests=True)
+    operator = operator_credential(state)  # G-LOCAL: the admin and Invoke APIs and the console need it
+    server = make_server(args.host, args.port, LocalGateway(handlers, operator), log_requests=True)
     host, port = str(server.server_address[0]), server.server_address[1]
     where = f"DynamoDB at {args.dynamodb_endpoint}" if container.table else f"SQLite at {state / STATE_FILE}"
     backend = args.search_backend
@@ -211,7 +229,12 @@ def _listen(args: argparse.Namespace, container: Container, state: Path, ranking
         f"up to {args.instances} instances per function)",
         flush=True,
     )
-    print(f"console: http://{host}:{port}/console/ (loopback only)", flush=True)
+    # In the URL's fragment, which a browser never sends: no request line or log holds the credential.
+    print(
+        f"console: http://{host}:{port}/console/#operator={operator} (loopback only; this URL holds the "
+        f"operator credential, also in {state / OPERATOR_FILE})",
+        flush=True,
+    )
     fill = VectorFill(container, say=lambda line: print(line, flush=True))
     fill.start()  # BM25 answers meanwhile (every door: the state is the store's)
     stop_on_sigterm = threading.current_thread() is threading.main_thread()  # (signal's own condition)

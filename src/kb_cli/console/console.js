@@ -47,6 +47,7 @@ const STRINGS = {
     planned: "Planned", retrieved: "Retrieved", fused: "Fused", cited: "Citation created",
     reason: "reason", notPlanned: "Not selected", count: "count", ms: "ms",
     used: "{used} used, {left} left", retrievals: "Retrievals", chars: "Chars", invocation: "Invocation",
+    operatorMissing: "This console needs the operator credential of kb serve: open it through the console URL kb serve prints at start (…/console/#operator=…), in this tab.",
     errorCode: "Error {code}", hint: "What to check", badJson: "Trusted context must be a JSON object.",
     badAncestors: "Each ancestor line needs an invocation id and an exact agent key.",
     "tokens.title": "Tokens", issue: "Issue", routesCsv: "Routes (comma-separated)", subject: "Subject",
@@ -102,6 +103,7 @@ const STRINGS = {
     timeline: "事件", references: "引用", ledger: "调用链各层预算", planned: "已选源", retrieved: "检索结果",
     fused: "融合", cited: "新引用", reason: "原因", notPlanned: "未选择", count: "数量", ms: "毫秒",
     used: "已用 {used}，剩余 {left}", retrievals: "检索次数", chars: "正文字符", invocation: "调用",
+    operatorMissing: "控制台需要 kb serve 的操作员凭据：请在此标签页中打开 kb serve 启动时打印的控制台地址（…/console/#operator=…）。",
     errorCode: "错误 {code}", hint: "排查方法", badJson: "可信上下文必须是 JSON 对象。",
     badAncestors: "每行祖先调用需要调用 ID 和精确的智能体键。", "tokens.title": "令牌", issue: "签发",
     routesCsv: "路由（逗号分隔）", subject: "主体", client: "客户端", ttl: "有效期（秒）",
@@ -199,13 +201,34 @@ class ApiError extends Error {
   }
 }
 
+// G-LOCAL: the admin and Invoke APIs need the local operator credential. kb serve prints the console's URL
+// with it in the fragment (never sent in a request); it is kept in this tab's sessionStorage only.
+const OPERATOR_KEY = "kb-operator";
+const OPERATOR_HEADER = "X-Kb-Operator";
+
+function takeOperatorCredential() {
+  const match = /^#operator=([^&]+)$/.exec(location.hash);
+  if (!match) return;
+  sessionStorage.setItem(OPERATOR_KEY, decodeURIComponent(match[1]));
+  history.replaceState(null, "", location.pathname + location.search);  // off the address bar and history
+}
+
+function operatorPath(path) {
+  return path.startsWith("/admin/") || path.startsWith("/2015-03-31/functions/");
+}
+
 async function api(method, path, body, token) {
   const headers = { "Content-Type": "application/json" };
   if (token) headers.Authorization = `Bearer ${token}`;
+  if (operatorPath(path)) headers[OPERATOR_HEADER] = sessionStorage.getItem(OPERATOR_KEY) || "";
   const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const raw = await response.text();
   let data = null;
   try { data = raw ? JSON.parse(raw) : null; } catch { data = { message: raw.slice(0, 200) }; }
+  if (response.status === 401 && operatorPath(path)) {
+    sessionStorage.removeItem(OPERATOR_KEY);  // wrong (kb serve's state was replaced): ask for the URL again
+    throw new ApiError(401, { error: { code: "operator_credential", message: t("operatorMissing") } });
+  }
   if (!response.ok) throw new ApiError(response.status, data);
   return { data, bytes: new TextEncoder().encode(raw).length };
 }
@@ -816,6 +839,10 @@ async function route() {
     else link.removeAttribute("aria-current");
   }
   const view = document.getElementById("view");
+  if (!sessionStorage.getItem(OPERATOR_KEY)) {
+    fill(view, h("div", { class: "error-box", role: "alert", id: "operator-missing" }, h("p", { text: t("operatorMissing") })));
+    return;
+  }
   fill(view, h("p", { text: t("loading") }));
   try {
     await render(view);
@@ -832,7 +859,8 @@ document.getElementById("lang").addEventListener("click", () => {
   renderRanking();
   route();
 });
-window.addEventListener("hashchange", () => { quiet(); route(); });
+window.addEventListener("hashchange", () => { takeOperatorCredential(); quiet(); route(); });
+takeOperatorCredential();
 applyLanguage();
 showRanking();
 route();

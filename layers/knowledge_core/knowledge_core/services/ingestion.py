@@ -29,7 +29,7 @@ from ..domain.admin_wire import (
     JobList,
     JobStatus,
 )
-from ..domain.errors import InvalidRequest, NotFound, SourceFailure
+from ..domain.errors import Forbidden, InvalidRequest, NotFound, SourceFailure
 from ..domain.ingestion import (
     MAX_DOCUMENT_ATTEMPTS,
     DirectoryFilePayload,
@@ -118,6 +118,7 @@ class IngestionService:
         queue: JobQueue | None = None,
         *,
         allow_directories: bool = False,
+        directory_roots: tuple[str, ...] = (),
         lease_s: float = LEASE_SECONDS,
         extractor: Extractor | None = None,
         s3: S3Origin | None = None,
@@ -130,6 +131,7 @@ class IngestionService:
         self._clock = clock
         self._queue = queue
         self._allow_directories = allow_directories
+        self._directory_roots = directory_roots
         self._lease_s = lease_s
         self._extract: Extractor = extractor or extract
         self._s3 = s3
@@ -208,6 +210,11 @@ class IngestionService:
         root = Path(directory)
         if not root.is_absolute() or not root.is_dir():
             raise InvalidRequest("directory: must be an absolute path to a directory", field="directory")
+        if not within_roots(root, self._directory_roots):
+            raise Forbidden(
+                "directory: not under a directory this service may read (kb serve --ingest-root DIR)",
+                field="directory",
+            )
         found: list[Path] = []
         for p in root.rglob("*"):  # lazy: a huge tree is refused as soon as it passes the bound
             if p.is_symlink() or not p.is_file():
@@ -604,6 +611,13 @@ def _refuse_repeated_ids(requested: list[JobDocumentRequest], documents: list[Jo
             raise InvalidRequest(
                 f"documents: {a} and {b} would both be document {document.doc_id}", field="documents"
             )
+
+
+def within_roots(directory: Path, roots: tuple[str, ...]) -> bool:
+    """G-LOCAL: whether `directory`, links and `..` resolved, is one of `roots` or inside one (none: no
+    directory may be read)."""
+    real = directory.resolve()
+    return any(real.is_relative_to(Path(root).resolve()) for root in roots if root)
 
 
 def _relative(path: Path | None, root: Path) -> str | None:
