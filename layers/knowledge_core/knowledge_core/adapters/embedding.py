@@ -47,7 +47,6 @@ _CHARS_PER_TOKEN = 16
 # A title is embedded with each of its passages: at most this many characters of it, so a long title cannot
 # crowd the passage's own text out of the model's window.
 TITLE_CHARS = 256
-_FILES = ("model.json", "model.onnx")
 QUERY_CACHE_BYTES = 4 * 1024 * 1024
 logger = logging.getLogger(__name__)
 
@@ -102,18 +101,18 @@ class OnnxModel:
 
     def __init__(self, model_dir: Path, manifest: ModelManifest | None = None, *, threads: int = 0) -> None:
         self.dir = model_dir
-        missing = [f for f in _FILES if not (model_dir / f).is_file()]
+        if not (model_dir / "model.json").is_file():
+            raise ModelError(
+                f"embedding model {model_dir} is incomplete (no model.json); run `kb models fetch`"
+            )
+        self.manifest = manifest or read_manifest(model_dir)
+        named = ("model.onnx", self.manifest.tokenizer, self.manifest.normalize)
+        missing = [f for f in named if f and not (model_dir / f).is_file()]
         if missing:
             raise ModelError(
                 f"embedding model {model_dir} is incomplete (no {', '.join(missing)}); "
                 "run `kb models fetch` again"
             )
-        self.manifest = manifest or read_manifest(model_dir)
-        for name in (self.manifest.tokenizer, self.manifest.normalize):
-            if name and not (model_dir / name).is_file():
-                raise ModelError(
-                    f"embedding model {model_dir} is incomplete (no {name}); run `kb models fetch` again"
-                )
         self._threads = threads
         self._char_map: dict[int, str] | None = None
         self._tokenizer: Any = None
