@@ -815,6 +815,7 @@ function applyLanguage() {
 // How searches rank now, one line in the header: looked at again every few seconds while vectors fill.
 let rankingState = null;
 async function showRanking() {
+  if (!sessionStorage.getItem(OPERATOR_KEY)) return;  // an admin call: only with the operator credential
   try {
     const { data } = await api("GET", "/admin/v1/search-indices");
     rankingState = data.ranking;
@@ -859,7 +860,12 @@ document.getElementById("lang").addEventListener("click", () => {
   renderRanking();
   route();
 });
-window.addEventListener("hashchange", () => { takeOperatorCredential(); quiet(); route(); });
+window.addEventListener("hashchange", () => {
+  takeOperatorCredential();
+  quiet();
+  if (rankingState === null) showRanking();  // the credential may have just arrived
+  route();
+});
 takeOperatorCredential();
 applyLanguage();
 showRanking();
