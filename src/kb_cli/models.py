@@ -302,7 +302,7 @@ def fetched_default() -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .commands import KbParser
+    from .parser import KbParser
 
     parser = KbParser(prog="kb models")
     sub = parser.add_subparsers(dest="action", required=True)

@@ -81,7 +81,19 @@ def command(exe: Path, svc_dir: Path, host: str, port: int) -> list[str]:
     for directory in (svc_dir / "s3", data, meta):
         private_path(directory, directory=True)
     private_tree(svc_dir / "s3")
-    return [str(exe), "--port", f"{host}:{port}", "--quiet", "posix", "--sidecar", str(meta), str(data)]
+    # The posix backend sets its own modes on what it creates (not reduced by the umask): owner-only.
+    owner_only = ["--dir-perms", str(0o700), "--file-perms", str(0o600)]
+    return [
+        str(exe),
+        "--port",
+        f"{host}:{port}",
+        "--quiet",
+        "posix",
+        *owner_only,
+        "--sidecar",
+        str(meta),
+        str(data),
+    ]
 
 
 def environment(svc_dir: Path) -> dict[str, str]:

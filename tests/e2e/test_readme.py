@@ -32,7 +32,14 @@ def run_verbatim(script: str, tmp_path) -> str:
             capture_output=True,
             text=True,
             timeout=300,
-            env={**os.environ, "KB_ENDPOINT": server.endpoint, "POWERTOOLS_LOG_LEVEL": "ERROR"},
+            # KB_STATE: the kb CLI finds the operator credential of this server's state, as it finds
+            # ./.kb-state beside `make serve` in the README's own use.
+            env={
+                **os.environ,
+                "KB_ENDPOINT": server.endpoint,
+                "KB_STATE": str(server.state),
+                "POWERTOOLS_LOG_LEVEL": "ERROR",
+            },
         )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
