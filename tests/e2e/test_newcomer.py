@@ -75,7 +75,7 @@ def test_p6_kb_invoke_honours_kb_endpoint(kb_server: KbServer):
     assert local.returncode == 0 and "kb invoke: running in-process" in local.stderr
 
 
-def test_p5_p7_issue26_M5_L6_kb_ingest_files(kb_server: KbServer, tmp_path):
+def test_p5_p7_M5_L6_kb_ingest_files(kb_server: KbServer, tmp_path):
     """One remote directory upload: a symlink and hidden files are not sent (M5); a file that is not text
     and a file over 5 MiB each get one typed line and the rest goes on (L6); exit 1 (point 5); a .txt title
     is its file name and a CJK name keeps its id suffix under another prefix (point 7); a Windows-1252 text

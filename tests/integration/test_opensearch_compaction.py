@@ -22,7 +22,7 @@ def _settled(backend: OpenSearchBackend, timeout_s: float = 120.0) -> IndexState
         time.sleep(0.5)
 
 
-def test_a_search_issue23_compaction_merges_the_segments_and_changes_no_answer(
+def test_a_search_compaction_merges_the_segments_and_changes_no_answer(
     opensearch_url: str, index_prefix: str
 ) -> None:
     backend = OpenSearchBackend(opensearch_url, index_prefix=index_prefix)
@@ -51,7 +51,7 @@ def test_a_search_issue23_compaction_merges_the_segments_and_changes_no_answer(
     assert _settled(backend).segments == 1
 
 
-def test_a_search_issue23_compaction_of_two_shards_leaves_one_segment_each(
+def test_a_search_compaction_of_two_shards_leaves_one_segment_each(
     opensearch_url: str, index_prefix: str
 ) -> None:
     """`KB_OPENSEARCH_PASSAGE_SHARDS=2`: segments and their target are counted over the primary shards, and

@@ -75,7 +75,7 @@ def _as_previous_splitter_left_it(backend: OpenSearchBackend, old: str) -> None:
     )
 
 
-def test_i_ingest_issue24_opensearch_prepare_resplits_into_a_new_index_and_moves_the_alias(
+def test_i_ingest_opensearch_prepare_resplits_into_a_new_index_and_moves_the_alias(
     backend: OpenSearchBackend,
 ) -> None:
     old = f"{backend.index_prefix}-passages-v3"

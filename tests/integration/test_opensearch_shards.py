@@ -14,7 +14,7 @@ def _held_by(backend: OpenSearchBackend, alias: str) -> list[str]:
     return sorted(backend.client.indices.get_alias(name=alias))
 
 
-def test_a_search_issue23_passage_shards_make_the_index_and_a_change_moves_the_alias(
+def test_a_search_passage_shards_make_the_index_and_a_change_moves_the_alias(
     opensearch_url: str, index_prefix: str
 ) -> None:
     one = OpenSearchBackend(opensearch_url, index_prefix=index_prefix)

@@ -230,7 +230,7 @@ def test_p7_cjk_file_names_get_readable_ids_with_the_same_suffix_under_any_prefi
     assert path_doc_id("阀门") != path_doc_id("閥門")  # names that read alike stay apart
 
 
-def test_p7_issue26_L6_M5_kb_ingest_files_client_side(tmp_path, monkeypatch, capsys):
+def test_p7_L6_M5_kb_ingest_files_client_side(tmp_path, monkeypatch, capsys):
     """A single file without --doc-id takes its file name; a .txt without a heading is titled by its file
     name; a remote directory walk skips links and hidden files; a file that is not text or is > 5 MiB gets
     one typed line and the rest is sent; exit 1."""

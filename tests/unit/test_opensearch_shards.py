@@ -61,7 +61,7 @@ class _Client:
         return {"hits": {"hits": []}}
 
 
-def test_a_search_issue23_passage_shards_from_the_environment() -> None:
+def test_a_search_passage_shards_from_the_environment() -> None:
     settings = Settings.from_env(
         {"KB_SEARCH_BACKEND": "opensearch", "KB_OPENSEARCH_URL": "http://127.0.0.1:1"}
     )
@@ -84,7 +84,7 @@ def test_a_search_issue23_passage_shards_from_the_environment() -> None:
 
 
 @pytest.mark.parametrize("shards", [1, 4])
-def test_a_search_issue23_passage_shards_given_at_creation(shards: int) -> None:
+def test_a_search_passage_shards_given_at_creation(shards: int) -> None:
     client = _Client()
     backend = OpenSearchBackend("http://127.0.0.1:1", client=client, passage_shards=shards)
     backend.prepare()
@@ -101,7 +101,7 @@ def test_a_search_issue23_passage_shards_given_at_creation(shards: int) -> None:
     assert client.indices.created["kb-documents-v2"] == {"aliases": {"kb-documents": {}}}
 
 
-def test_a_search_issue23_a_move_marks_the_old_index_retired() -> None:
+def test_a_search_a_move_marks_the_old_index_retired() -> None:
     client = _Client({"kb-passages": ["kb-passages-v5"], "kb-documents": ["kb-documents-v2"]})
     backend = OpenSearchBackend("http://127.0.0.1:1", client=client, passage_shards=2)
     backend.prepare()
@@ -114,7 +114,7 @@ def test_a_search_issue23_a_move_marks_the_old_index_retired() -> None:
     assert retired_alias("kb-passages") == "kb-passages-retired"
 
 
-def test_a_search_issue23_a_named_shard_count_keeps_its_splitter_version() -> None:
+def test_a_search_a_named_shard_count_keeps_its_splitter_version() -> None:
     assert _older_splitter("kb-passages-v3-s2", "kb") and _older_splitter("kb-passages-v3", "kb")
     assert not _older_splitter("kb-passages-v5-s2", "kb") and not _older_splitter("kb-passages-v5", "kb")
     assert not _older_splitter("kb-passages-v3-sx", "kb")

@@ -43,7 +43,7 @@ Run `patronictl list` and read the lag column.
 """
 
 
-def test_i_ingest_issue24_passages_carry_their_heading_path_not_in_the_cited_text() -> None:
+def test_i_ingest_passages_carry_their_heading_path_not_in_the_cited_text() -> None:
     passages = split_structured(RUNBOOK, "Failover runbook")
     texts = [p.text for p in passages]
     assert texts == [
@@ -59,7 +59,7 @@ def test_i_ingest_issue24_passages_carry_their_heading_path_not_in_the_cited_tex
     assert split_passages(RUNBOOK) == texts
 
 
-def test_i_ingest_issue24_no_passage_is_only_a_heading_or_a_lead_in() -> None:
+def test_i_ingest_no_passage_is_only_a_heading_or_a_lead_in() -> None:
     body = (DEMO / "09-database-failover-runbook.md").read_text(encoding="utf-8")
     passages = split_structured(body, "On-call Runbook: Metadata Database Failover (PostgreSQL / Patroni)")
     assert all(not p.text.startswith("#") for p in passages)
@@ -67,7 +67,7 @@ def test_i_ingest_issue24_no_passage_is_only_a_heading_or_a_lead_in() -> None:
     assert any("Other gotchas:\n\n- **Timeouts" in p.text for p in passages)
 
 
-def test_i_ingest_issue24_long_paragraphs_split_on_sentence_boundaries_english_and_cjk() -> None:
+def test_i_ingest_long_paragraphs_split_on_sentence_boundaries_english_and_cjk() -> None:
     english = " ".join(
         f"Sentence number {i} tells the supplier about the delivery window." for i in range(80)
     )
@@ -79,7 +79,7 @@ def test_i_ingest_issue24_long_paragraphs_split_on_sentence_boundaries_english_a
         assert all(estimate_tokens(p.indexed) <= PASSAGE_TOKENS for p in passages)
 
 
-def test_i_ingest_issue24_lists_and_tables_stay_whole_when_they_fit() -> None:
+def test_i_ingest_lists_and_tables_stay_whole_when_they_fit() -> None:
     table = "| a | b |\n| --- | --- |\n" + "\n".join(f"| row {i} | value {i} |" for i in range(30))
     items = "\n".join(f"- item {i} of the checklist" for i in range(30))
     prose = " ".join(["Some words here."] * 60)
@@ -88,7 +88,7 @@ def test_i_ingest_issue24_lists_and_tables_stay_whole_when_they_fit() -> None:
     assert any(table in t for t in texts) and any(items in t for t in texts)
 
 
-def test_i_ingest_issue24_pdf_text_splits_by_lines_and_keeps_page_labels() -> None:
+def test_i_ingest_pdf_text_splits_by_lines_and_keeps_page_labels() -> None:
     # A PDF page is one block of lines without sentence ends: cut between lines, never inside one.
     pages = ["\n".join(f"line {p}-{i} of the scanned form field value" for i in range(120)) for p in range(3)]
     body, starts = "", []
@@ -103,7 +103,7 @@ def test_i_ingest_issue24_pdf_text_splits_by_lines_and_keeps_page_labels() -> No
     assert all(found[i][0] <= found[i + 1][0] for i in range(len(found) - 1))
 
 
-def test_i_ingest_issue24_short_pdf_pages_are_never_packed_into_one_passage() -> None:
+def test_i_ingest_short_pdf_pages_are_never_packed_into_one_passage() -> None:
     """I-INGEST: a page start is a cut, so a hit on page 2 of a short PDF says "p. 2" (two short pages
     would otherwise pack into one passage labelled "pp. 1–2")."""
     pages = ["Cover page. Routine maintenance keeps the plant running.", "The pump seal part is ZX-42."]
@@ -129,7 +129,7 @@ def _tokenizers() -> list[object]:
     return [Tokenizer.from_file(str(f)) for f in files]
 
 
-def test_i_ingest_issue24_every_passage_fits_the_models_512_token_window() -> None:
+def test_i_ingest_every_passage_fits_the_models_512_token_window() -> None:
     """The estimate bounds the real WordPiece count: title + heading path + text within 512 tokens for
     every passage of the demo corpus and of every XQuAD article (both languages) with both tokenizers."""
     tokenizers = _tokenizers()
@@ -161,7 +161,7 @@ def _estimate_by_runs(text: str) -> int:
     return n
 
 
-def test_i_ingest_i23_token_estimate_is_the_run_rule_on_mixed_text() -> None:
+def test_i_ingest_token_estimate_is_the_run_rule_on_mixed_text() -> None:
     """I23: the one-findall estimate (a hot spot of bulk ingestion) counts exactly what the run rule does."""
     rng = random.Random(23)
     alphabet = "abcXYZ0123456789 \t\n.,;:-_`*#()[]é中文。！ß\u00a0\u3000"
@@ -172,7 +172,7 @@ def test_i_ingest_i23_token_estimate_is_the_run_rule_on_mixed_text() -> None:
         assert estimate_tokens(text) == _estimate_by_runs(text), text
 
 
-def test_a_search_issue24_summary_is_the_best_matching_sentence_window() -> None:
+def test_a_search_summary_is_the_best_matching_sentence_window() -> None:
     filler = "The supplier notifies the buyer about every shipment in writing. " * 6
     passage = (
         filler + "The estimated arrival at least three days before delivery is confirmed by email. " + filler
@@ -189,7 +189,7 @@ def test_a_search_issue24_summary_is_the_best_matching_sentence_window() -> None
     assert focused_excerpt("short text", ["x"], 200) == "short text"
 
 
-def test_a_search_issue24_summary_keeps_markdown_emphasis_with_its_sentence() -> None:
+def test_a_search_summary_keeps_markdown_emphasis_with_its_sentence() -> None:
     """A FAQ's bold question ends at its `?**`: the summary shows it as written, not `? **`."""
     topics = ["backups", "failover", "restores", "upgrades", "alerts", "tokens", "exports", "retention"]
     faq = "".join(f"**Q: How do {t} work?**\nAnswer about {t}: see the runbook.\n\n" for t in topics)
@@ -197,7 +197,7 @@ def test_a_search_issue24_summary_keeps_markdown_emphasis_with_its_sentence() ->
     assert "**Q: How do tokens work?** Answer about tokens" in summary and "? **" not in summary
 
 
-def test_a_search_issue24_summary_never_cuts_inside_a_code_point() -> None:
+def test_a_search_summary_never_cuts_inside_a_code_point() -> None:
     text = "😀" * 500 + " tail"
     out = focused_excerpt(text, ["tail"], 101)
     assert len(out.encode("utf-8")) <= 101 and set(out) <= set("😀… tail") and out.endswith("tail")
@@ -256,7 +256,7 @@ def _hit(doc: str, score: float) -> Hit:
     return Hit("s@1", doc, doc, "r1", score, "text")
 
 
-def test_r_tool_issue24_relevance_cut_keeps_hits_near_the_best_one() -> None:
+def test_r_tool_relevance_cut_keeps_hits_near_the_best_one() -> None:
     hits = [_hit("a", 10.0), _hit("b", 8.0), _hit("c", 6.9), _hit("d", 2.0)]
     assert [h.doc_id for h in relevance_cut(hits, 0.7)] == ["a", "b"]
     assert relevance_cut([], 0.7) == [] and [h.doc_id for h in relevance_cut(hits[:1], 0.7)] == ["a"]

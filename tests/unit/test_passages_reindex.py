@@ -30,7 +30,7 @@ def _rows(path: Path) -> list[tuple[str, str | None]]:
         return conn.execute("SELECT text, heading FROM passage_rows ORDER BY passage_no").fetchall()
 
 
-def test_i_ingest_issue24_sqlite_resplits_on_open_and_old_refs_keep_409_semantics(
+def test_i_ingest_sqlite_resplits_on_open_and_old_refs_keep_409_semantics(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     state = str(tmp_path / "state.sqlite3")

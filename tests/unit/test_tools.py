@@ -570,7 +570,7 @@ def test_ready_events_through_the_handler(demo_container: Any, name: str) -> Non
     assert _types(result)[0] == "knowledge.planned" and _types(result)[-1] == "knowledge.fused"
 
 
-def test_r_tool_issue24_relevance_cut_stops_padding_and_keeps_min_score(container: Any, clock: Any) -> None:
+def test_r_tool_relevance_cut_stops_padding_and_keeps_min_score(container: Any, clock: Any) -> None:
     """无匹配不强塞文档: with the default floor the tool stops at references far below its best one (per
     source, before fusion), instead of filling topK; minScore still drops what is below it first."""
     w = World(container, clock)
