@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STATE ?= .kb-state
 PORT ?= 3000
 
-.PHONY: venv dev serve test unit lint sam openapi fuzz semantic-layer bench services-start services-stop clean
+.PHONY: venv dev serve test unit lint docs sam openapi fuzz semantic-layer bench services-start services-stop clean
 
 # pip, setuptools and wheel current (the venv's own setuptools 65 is in CVE-2024-6345's and CVE-2025-47273's range).
 $(BIN)/python:
@@ -48,6 +48,10 @@ lint: dev
 	$(BIN)/mypy --strict --explicit-package-bases layers/knowledge_core/knowledge_core functions
 	$(BIN)/sam validate --lint
 	$(BIN)/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
+
+# The documentation site (mkdocs.yml, docs/) into build/site/; strict: a warning fails it.
+docs: dev
+	$(BIN)/mkdocs build --strict
 
 sam: dev
 	SAM_CLI_TELEMETRY=0 $(BIN)/sam validate --lint

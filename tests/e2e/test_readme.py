@@ -1,5 +1,6 @@
-"""Issue 22 point 8: the README's "your own documents in five minutes" block, run verbatim (bash) on a
-fresh `kb serve` state, finds the example PDF, HTML, Markdown and Chinese text files."""
+"""The README's "your own documents in five minutes" block (also on the docs' Get started page) and the
+metadata worked example (docs, Metadata filters), run verbatim (bash) on a fresh `kb serve` state: they find
+the example PDF, HTML, Markdown and Chinese text files and the agent tool answers on the user's own route."""
 
 from __future__ import annotations
 
@@ -13,11 +14,21 @@ import pytest
 from tests.e2e.conftest import ROOT, running_kb_serve
 
 
-def five_minute_block() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"<!-- five-minutes:[^>]*-->\n```bash\n(.*?)```", readme, re.S)
-    assert found, "README.md lost its five-minutes block"
+def marked_block(page: str, marker: str) -> str:
+    """The bash block after `<!-- marker: … -->` on a page (README.md or a docs page)."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    found = re.search(rf"<!-- {marker}:[^>]*-->\n```bash\n(.*?)```", text, re.S)
+    assert found, f"{page} lost its {marker} block"
     return found.group(1)
+
+
+def five_minute_block() -> str:
+    return marked_block("README.md", "five-minutes")
+
+
+def test_docs_get_started_shows_the_readme_five_minutes_block_verbatim():
+    """The docs' Get started page carries the very block the README runs (so running one runs both)."""
+    assert marked_block("docs/getting-started.md", "five-minutes") == five_minute_block()
 
 
 def run_verbatim(script: str, tmp_path) -> str:
@@ -45,7 +56,7 @@ def run_verbatim(script: str, tmp_path) -> str:
     return done.stdout
 
 
-def test_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path):
+def test_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path):
     out = run_verbatim(five_minute_block(), tmp_path)
     assert "ingested 4 document(s) into plant-manuals@1.0.0 (0 unchanged, 0 failed, 0 deleted)" in out
     assert "Pump seal replacement" in out  # Markdown: title from its heading
@@ -55,17 +66,18 @@ def test_p8_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path
     # doc list: the tenant of every document is the default one
     rows = [line for line in out.splitlines() if line.startswith("manuals-")]
     assert len(rows) == 4 and all(line.split()[1] == "default" for line in rows), out
+    # R-TOOL: the agent tool, invoked as the user's own agent, cites the user's own documents
+    tool = json.loads(out[out.rindex('{\n  "references"') :])
+    assert tool["references"][0]["source"]["title"] == "Pump seal replacement", tool
+    assert tool["references"][0]["knowledge"] == {"id": "plant-manuals", "version": "1.0.0"}
 
 
 def metadata_block() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"<!-- metadata-example:[^>]*-->\n```bash\n(.*?)```", readme, re.S)
-    assert found, "README.md lost its metadata worked example"
-    return found.group(1)
+    return marked_block("docs/metadata.md", "metadata-example")
 
 
 def test_readme_metadata_example_works_verbatim(tmp_path):
-    """Issue 25 point 5: the worked example (sidecar + --meta + filtered search + an agent bound to the
+    """F-FILTER: the docs' worked example (sidecar + --meta + filtered search + an agent bound to the
     trusted context) run verbatim after the five-minutes block, on a fresh state."""
     out = run_verbatim(five_minute_block() + metadata_block(), tmp_path)
     assert "ingested 4 document(s) into plant-manuals@1.0.0 (0 unchanged, 0 failed, 0 deleted)" in out

@@ -135,12 +135,12 @@ def test_i_ingest_a_tenant_quota_counts_its_keys_across_sources(c: Container) ->
 def test_i_ingest_metadata_key_quotas_are_settings_with_documented_defaults() -> None:
     env = Settings.from_env({"KB_METADATA_KEYS_PER_SOURCE": "10", "KB_METADATA_KEYS_PER_TENANT": "20"})
     assert (env.metadata_keys_per_source, env.metadata_keys_per_tenant) == (10, 20)
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    page = (Path(__file__).parents[2] / "docs" / "metadata.md").read_text(encoding="utf-8")
     defaults = Settings()
     assert (
-        f"`KB_METADATA_KEYS_PER_SOURCE` distinct keys (default {defaults.metadata_keys_per_source})" in readme
+        f"`KB_METADATA_KEYS_PER_SOURCE` distinct keys (default {defaults.metadata_keys_per_source})" in page
     )
-    assert f"`KB_METADATA_KEYS_PER_TENANT` (default {defaults.metadata_keys_per_tenant})" in readme
+    assert f"`KB_METADATA_KEYS_PER_TENANT` (default {defaults.metadata_keys_per_tenant})" in page
 
 
 class _MappedNode:
