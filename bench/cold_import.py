@@ -1,7 +1,7 @@
 """Cold import time of each function module vs a bare `import boto3`, interleaved in fresh interpreters.
 
 Target (issue: agent knowledge API): every function module within 1.3x of `import boto3`; the MCP function
-(issue 11, M-MCP) within 1.5x — it imports the `mcp` SDK on its first request, which is reported apart.
+(M-MCP) within 1.5x — it imports the `mcp` SDK on its first request, which is reported apart.
 The functions are those of template.yaml."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Batch embedding at ingestion against the raw ONNX Runtime batch throughput of the same model (issue 15:
-target ≥ 0.8×), per default model, measured in one run on the same passages.
+"""Batch embedding at ingestion against the raw ONNX Runtime batch throughput of the same model
+(target ≥ 0.8×), per default model, measured in one run on the same passages.
 
     .venv/bin/python bench/embed_throughput.py [--model-dir DIR] [--passages 256] [--rounds 3]
 

@@ -1,4 +1,5 @@
-"""Peak memory and time of extracting each hostile file of issue 26 (M2), before and after the bounds.
+"""Peak memory and time of extracting each hostile file of the security review (M2), before and after
+the bounds.
 
     .venv/bin/python bench/extraction_bombs.py [--before OLD_EXTRACTION.py] [--cap SECONDS]
 

@@ -1,5 +1,5 @@
-"""The embedded full-text index before and after its background compaction (issue 23,
-adapters/sqlite/fts_compaction.py), interleaved in one run.
+"""The embedded full-text index before and after its background compaction
+(adapters/sqlite/fts_compaction.py), interleaved in one run.
 
 Per size: the scale corpus (bench/scale_corpus.py) ingested through `SqliteFtsBackend.put_documents` in
 batches of 500 documents, as an ingestion job writes it, with the compactor held off — the file as FTS5's

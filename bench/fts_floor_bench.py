@@ -1,4 +1,4 @@
-"""The embedded search's floor and what lowers it (issue 23): on the scale corpus's indexes
+"""The embedded search's floor and what lowers it: on the scale corpus's indexes
 (bench/scale_bench.py builds them under --cache), per size, interleaved in one process:
 
 - the raw FTS5 top-k (`bm25()` of `MATCH ?` under ORDER BY ... LIMIT, the service's first fetch) on the

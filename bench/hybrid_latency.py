@@ -1,4 +1,4 @@
-"""What hybrid ranking costs (issues 6 and 15): warm service search on the demo corpus (embedded backend) in
+"""What hybrid ranking costs: warm service search on the demo corpus (embedded backend) in
 the default configuration — the embedding models (BM25 + dense first stage, fused) and cross-lingual query
 translation (the translation embedded too) — beside the same search with BM25 only, interleaved in one run,
 English and Chinese queries; BM25 with query translation alone beside BM25; a repeated query reuses its

@@ -1,4 +1,4 @@
-"""Ingestion throughput (issue 13, I-INGEST): one 500-document mixed-format job (Markdown, HTML, PDF, DOCX)
+"""Ingestion throughput (I-INGEST): one 500-document mixed-format job (Markdown, HTML, PDF, DOCX)
 worked through by the ingestion service on the embedded defaults (SQLite state and index), in documents/s
 and passages/s — beside, in the same run, the raw extraction time of the same files (the floor a job
 cannot beat) and, with hybrid ranking, the raw embedding time of the same passages.

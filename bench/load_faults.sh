@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load and faults on loopback only (issue 14): kb serve on its own OpenSearch node (SQLite state), locust
+# Load and faults on loopback only: kb serve on its own OpenSearch node (SQLite state), locust
 # headless with 16 users for 60 s (search / read / knowledge_search), the node stopped at +25 s and started
 # again at +27 s (it takes ~40 s to come back here; KB_FAULTS=0: no fault). Prints locust's stats, the typed outcomes, and a check after.
 # Needs locust (not a project dependency): LOCUST=/path/to/locust.

@@ -1,4 +1,4 @@
-"""Load and faults on loopback (issue 14): mixed search / read / knowledge_search tool calls against
+"""Load and faults on loopback: mixed search / read / knowledge_search tool calls against
 `kb serve`. Every response must be a success or a *typed* answer: search `status` unavailable/partial,
 read 503 `knowledge_unavailable`, a tool result `{"error": {"code": "KNOWLEDGE_…"}}`. Anything else
 (an untyped 5xx, a body that is not the typed JSON) is a failure.

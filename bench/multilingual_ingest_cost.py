@@ -1,6 +1,6 @@
-"""What a multilingual-e5 vector per passage costs at ingestion (issue 24, the mixed design's price).
+"""What a multilingual-e5 vector per passage costs at ingestion (the mixed design's price).
 
-The mixed design (bench/QUALITY.md, issue 24's eleventh and twelfth stops) gives every passage a
+The mixed design (docs/archive/quality-log.md, "The mixed design measured") gives every passage a
 multilingual-e5-small vector beside its script's bge vector. This measures the embedding throughput of both
 on the service's own passages (`document_passages`, embedded as `passage_text` of the title and the indexed
 passage, the way ingestion embeds them): the first SciFact abstracts (English) and the demo corpus (Chinese

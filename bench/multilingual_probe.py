@@ -1,7 +1,8 @@
-"""A multilingual reader within reach (issue 24's open target): multilingual-e5-small, dense only.
+"""A multilingual reader within reach (the cross-lingual target): multilingual-e5-small, dense only.
 
 What holds the Chinese first reference on long documents below 0.95 is a Chinese question's English noise
-(bench/QUALITY.md, issue 24's fourth stop): the service's two models are one per script (bge-small-en,
+(docs/archive/quality-log.md, "a Chinese question's English noise"): the service's two models are one per
+script (bge-small-en,
 bge-small-zh), so a Chinese question meets an English passage only through its lexicon translation, and
 fusion cannot tell a translated match that answers from one that is noise. A model that reads both
 languages in one space would: multilingual-e5-small (MIT, 4-bit), as `kb models fetch` writes it for ONNX

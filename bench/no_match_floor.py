@@ -1,4 +1,4 @@
-"""The no-match floors of hybrid ranking (issue 24, "no match, no padding"; domain/hybrid.py): when BM25
+"""The no-match floors of hybrid ranking ("no match, no padding"; domain/hybrid.py): when BM25
 matches nothing in a source, a dense-only candidate counts only if its raw cosine reaches its script's floor.
 
 The floors are chosen on tuning halves only: for every query of the tuning collections (default

@@ -3,7 +3,7 @@ passages of SciFact abstracts (two sources), then warm search latency through th
 (`KnowledgeService.search`: scope, plan, one `_msearch`, merge, refs, byte budget) against the raw `_msearch`
 request it sends (same body, same client), interleaved in the same run.
 
-Target (issue 3): service p50 <= 1.3x the raw `_msearch`. Uses its own index prefix and DynamoDB table,
+Target: service p50 <= 1.3x the raw `_msearch`. Uses its own index prefix and DynamoDB table,
 dropped at the end; the shared services are started if needed and left running.
 
     .venv/bin/python bench/opensearch_bench.py [--passages 10000] [--rounds 200]

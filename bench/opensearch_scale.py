@@ -1,4 +1,4 @@
-"""OpenSearch at scale (issue 23 point 3): one passages index grown on the shared synthetic corpus
+"""OpenSearch at scale: one passages index grown on the shared synthetic corpus
 (`bench/scale_corpus.py`: 10k, 100k, … passages, each size the first passages of the next, with synthetic
 int8 vectors in the k-NN field) on an OpenSearch node of its own (`kb services start` in `--state`, so the
 shared node is not loaded; `--nodes 3` for the cluster). Per size:

@@ -3,7 +3,8 @@
 Two results files of `kb eval` (or bench/quality.py) over the same collections: per query, R@3 (from each
 query's `top` and `relevant`) and nDCG@10 of the second run minus the first; the mean difference, its 95 %
 interval over 10,000 resamples of the queries (a fixed seed, so a rerun prints the same), a two-sided p,
-and how many queries went up and down. bench/QUALITY.md "SciFact's R@3 gap, tested for chance" used it.
+and how many queries went up and down. docs/archive/quality-log.md "SciFact's R@3 gap, tested for chance" used
+it.
 
     python bench/paired_bootstrap.py BEFORE.json AFTER.json [--resamples 10000]
 """

@@ -1,6 +1,6 @@
 """Retrieval quality benchmark: R@3, MRR@3, nDCG@10 and R@100 of the search path on SciFact (English), the
 demo corpus' hand-labelled queries (Chinese) and XQuAD zh/en (monolingual, cross-lingual, mixed), beside a
-same-run BM25 baseline (bench/QUALITY.md).
+same-run BM25 baseline (docs/archive/quality-log.md).
 
     .venv/bin/python bench/quality.py                      # SciFact test + demo-zh on embedded SQLite
     .venv/bin/python bench/quality.py --collection xquad-en-zh --collection xquad-mixed

@@ -1,4 +1,4 @@
-"""S3 sync throughput (issue 27, I-INGEST): a sync job over a prefix of small Markdown objects on the local
+"""S3 sync throughput (I-INGEST): a sync job over a prefix of small Markdown objects on the local
 S3-API server (`kb services`, versitygw), worked by the ingestion service on the embedded defaults (SQLite
 state and index, BM25 only) — beside, in the same run, a raw ListObjectsV2 + GetObject + extract of the
 same objects with the same client (the floor a sync cannot beat). Then the same sync again, every object

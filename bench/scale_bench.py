@@ -1,4 +1,4 @@
-"""Search latency as the corpus grows (issue 23): 10k / 100k / 1M passages x ranking (BM25, hybrid with the
+"""Search latency as the corpus grows: 10k / 100k / 1M passages x ranking (BM25, hybrid with the
 synthetic vectors of bench/scale_corpus.py), each row beside the raw storage query of the same shape,
 measured interleaved in the same run.
 
@@ -302,7 +302,7 @@ def index_size_mb(state: Path) -> float:
 def raw_topk(path: Path, limit: int) -> Callable[[str], object]:
     """The raw storage query of the same shape: FTS5's top `limit` by BM25 (the service's weights), nothing
     joined — in its fastest form, `bm25()` under SQLite's ORDER BY ... LIMIT (FTS5's `ORDER BY rank`, the
-    form issue 23 timed, is 1.1-1.7x slower here)."""
+    form first timed, is 1.1-1.7x slower here)."""
     from knowledge_core.adapters.sqlite.candidates import BM25_WEIGHTS
     from knowledge_core.adapters.sqlite.search import _match_expression
 

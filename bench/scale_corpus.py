@@ -1,7 +1,7 @@
-"""A deterministic synthetic corpus for scale benchmarks (issue 23): any size, any backend, no embedding.
+"""A deterministic synthetic corpus for scale benchmarks: any size, any backend, no embedding.
 
 Why synthetic: embedding a million passages on 2 cores takes days, and a fixed public corpus does not grow
-to order. The shape is the one issue 23 measured: files of ~10 passages, words drawn from a Zipf law over
+to order. The shape is the one measured: files of ~10 passages, words drawn from a Zipf law over
 a fixed vocabulary (mostly pseudo-English words, ~10% two-character Chinese words), queries of 2–3
 mid-frequency words. Each document has a topic; its passages carry a few of the topic's words and their
 vectors lie near the topic's centre, so the dense stage sees clustered data (as real embeddings are) and

@@ -1,6 +1,6 @@
 """Which English embedding model could lift SciFact? A scratch comparison outside the service, on the tuning
 split (SciFact train, 809 claims) and the reported one (test, 300), so that a model or a ranking idea is
-judged on train before its test figure is read (bench/QUALITY.md, "SciFact: models within reach").
+judged on train before its test figure is read (docs/archive/quality-log.md, "SciFact: models within reach").
 
 Each model directory (the layout `kb models fetch` writes: model.onnx, tokenizer.json, model.json with
 pooling and prefixes) embeds every abstract whole (title + abstract, the model's max_tokens) and every

@@ -1,11 +1,11 @@
-"""How `kb serve`'s search latency grows from one corpus size to the next (issue 23's target: p50 at ~100k
+"""How `kb serve`'s search latency grows from one corpus size to the next (the target: p50 at ~100k
 passages <= 1.5x the p50 at ~10k, p95 <= 3x p50), measured with every server of the comparison up at once
 and its requests interleaved round-robin, so the machine's drift (large here: the same server's p50 moves
 by 2x between runs minutes apart) hits every size and configuration alike.
 
 Per configuration (an environment for `kb serve`) and size (an index bench/scale_bench.py built and cached
 under --cache): one `kb serve --embedding-model none` (BM25) over that index. The default configurations
-compare the service as it was before issue 23's third part (`KB_SQLITE_LIBRARY=stdlib`: Debian's SQLite
+compare the service as it was before the SQLite floor work (`KB_SQLITE_LIBRARY=stdlib`: Debian's SQLite
 3.40; `KB_SQLITE_SEARCH_SLICES=1`: one FTS5 statement), the newer SQLite of adapters/sqlite/driver.py with
 one statement, FTS5's own bm25() (`KB_SQLITE_RANK=bm25`: the ranking before kb_bm25, adapters/sqlite/rank.py),
 and the defaults (that SQLite; a large source's id range read in slices at once; kb_bm25).

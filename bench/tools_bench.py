@@ -7,7 +7,7 @@ contending on one root invocation.
     python bench/tools_bench.py --embedding-model DIR --lexicon DIR   # default ranking: hybrid + translation
 
 The raw backend query is the one the call's retrieval step sends (`SearchBackend.search` with the same
-source query and the same analysed query: with models, BM25 and dense candidates); issue 21's target is
+source query and the same analysed query: with models, BM25 and dense candidates); the target is
 a tool call <= 3x it with the default ranking."""
 
 from __future__ import annotations

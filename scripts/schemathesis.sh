@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz every operation of openapi.json against a fresh `kb serve` on loopback with the demo token
-# (issues 14 and 26): every check schemathesis has (`--checks all`), 0 failures expected; bounded examples,
+# (the security reviews): every check schemathesis has (`--checks all`), 0 failures expected; bounded examples,
 # fixed seed; stateful links where schemathesis finds them. tests/schemathesis.toml names the two operations
 # that refuse schema-valid data by design (an opaque signed ref; directory jobs, which this run disables).
 # The coverage phase also probes methods the API does not have (TRACE, QUERY, …): the gateway routes them

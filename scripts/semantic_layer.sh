@@ -3,7 +3,7 @@
 # x86_64 (manylinux wheels from PyPI) in python/, the default embedding models (English and Chinese) in
 # kb-model/<model>/ (the template's KB_EMBEDDING_MODEL_DIR is /opt/kb-model: every model in it is used), and
 # the compiled zh<->en query translation lexicon in kb-model/zh-en-lexicon/ (KB_LEXICON_DIR; 1.8 MB).
-# Output: build/semantic-layer.zip; the script prints its sizes (README, "Retrieval quality", has them and
+# Output: build/semantic-layer.zip; the script prints its sizes (docs/ranking.md has them and
 # the Lambda limits). Publish it through S3 and pass its ARN as EmbeddingModelLayerArn.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -36,7 +36,7 @@ bash scripts/mcp_conformance.sh
 
 $BIN/ruff check .
 $BIN/mypy layers/knowledge_core/knowledge_core src/kb_cli src/knowledge_client
-# Strict for the core layer and the handlers (issue 21); the allowlist is the `type: ignore[...]` comments,
+# Strict for the core layer and the handlers; the allowlist is the `type: ignore[...]` comments,
 # each saying which library forces it (Powertools' untyped exception_handler decorator).
 $BIN/mypy --strict --explicit-package-bases layers/knowledge_core/knowledge_core functions
 # The session writes its exit status here at its very end: a test that ends the process early (even with

@@ -1,4 +1,4 @@
-"""Hostile files of issue 26 (M1, M2), generated small on disk: each is what a second security review fed
+"""Hostile files (the review's M1, M2), generated small on disk: each is what a second security review fed
 the ingestion worker. Shared by the unit tests and `bench/extraction_bombs.py` (which measures them)."""
 
 from __future__ import annotations

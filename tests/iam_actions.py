@@ -1,6 +1,6 @@
-"""Issue 14 S2/S8: record every DynamoDB and OpenSearch action each function performs, and check it against
-that function's policy in template.yaml (action, table partition-key prefix, OpenSearch path) — and that
-every write a policy grants is one the function makes. Issue 27: S3 too (ListBucket with its s3:prefix
+"""Least privilege (S2/S8): record every DynamoDB and OpenSearch action each function performs, and check it
+against that function's policy in template.yaml (action, table partition-key prefix, OpenSearch path) — and
+that every write a policy grants is one the function makes. S3 too (ListBucket with its s3:prefix
 condition, GetObject on the prefix), both ways: every S3 action made is granted, every one granted is made.
 
 Used by tests/unit/test_hardening.py (moto + SQLite: the DynamoDB half) and
@@ -472,7 +472,7 @@ def run_scenario(handlers: Handlers, container: Any, s3: S3Scenario | None = Non
     )
     assert job["state"] == "completed", job
     _ok(handlers.invoke("AdminFunction", admin_event("GET", jobs, source=source)))
-    # A queued job cancelled (issue 26): the job updated, its open-job pointer deleted.
+    # A queued job cancelled: the job updated, its open-job pointer deleted.
     queued = _ok(
         handlers.invoke(
             "AdminFunction",

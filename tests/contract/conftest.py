@@ -205,7 +205,7 @@ def ranked(
     cite: bool = True,
 ) -> list[Hit]:
     """One source's ranked, live-checked hits through the retrieval step every door runs (K-PIPE) — the
-    ranking itself, before the doors' relevance cut (issue 24) unless `cut`, as `kb eval` measures it;
+    ranking itself, before the doors' relevance cut unless `cut`, as `kb eval` measures it;
     each showing its cited passage (domain.citing) unless `cite` is off."""
     analysed = retrieval.analyse(query, expansion)
     ask = SourceAsk(key, top_k, min_score, cut=cut, cite=cite)

@@ -78,7 +78,7 @@ def test_a_search_summary_is_the_excerpt_of_the_matching_passage(world):
     hint = world.search("zebracorn failover")["hints"][0]
     passages = split_passages("\n\n".join(paras))
     best = next(p for p in passages if "zebracorn" in p)
-    # The passage's best-matching sentence window in the hint's bytes (issue 24: domain.summary).
+    # The passage's best-matching sentence window in the hint's bytes (domain.summary).
     assert hint["summary"] == focused_excerpt(best, unique_terms("zebracorn failover"), SUMMARY_MAX_BYTES)
     assert "The zebracorn failover procedure promotes the standby replica" in hint["summary"]
 
@@ -245,7 +245,7 @@ def test_a_search_top_k_per_source_counts_parent_documents(world):
 
 
 def test_a_search_top_k_documents_when_few_documents_hold_the_best_passages(world):
-    """A-SEARCH roll-up (issue 23): `top_k` documents even when a few documents hold more of the best
+    """A-SEARCH roll-up: `top_k` documents even when a few documents hold more of the best
     passages than the first fetch of passages asks for (OpenSearch: the collapsed second search)."""
     (key,) = world.publish({"deep": {"topK": 8}})
     sections = lambda n: "\n\n".join(  # noqa: E731
@@ -332,7 +332,7 @@ def test_a_search_acl_mirrors_document_acl_visibility(acl_world):
         "bob",
         "ops",
     }
-    # SPEC §1 (issue 14, S3): "open" is acme's, shared with globex by an explicit list; before, a document
+    # SPEC §1 (S3): "open" is acme's, shared with globex by an explicit list; before, a document
     # without a tenant was visible to every tenant.
     assert _visible(acl_world, Viewer(tenant="globex", subject="alice")) == {"open", "other"}
     assert _visible(acl_world, Viewer(tenant="initech", subject="alice")) == set()

@@ -122,7 +122,7 @@ def test_k_pipe_every_door_same_documents_same_order(translated_hybrid_world: Wo
 
 @pytest.mark.parametrize("question", ["quantum chromodynamics on a lattice", "量子计算机的原理"])
 def test_no_word_match_no_padding_at_any_door(translated_hybrid_world: World, question: str) -> None:
-    """R-TOOL (§3.6: no match → `references: []`) and 无匹配不强塞文档 (issue 24): a question sharing no
+    """R-TOOL (§3.6: no match → `references: []`) and 无匹配不强塞文档: a question sharing no
     word with the source, in either language, gets no document through any door, though min-max scaling
     gives its nearest passage the best possible semantic score; the evaluation door's deep ranking (asked
     without the doors' cut) still ranks them."""
@@ -142,7 +142,7 @@ KETTLE = (
 
 
 def test_no_padding_under_a_title_of_the_other_script(translated_hybrid_world: World) -> None:
-    """无匹配不强塞文档 / R-HYBRID (issue 24, a newcomer's walk): an English section under a bilingual title
+    """无匹配不强塞文档 / R-HYBRID (a newcomer's walk): an English section under a bilingual title
     is embedded with its title, so as a Chinese passage; its cosines are the Chinese side's models' and
     face that side's no-match check, whatever script the cited text shows. A question sharing no word with the
     source gets no document through search or the agent tool (it got the kettle at 0.600 when fusion took
@@ -163,11 +163,11 @@ def test_no_padding_under_a_title_of_the_other_script(translated_hybrid_world: W
 def test_k_pipe_tool_call_on_opensearch_is_three_batched_requests(translated_hybrid_world: World) -> None:
     """K-PIPE: a hybrid tool call makes three OpenSearch requests whatever the number of hits, never one per
     hit: the `_msearch` of candidates (BM25 and k-NN of every source), one `_msearch` of the shown hits' best
-    passages, from which domain.citing picks each hit's cited passage (issue 24; BM25 alone makes the first
+    passages, from which domain.citing picks each hit's cited passage (BM25 alone makes the first
     only), and one `_mget` of the passage rows around the fused references' own, from which each reference
     quotes its passage in context (domain.citing.in_context; never the documents' bodies). The live check
     reads nothing: each passage row carries its document's status, ACL and stored version and is rewritten
-    in the same refreshed bulk as the document (`live_hits`, issue 23), so a hit is citable as returned
+    in the same refreshed bulk as the document (`live_hits`), so a hit is citable as returned
     (test_k_pipe_opensearch_hits_live_without_mget proves the disable/delete/ACL cases)."""
     world = translated_hybrid_world
     if world.c.settings.search_backend != "opensearch":

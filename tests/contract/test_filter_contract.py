@@ -66,7 +66,7 @@ def retrieve(
     world: World, key: str, top_k: int, query: str, node: Filter | None, cut: bool = False
 ) -> list[Hit]:
     """The retrieval step's ranked hits among the documents `node` admits — the ranking itself (without the
-    doors' relevance cut, issue 24, unless `cut`), which is what §8 constrains."""
+    doors' relevance cut, K-REL, unless `cut`), which is what §8 constrains."""
     from knowledge_core.services.retrieval import SourceAsk
 
     analysed = world.c.retrieval.analyse(query)

@@ -1,4 +1,4 @@
-"""Hybrid ranking on every backend (issue 6, A-SEARCH): the embedding model re-scores each source's BM25
+"""Hybrid ranking on every backend (A-SEARCH): the embedding model re-scores each source's BM25
 candidates; `minScore` applies to the blended score and is never lowered; queries the model does not cover
 rank exactly as BM25; documents indexed before the model existed get their vectors."""
 
@@ -34,7 +34,7 @@ def test_a_search_hybrid_ranks_meaning_over_repeated_words(hybrid_world: World) 
     key = _battery_world(hybrid_world)
     hits = ranked(hybrid_world.c.retrieval, key, 5, QUERY, VIEWER)
     assert [h.doc_id for h in hits] == ["laptop", "artillery"]
-    # What the doors answer: the relevance cut (issue 24) stops at the artillery battery, far below.
+    # What the doors answer: the relevance cut stops at the artillery battery, far below.
     titles = [h["title"] for h in hybrid_world.search(QUERY)["hints"]]
     assert titles == ["Laptop battery"]
     assert [h.doc_id for h in ranked(hybrid_world.c.retrieval, key, 5, QUERY, VIEWER, cut=True)] == ["laptop"]
@@ -89,7 +89,7 @@ def test_a_search_hybrid_embeds_an_index_written_before_the_model(
     assert [h.doc_id for h in hits] == ["laptop", "artillery"]
 
 
-# --- the dense first stage (issue 15) --------------------------------------------------------------------
+# --- the dense first stage --------------------------------------------------------------------
 NOTEBOOK = ("Laptop battery", "Lower the screen brightness to save power.")
 NOTEBOOK_ZH = ("笔记本电池", "续航短：调低屏幕亮度可以省电。")
 PARADE = ("Military parade", "The regiment marched past the stand at noon.")

@@ -1,4 +1,4 @@
-"""Issue 22 points 1 and 4 on every backend: a source's document listing names each document's own tenant
+"""SPEC §1 default tenant, on every backend: a source's document listing names each document's own tenant
 (`kb doc list`, the console), shared tenants aside."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hits are citable as returned on every backend (K-PIPE, SPEC §3.9; issue 23 point 4): a search right after
+"""Hits are citable as returned on every backend (K-PIPE, SPEC §3.9): a search right after
 a write that disables, deletes or re-shares a document away from the reader never shows it — the OpenSearch
 backend no longer reads the documents back (`live_hits`: its passage rows carry the document's status,
 ACL and stored version and are rewritten in the same refreshed bulk), so this is checked without

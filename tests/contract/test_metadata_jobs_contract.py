@@ -1,4 +1,4 @@
-"""Issue 25 point 1 on every backend: an ingestion job's documents carry their `metadata` through the job
+"""F-FILTER metadata on every backend: an ingestion job's documents carry their `metadata` through the job
 store (SQLite, or DynamoDB items) into the search backend (SQLite, or OpenSearch), and the "unchanged" rule
 compares it (SPEC §1): the same metadata again is skipped, other metadata is an update."""
 

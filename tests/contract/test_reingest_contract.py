@@ -1,4 +1,4 @@
-"""Issue 22 point 2 / SPEC §1 on every search backend (SQLite FTS5, OpenSearch): a re-ingest is
+"""SPEC §1 re-ingest on every search backend (SQLite FTS5, OpenSearch): a re-ingest is
 "unchanged" only when everything stored is equal (title, body, ACL, status, structured source), not only
 the revision; moving a document to another tenant is an update, and the old tenant's refs answer 409
 `knowledge_changed` as for any change."""

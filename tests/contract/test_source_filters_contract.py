@@ -1,4 +1,4 @@
-"""An agent's `sourceFilters` (SPEC §3.1, §8; issue 25 point 3) on every backend: a source filter bound to
+"""An agent's `sourceFilters` (SPEC §3.1, §8) on every backend: a source filter bound to
 the trusted context narrows the agent tool's `startup` and `knowledge_search` to the documents it admits
 (pre-filtered: the best of those, not a remainder), an absent context key matches nothing, a request's own
 filter narrows further (andAll), and the doors without a trusted context (search, MCP, turns) apply the

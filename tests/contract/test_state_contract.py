@@ -480,7 +480,7 @@ def test_i_ingest_job_store_lists_per_source_and_claims_oldest_first(stores: Sta
 
 
 def test_job_cancel_stops_a_job_on_every_job_store(stores: StateStores) -> None:
-    """Issue 26 (job cancel): a queued job is cancelled at once and never claimed; a running one is asked
+    """I-INGEST job cancel: a queued job is cancelled at once and never claimed; a running one is asked
     to stop (its holder finishes it `cancelled` after its batch); counts are kept; a finished job stays."""
     jobs = stores.jobs
     queued = _job(total=1)
@@ -515,7 +515,7 @@ def test_job_cancel_stops_a_job_on_every_job_store(stores: StateStores) -> None:
 
 
 def test_m1_job_store_counts_attempts_per_document_across_workers(stores: StateStores) -> None:
-    """Issue 26 M1: every batch begun counts an attempt on its documents, kept across workers (a kb
+    """I-INGEST attempts: every batch begun counts an attempt on its documents, kept across workers (a kb
     serve restarted after dying on a document sees how often it was begun), only for the lease holder."""
     jobs = stores.jobs
     job = _job(total=2, prefix="p", sync=True, tenant="acme", origin="s3://bucket/docs")

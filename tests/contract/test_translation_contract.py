@@ -1,4 +1,4 @@
-"""Cross-lingual search on every backend (issue 15, A-SEARCH): with the compiled CC-CEDICT lexicon a Chinese
+"""Cross-lingual search on every backend (A-SEARCH): with the compiled CC-CEDICT lexicon a Chinese
 question finds an English document and an English question a Chinese one, through the public search; the
 translated words only add lexical matches (a monolingual ranking keeps its order), `minScore` still
 thresholds, ACLs still hide; with hybrid ranking the translation is embedded by the other language's model

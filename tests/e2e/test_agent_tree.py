@@ -233,7 +233,7 @@ def test_r_tool_three_level_tree_routes_spends_fuses_and_cites(
     assert uris.count("kb://shared/install") == 1
     assert all(0 < r["fusionScore"] <= 1 for r in refs)
     # Rank 1 in tree-install. Its copy in tree-network ranks 2nd there, far below net-1 (which matches
-    # "gateway offline" too), so that source's relevance cut (issue 24: below 0.7 x its best) drops it
+    # "gateway offline" too), so that source's relevance cut (K-REL: below 0.7 x its best) drops it
     # before fusion: one list's 1/61, normalised by 2 lists x 1/61.
     assert refs[0]["source"]["docId"] == "install-1"
     assert refs[0]["fusionScore"] == round((1 / 61) / (2 / 61), 6)

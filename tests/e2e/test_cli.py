@@ -80,7 +80,7 @@ def test_kb_ingest_directory(kb_server, tmp_path):
     assert done.returncode == 1, done.stderr  # a file of a format no job takes fails, listed
     assert "2 document(s)" in done.stdout and "unsupported_format (ignored.bin)" in done.stderr
     found = sorted(titles(kb_server, term))
-    # A file without a heading is titled by its file name (issue 22 point 7); a non-ASCII path still yields
+    # A file without a heading is titled by its file name; a non-ASCII path still yields
     # a valid doc_id.
     assert found == ["Valve guide", "阀门"]
     listed = json.loads(kb_server.kb("doc", "list", "--source", SOURCE, "--json").stdout)["documents"]
@@ -124,7 +124,7 @@ def test_kb_invoke_against_the_server(kb_server):
 
 
 def test_kb_serve_refuses_an_unusable_model_directory_in_one_line(tmp_path):
-    """Issue 15, bad input: a model directory named on the command line that cannot be used stops kb serve
+    """Bad input: a model directory named on the command line that cannot be used stops kb serve
     before it listens, with one line naming it — never a crash on the first query."""
     import subprocess
 
@@ -187,7 +187,7 @@ def _banner(tmp_path, env: dict, *args: str) -> str:
 
 
 def test_kb_serve_ranks_hybrid_with_the_fetched_models_by_default(tmp_path, embedding_model_dir):
-    """Issue 15: `kb serve` finds the models `kb models fetch` put in the per-user cache, whatever --state;
+    """`kb serve` finds the models `kb models fetch` put in the per-user cache, whatever --state;
     a broken cache falls back to BM25 and the banner says why."""
     banner = _banner(tmp_path, {"KB_MODELS_DIR": embedding_model_dir})
     assert "ranking: hybrid with bge-small-en-v1.5-q+bge-small-zh-v1.5-q" in banner
@@ -201,7 +201,7 @@ def test_kb_serve_ranks_hybrid_with_the_fetched_models_by_default(tmp_path, embe
 
 
 def test_kb_serve_expands_queries_with_the_compiled_lexicon(tmp_path, lexicon_dir):
-    """Issue 15: `kb serve` finds the lexicon `kb models fetch` compiled into the per-user cache and says so;
+    """`kb serve` finds the lexicon `kb models fetch` compiled into the per-user cache and says so;
     --no-query-translation turns it off; an unusable KB_LEXICON_DIR stops it in one line before it listens."""
     import os
     import subprocess

@@ -280,7 +280,7 @@ def test_console_is_loopback_and_same_origin_only(console: KbServer) -> None:
         assert resp.status == 200
 
 
-# --- issue 22: uploads extracted through jobs (point 3), Try it explains no hints (point 9), favicon (8) ---
+# --- uploads extracted through jobs, Try it explains no hints, the favicon ----------------------------------
 
 PDF = ROOT / "examples" / "manuals" / "compressor-oil.pdf"
 
@@ -385,7 +385,7 @@ def test_p8_console_asks_for_no_missing_favicon(browser: Any, console: KbServer)
 
 
 def test_console_shows_document_metadata_and_agent_source_filters(page: Any, console: KbServer) -> None:
-    """Issue 25 point 3: a document's metadata in the source's document view, and an agent's sourceFilters
+    """F-FILTER: a document's metadata in the source's document view, and an agent's sourceFilters
     (a trusted-context value shown as {key}) in the agent view."""
     doc = {
         "title": "Metadata note",

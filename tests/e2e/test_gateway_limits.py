@@ -83,7 +83,7 @@ def test_S10_other_methods_get_json_with_no_store(kb_server: KbServer, method: s
         request_bytes(method, SEARCH, {"Content-Length": "0"}, port=kb_server.port),
         no_body=method == "HEAD",
     )
-    assert got == 405 and headers["allow"] == "POST"  # a known path: 405 naming its methods (issue 26, ST204)
+    assert got == 405 and headers["allow"] == "POST"  # a known path: 405 naming its methods (ST204)
     assert headers["content-type"] == "application/json" and headers["cache-control"] == "no-store"
     if method != "HEAD":  # the gateway's own refusal, or the typed error of the catch-all route
         assert set(json.loads(body)) in ({"message"}, {"error"})

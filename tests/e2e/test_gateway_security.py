@@ -1,4 +1,4 @@
-"""Issue 26 (security review II) at `kb serve`'s gateway, G-LOCAL: requests for another host are refused on
+"""The second security review at `kb serve`'s gateway, G-LOCAL: requests for another host are refused on
 every route (DNS rebinding, H1); one deadline per request (L4); conflicting `Content-Length`s (L5); deeply
 nested Invoke API payloads (L2); invalid document ids on the admin API (L1)."""
 

@@ -1,5 +1,5 @@
-"""Issue 14 through `kb serve`: the OpenAPI document is served without a token; a revoked token is refused;
-another tenant's token sees none of the demo tenant's documents."""
+"""The security review's findings through `kb serve`: the OpenAPI document is served without a token; a
+revoked token is refused; another tenant's token sees none of the demo tenant's documents."""
 
 from __future__ import annotations
 

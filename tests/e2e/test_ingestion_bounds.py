@@ -1,4 +1,4 @@
-"""Issue 26 M2 and job cancel end to end through `kb serve`: a directory holding the review's four bombs
+"""Ingestion bounds (M2) and job cancel through `kb serve`: a directory holding the review's four bombs
 ingests to typed errors while `kb serve` stays small and keeps answering searches (extraction runs in a
 resource-limited child process, not in the serve process); `kb job cancel` stops a job."""
 

@@ -115,7 +115,7 @@ def test_i_ingest_kb_ingest_syncs_a_mixed_directory_with_progress_lines(tmp_path
         done = kb.kb(
             "ingest", "--tenant", "default", "--source", SOURCE, "--doc-id", term, "--sync", str(corpus)
         )
-        assert done.returncode == 1, done.stderr  # issue 22 point 5: non-zero when any document failed
+        assert done.returncode == 1, done.stderr  # non-zero when any document failed
         files = len(list(corpus.iterdir()))
         assert f"ingested {files - 2} document(s)" in done.stdout and "completed" in done.stdout
         assert f"{term}-broken: corrupt" in done.stderr and f"{term}-sheet: unsupported_format" in done.stderr

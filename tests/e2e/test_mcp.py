@@ -183,7 +183,7 @@ def expired_copy_of(state: Path, ref: str) -> str:
     secret = (state / "token-secret").read_text(encoding="utf-8").strip().encode()
     past = FakeClock()
     past.t = claims["e"] - 300 - 400
-    # The source key and doc id travel encrypted (issue 26 I1): the holder of the secret opens the ref.
+    # The source key and doc id travel encrypted: the holder of the secret opens the ref.
     opened = TokenCodec(secret, past).open_ref(ref, identity=claims["i"])
     expired, _ = TokenCodec(secret, past).issue_ref(
         identity=claims["i"],

@@ -1,4 +1,4 @@
-"""Issue 25 end to end through `kb serve` and the real S3-API server (`kb services`): `kb ingest --meta` over
+"""F-FILTER metadata through `kb serve` and the real S3-API server (`kb services`): `kb ingest --meta` over
 an S3 prefix with Bedrock sidecars, the metadata in `kb doc show --json`, a filtered search that finds only
 the matching document, and a changed sidecar re-ingesting its object on the next sync while an unchanged
 one is skipped by ETag."""

@@ -1,4 +1,5 @@
-"""Issue 22 (points 3-7, 9, 10) and issue 26 M5/L6 through `kb serve` and the `kb` CLI."""
+"""A newcomer's first documents, doc ids, job status and directory bounds through `kb serve` and the `kb`
+CLI."""
 
 from __future__ import annotations
 

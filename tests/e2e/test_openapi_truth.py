@@ -1,4 +1,4 @@
-"""Issue 26 through `kb serve`: what the OpenAPI document admits is what the server accepts — a source key
+"""Through `kb serve`: what the OpenAPI document admits is what the server accepts — a source key
 in a path segment percent-encoded as schemathesis (and any URL builder) sends it, `limit: 2.0`, and a
 method the document does not give a known path is 405 with `Allow` (schemathesis ST202, ST204)."""
 

@@ -1,4 +1,4 @@
-"""I-INGEST with S3 as the data source, end to end (issue 27): the S3-API server of `kb services start`
+"""I-INGEST with S3 as the data source, end to end: the S3-API server of `kb services start`
 (versitygw on loopback, reached through boto3's own AWS_ENDPOINT_URL_S3 and credential variables), `kb
 serve`, and `kb ingest --sync s3://bucket/prefix/`: created, changed and deleted objects are ingested,
 re-ingested and deleted, a sidecar is no document, another prefix is untouched; and `kb serve` killed with

@@ -1,4 +1,4 @@
-"""G-LOCAL / issue 26 M6 through `kb serve`: everything it writes under `--state` is 0600 in a 0700
+"""G-LOCAL through `kb serve`: everything it writes under `--state` is 0600 in a 0700
 directory whatever the umask, and a state directory an earlier kb left readable is narrowed on start."""
 
 from __future__ import annotations

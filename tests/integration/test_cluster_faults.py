@@ -1,4 +1,4 @@
-"""A node of a 3-node OpenSearch cluster killed (SIGKILL) under load (issue 23; R-FAIL, A-SEARCH, I-INGEST):
+"""A node of a 3-node OpenSearch cluster killed (SIGKILL) under load (R-FAIL, A-SEARCH, I-INGEST):
 
 * `kb services start --nodes 3` in a state dir of its own (never the shared one): three JVMs on loopback,
   green, every index with one replica;

@@ -1,4 +1,4 @@
-"""The real embedding models of hybrid ranking (issues 6 and 15), as `kb models fetch` writes them: the
+"""The real embedding models of hybrid ranking, as `kb models fetch` writes them: the
 tokenizer gives the golden ids (produced by the reference `tokenizers` pipeline when the project still had
 its own WordPiece), each text goes to the model of its script, and the vectors rank a relevant passage above
 an unrelated one that shares the query's words — in English and in Chinese."""

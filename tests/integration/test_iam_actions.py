@@ -1,6 +1,6 @@
-"""Issue 14 S2/S8 on the real servers: every DynamoDB and OpenSearch action each function performs (on the
-DynamoDB-API server and an OpenSearch node) is granted by that function's policy in template.yaml, and every
-write a policy grants is one the function makes; issue 27: every S3 action (on the S3-API server) too, and
+"""Least privilege (S2/S8) on the real servers: every DynamoDB and OpenSearch action each function performs
+(on the DynamoDB-API server and an OpenSearch node) is granted by that function's policy in template.yaml,
+and every write a policy grants is one the function makes; every S3 action (on the S3-API server) too, and
 every S3 action granted is one the function makes. The read path (capabilities, search, read, turns, tools)
 never writes index schema: only the admin function does."""
 

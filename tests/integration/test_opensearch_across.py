@@ -1,4 +1,4 @@
-"""The mixed design of hybrid ranking on a real OpenSearch node (issue 24): a multilingual model stored
+"""The mixed design of hybrid ranking on a real OpenSearch node: a multilingual model stored
 under one id per script (`m-e5.en`, `m-e5.zh`) next to each script's own model. A fake embedder of
 fixed 4-dimension vectors (per passage title) makes every cosine exact."""
 

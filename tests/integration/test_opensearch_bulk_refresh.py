@@ -1,5 +1,5 @@
 """Bulk writes on OpenSearch are searchable when they return, by a forced refresh of what they wrote, not by
-waiting for the scheduled one (issue 23 point 3, I23; K-PIPE live hits): `refresh=wait_for` held bulk loads
+waiting for the scheduled one (I23; K-PIPE live hits): `refresh=wait_for` held bulk loads
 at about a third of the node's rate. The indices here never refresh on their own (`refresh_interval: -1`),
 so only the write's own refresh can make its rows visible."""
 

@@ -1,4 +1,4 @@
-"""Compacting the passages index on a real OpenSearch node (issue 23, A-SEARCH): writes in many refreshed
+"""Compacting the passages index on a real OpenSearch node (A-SEARCH): writes in many refreshed
 requests leave it in many segments; `index_states` reads them (primary shards, searchable segments) and the
 rule of `domain.segments`; `compact` starts a background force merge to the target and returns at once;
 searches answer the same throughout and after; an index at its target is left alone."""

@@ -1,6 +1,6 @@
-"""Passage rows carry their document's stored version (passages index v4, issue 23 point 4; K-PIPE, A-REF):
+"""Passage rows carry their document's stored version (passages index v4; K-PIPE, A-REF):
 an existing v3 index (rows without `version`) is upgraded by `prepare` without downtime — a new index, its
-rows re-split from the documents index (v3 predates the v5 splitter, issue 24) with their document's version,
+rows re-split from the documents index (v3 predates the v5 splitter) with their document's version,
 one alias move — and until then a hit without a version
 is still checked against its document (`_mget`), so a disabled document is never shown in between."""
 

@@ -1,4 +1,4 @@
-"""Re-index on upgrade on a real OpenSearch node (issue 24 point 4): a passages index cut by the previous
+"""Re-index on upgrade on a real OpenSearch node: a passages index cut by the previous
 splitter (v3) is rebuilt by `prepare` from the documents index into passages-v4 — structure-aware
 passages with heading paths — and the alias moves in one call; the old index answers until then and is
 left for the operator."""

@@ -1,4 +1,4 @@
-"""The passages index's shard count on a real OpenSearch node (issue 23, A-SEARCH): `passage_shards` (the
+"""The passages index's shard count on a real OpenSearch node (A-SEARCH): `passage_shards` (the
 setting `KB_OPENSEARCH_PASSAGE_SHARDS`) makes the index with that many primary shards; changing it moves
 the alias to a new index with every row copied, as an upgrade does, and searches answer the same; moving
 back never revives the rows an earlier move left behind (a document deleted meanwhile stays deleted)."""

@@ -1,7 +1,7 @@
-"""A-SEARCH retrieval quality regression guard (issue 6) on the embedded backend: the demo corpus'
+"""A-SEARCH retrieval quality regression guard on the embedded backend: the demo corpus'
 hand-labelled Chinese queries and a 60-claim SciFact subset go through the normal ingestion path and
 KnowledgeService.rank; thresholds sit a little below the values measured when the ranking was tuned
-(bench/QUALITY.md), so a change that makes ranking worse fails here."""
+(docs/archive/quality-log.md), so a change that makes ranking worse fails here."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_a_search_quality_scifact_subset(tmp_path):
 def test_a_search_quality_hybrid_demo(tmp_path, embedding_model_dir, lexicon_dir):
     """The default ranking where models and lexicon are fetched — hybrid (both models, dense first stage)
     with cross-lingual query expansion — lifts the English demo queries and the Chinese ones, a third of
-    which ask about documents written only in English (issue 15)."""
+    which ask about documents written only in English."""
     semantic = Semantic(embedding_model_dir, cache=str(tmp_path / "vectors.sqlite3"))
     (tmp_path / "en").mkdir()
     (tmp_path / "zh").mkdir()
@@ -72,7 +72,7 @@ def test_a_search_quality_hybrid_demo(tmp_path, embedding_model_dir, lexicon_dir
 @pytest.mark.parametrize("task", ["xquad-en-zh-train", "xquad-zh-en-train"])
 def test_a_search_quality_cross_lingual(tmp_path, embedding_model_dir, lexicon_dir, task):
     """An English question over Chinese paragraphs, and the reverse (the XQuAD tuning half): R@3 at least
-    0.8 by default (issue 15, item 3), where BM25 alone is near 0.3 / 0.2."""
+    0.8 by default (item 3), where BM25 alone is near 0.3 / 0.2."""
     semantic = Semantic(embedding_model_dir, cache=str(tmp_path / "vectors.sqlite3"))
     container = build_container("sqlite", tmp_path, semantic=semantic, lexicon=lexicon_dir)
     result = evaluate(load_collection(task), container, "sqlite", progress=False)

@@ -1,4 +1,4 @@
-"""The S3-API server of `kb services` (issue 27 point 3): `kb services start --only s3` prints S3_ENDPOINT and
+"""The S3-API server of `kb services`: `kb services start --only s3` prints S3_ENDPOINT and
 the key pair it requires, `stop --only s3` stops it; boto3 with its default configuration (flexible
 checksums on) lists with ListObjectsV2 pagination, gets MD5 ETags that change with the content, deletes,
 and gets S3's typed errors (NoSuchBucket, NoSuchKey, a wrong secret); the ObjectStore adapter maps them to

@@ -1,4 +1,4 @@
-"""Issue 26 (#8): `make` keeps the venv's build tools current — pip, setuptools and wheel are upgraded when
+"""`make` keeps the venv's build tools current — pip, setuptools and wheel are upgraded when
 the venv is made and by `make dev` (an existing venv too), so the setuptools of `python -m venv` (65.5,
 affected by CVE-2024-6345 and CVE-2025-47273) does not stay."""
 

@@ -1,4 +1,4 @@
-"""Which passage a hit shows (issue 24, domain.citing): the rule, and the retrieval step that applies it to
+"""Which passage a hit shows (domain.citing): the rule, and the retrieval step that applies it to
 every door's hits with one batched read (I24, K-PIPE)."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def test_cited_passage_blends_bm25_share_and_cosine() -> None:
     assert cited_passage([(10.0, 0.50), (8.0, 0.70)]) == 1
     # A far lower BM25 score is not made up for by a slightly better cosine.
     assert cited_passage([(10.0, 0.60), (2.0, 0.65)]) == 0
-    assert CITE_BM25_WEIGHT == 0.3 and CITE_PASSAGES == 3  # chosen on the tuning split (bench/QUALITY.md)
+    # chosen on the tuning split (docs/archive/quality-log.md)
+    assert CITE_BM25_WEIGHT == 0.3 and CITE_PASSAGES == 3
 
 
 def test_cited_passage_keeps_bm25_best_without_evidence() -> None:

@@ -1,4 +1,4 @@
-"""`kb services start --nodes N` (issue 23, G-LOCAL): the cluster's shape and each node's configuration,
+"""`kb services start --nodes N` (G-LOCAL): the cluster's shape and each node's configuration,
 and the adapter given every node's URL (a client that fails over when a node goes away)."""
 
 from __future__ import annotations

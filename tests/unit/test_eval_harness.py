@@ -158,7 +158,7 @@ def test_format_grid_rows_baselines_and_means(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not (XQUAD_DIR / "xquad.zh.json").exists(), reason="shared/eval/xquad is not there")
 def test_the_small_source_task_asks_each_question_of_its_articles_group(tmp_path: Path) -> None:
-    """Issue 24: `xquad-small` puts the long documents in sources of four (two Chinese, two English) and
+    """`xquad-small` puts the long documents in sources of four (two Chinese, two English) and
     asks each question through its own group's route, so every hint and reference comes from that group."""
     from kb_cli.eval_answers import SMALL_GROUP, evaluate_answers, load_xquad_long
 

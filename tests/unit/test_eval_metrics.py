@@ -1,4 +1,4 @@
-"""Retrieval quality metrics of the evaluation harness (issue 6, Retrieval II): nDCG@10, Recall@k and
+"""Retrieval quality metrics of the evaluation harness (Retrieval II): nDCG@10, Recall@k and
 MRR@3 against hand-computed values, the independent BM25 baseline and its script-aware tokenizer, and the
 SciFact and XQuAD readers."""
 

@@ -329,7 +329,7 @@ def test_i_ingest_encrypted_pdf_is_a_typed_error() -> None:
 def test_i_ingest_passage_pages_follow_the_page_starts() -> None:
     from knowledge_core.domain.passages import hit_source, page_label, passage_pages, split_passages
 
-    # Pages longer than a passage (PASSAGE_TOKENS estimated tokens; 800 characters before issue 24).
+    # Pages longer than a passage (PASSAGE_TOKENS estimated tokens).
     pages = ["one " * 1000, "two " * 300, "three " * 200]
     body, starts = "", []
     for text in pages:

@@ -1,4 +1,4 @@
-"""Bounded fuzzing of the extractors (issue 26 point 7, SPEC §7): seeded (derandomized) hypothesis runs over
+"""Bounded fuzzing of the extractors (SPEC §7): seeded (derandomized) hypothesis runs over
 HTML built from hostile fragments, mutated PDFs, DOCX packages with generated XML, and raw bytes for every
 format. Invariants, whatever the input: text or a typed `ExtractionError` (a known code, nothing else
 escapes); the wall time under the bound; the serving process's memory unchanged (the work is done in the

@@ -1,4 +1,4 @@
-"""Issue 14, the security review's findings: one test (or a few) per finding, named after it."""
+"""The security review's findings: one test (or a few) per finding, named after it."""
 
 from __future__ import annotations
 
@@ -659,7 +659,7 @@ def test_S9_secrets_manager_current_and_previous_stages(monkeypatch):
 
 
 def test_S2_S8_each_function_performs_only_what_its_policy_grants(tmp_path, clock, monkeypatch):
-    """Issue 27 too: the S3 source's actions (ListBucket under its prefix, GetObject) both ways."""
+    """The S3 source's actions (ListBucket under its prefix, GetObject) both ways."""
     import boto3
     from knowledge_core.adapters.s3_objects import S3ObjectStore
     from knowledge_core.settings import Settings

@@ -1,4 +1,4 @@
-"""Hybrid ranking (issues 6 and 15): the fusions, the int8 cosine, the exact dense scan, model directories
+"""Hybrid ranking: the fusions, the int8 cosine, the exact dense scan, model directories
 that cannot be used, and the vector cache. No model file needed here; tests/integration/
 test_embedding_model.py runs the real models."""
 

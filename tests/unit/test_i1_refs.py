@@ -1,4 +1,4 @@
-"""Issue 26 I1 / A-REF (SPEC §2.5, "prefer binding digests over raw ids"): a ref no longer carries its source
+"""A-REF (SPEC §2.5, "prefer binding digests over raw ids"): a ref does not carry its source
 key and doc id as readable base64 JSON — they travel encrypted (AES-SIV under a key derived from the server
 secret with its own label), bound to the caller's identity digest, inside the same HMAC-signed token."""
 

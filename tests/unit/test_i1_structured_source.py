@@ -1,4 +1,4 @@
-"""Issue 26 I1: a document's `structured_source.uri` reaches agents (citations), logs and terminals, so its
+"""A document's `structured_source.uri` reaches agents (citations), logs and terminals, so its
 raw control characters are percent-encoded on the way in — by the one Document model every write path
 (admin PUT, bulk, ingestion jobs) and every read of a store builds."""
 

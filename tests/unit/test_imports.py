@@ -1,4 +1,4 @@
-"""Names and packages that explain themselves (issue 21): the core layer and the `kb` package import in one
+"""Names and packages that explain themselves: the core layer and the `kb` package import in one
 direction — no module imports (directly or through others, lazily or not) a module that imports it back —
 and the adapters are packages per storage family (`adapters/sqlite/`, `adapters/dynamodb/`)."""
 

@@ -1,4 +1,4 @@
-"""Issue 26, ingestion half (SPEC §7 I-INGEST): hostile files that jam or exhaust ingestion, directory sync
+"""Ingestion security (SPEC §7 I-INGEST): hostile files that jam or exhaust ingestion, directory sync
 races, sync that deletes across tenants, and job cancel. Each test is named after its finding and fails on
 the code before the fix. Every hostile file is generated here (`tests/bombs.py`), small on disk."""
 
@@ -469,7 +469,7 @@ def test_m2_the_extraction_child_runs_with_resource_limits_and_no_parent_secrets
 
 
 def test_m2_the_kb_serve_worker_extracts_in_a_child_process(c: Container) -> None:
-    """The container's default: not a thread of the serving process (issue 26 M2)."""
+    """The container's default: not a thread of the serving process."""
     from knowledge_core.extraction_sandbox import ProcessExtractor
 
     assert isinstance(c.extractor, ProcessExtractor)

@@ -1,4 +1,4 @@
-"""The ingestion job payload is a discriminated union (issue 21, I-INGEST): each kind of job document
+"""The ingestion job payload is a discriminated union (I-INGEST): each kind of job document
 (text, upload, directory file, S3 object) is its own model told apart by `kind`; payloads stored before
 `kind` existed are read by one function that infers it from their keys."""
 

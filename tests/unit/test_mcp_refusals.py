@@ -1,4 +1,4 @@
-"""Issue 26 L3: every refusal of the MCP endpoint is our typed error (`data: {code, message}`), the SDK's
+"""M-MCP: every refusal of the MCP endpoint is our typed error (`data: {code, message}`), the SDK's
 too (bad params, unknown method, a body that is not JSON-RPC): never the input echoed back, never
 pydantic's messages or its errors.pydantic.dev links."""
 

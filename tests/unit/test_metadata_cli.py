@@ -1,4 +1,4 @@
-"""`kb ingest --meta KEY=VALUE` and sidecars from the CLI (SPEC §7; issue 25 point 2), and metadata in
+"""`kb ingest --meta KEY=VALUE` and sidecars from the CLI (SPEC §7), and metadata in
 `kb doc list` / `kb doc show` (point 3): what the CLI sends for a single file, a directory on a remote
 endpoint (each file's sidecar combined with --meta, which wins key by key), a loopback directory and an S3
 prefix (the job's `metadata`: the service reads the sidecars); a bad --meta is an error naming the flag

@@ -1,4 +1,4 @@
-"""Document metadata through ingestion (SPEC §1, §7, §8; issue 25 point 1): the `metadata` field of inline
+"""Document metadata through ingestion (SPEC §1, §7, §8): the `metadata` field of inline
 job documents, directory and S3 jobs; sidecars `<file>.metadata.json` in Bedrock's shape, which are never
 documents, re-ingest their file when they change and fail only their own document when malformed; and the
 "unchanged" rule comparing metadata as part of what is stored."""

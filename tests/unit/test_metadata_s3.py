@@ -1,4 +1,4 @@
-"""Document metadata from S3 (SPEC §7; issue 25 point 2), on moto's in-process S3: a prefix's sidecars are
+"""Document metadata from S3 (SPEC §7), on moto's in-process S3: a prefix's sidecars are
 read as their objects' metadata and never ingested or counted; a changed sidecar re-ingests its object
 though the object's ETag is equal (and an unchanged one still skips without a read); a malformed sidecar is
 its document's typed error; object events for a sidecar re-ingest its file; sync deletion is unchanged."""

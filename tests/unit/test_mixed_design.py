@@ -1,4 +1,4 @@
-"""The mixed design (issue 24, bench/QUALITY.md "A gate that tells a copy from noise"): bge within a script,
+"""The mixed design (docs/archive/quality-log.md "A gate that tells a copy from noise"): bge within a script,
 a multilingual model across scripts, the gated least-spread rule and the no-match check across scripts —
 the domain rules, the embedder's per-script ids, the query analysis and the embedded backend's evidence.
 No model file: tests/fake_embedder.MixedEmbedder (the real models: tests/integration)."""

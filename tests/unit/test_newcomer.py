@@ -1,4 +1,4 @@
-"""Issue 22 (a newcomer's own documents, right the first time) and issue 21 point 5 (the CLI's layout):
+"""A newcomer's own documents, right the first time, and the CLI's layout:
 unit tests of the `kb` CLI and the demo workspace, on embedded state; no network."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _search(container, tenant: str, query: str) -> list[str]:  # hint titles
     return [h.title for h in response.hints]
 
 
-# --- issue 21 point 5: the CLI in command modules ---------------------------------------------------------
+# --- the CLI in command modules ------------------------------------------------------------------------
 
 
 def test_p5_cli_functions_are_at_most_60_lines():
@@ -53,7 +53,7 @@ def test_p5_main_and_mcp_stdio_do_not_import_each_other():
     assert not any("mcp_stdio" in name for name in imports(KB_CLI / "main.py"))
 
 
-# --- issue 22 point 1: one default tenant -----------------------------------------------------------------
+# --- one default tenant -----------------------------------------------------------------------------------
 
 
 def test_p1_demo_workspace_token_and_commands_use_the_default_tenant(demo_container):
@@ -154,7 +154,7 @@ def test_g_local_a_first_start_stores_the_demo_at_once_and_fills_its_vectors_aft
     assert "seeding" not in capsys.readouterr().out
 
 
-# --- issue 22 point 8: make serve installs only when something changed --------------------------------------
+# --- make serve installs only when something changed --------------------------------------------------------
 
 
 def test_p8_make_serve_installs_only_when_pyproject_changed(tmp_path):
@@ -214,7 +214,7 @@ def test_p8_handlers_do_not_warn_about_empty_metrics(tmp_path, monkeypatch):
     assert done.returncode == 0 and done.stderr == ""
 
 
-# --- issue 22 point 7: readable, stable doc ids ------------------------------------------------------------
+# --- readable, stable doc ids -------------------------------------------------------------------------------
 
 
 def test_p7_cjk_file_names_get_readable_ids_with_the_same_suffix_under_any_prefix():

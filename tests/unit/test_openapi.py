@@ -1,4 +1,4 @@
-"""Issue 14 deliverable 2: OpenAPI 3.1 generated from the wire models — current, valid, complete, served."""
+"""OpenAPI 3.1 generated from the wire models — current, valid, complete, served."""
 
 from __future__ import annotations
 

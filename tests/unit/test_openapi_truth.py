@@ -1,4 +1,4 @@
-"""Issue 26: the OpenAPI document tells the whole truth, so schemathesis `--checks all` finds nothing —
+"""The OpenAPI document tells the whole truth, so schemathesis `--checks all` finds nothing —
 the admin security as it is (IAM on AWS, no credentials on loopback under kb serve), path parameter
 patterns equal to the server's checks, JSON Schema's integer semantics (`2.0` is an integer), and the
 cross-field rules of request bodies that JSON Schema can state."""

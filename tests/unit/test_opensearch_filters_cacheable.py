@@ -1,4 +1,4 @@
-"""The OpenSearch search body's filters are cacheable units (A-SEARCH, issue 23): the node's query cache
+"""The OpenSearch search body's filters are cacheable units (A-SEARCH): the node's query cache
 keeps a bool query as a bitset per large segment but never a bare term, so the source-and-status part and
 the ACL part are each one bool clause — the first the same for every viewer of a source, the second the same
 for every source a viewer searches — in the BM25 search and in the k-NN search's filter alike."""

@@ -1,4 +1,4 @@
-"""The passages index's shard count without a node (issue 23, A-SEARCH): `KB_OPENSEARCH_PASSAGE_SHARDS`
+"""The passages index's shard count without a node (A-SEARCH): `KB_OPENSEARCH_PASSAGE_SHARDS`
 reaches the adapter, a count other than one is given at creation and named in the index, the templates stay
 one per version, and a move off an index marks it retired (tests/integration/test_opensearch_shards.py runs
 the move on a real node)."""

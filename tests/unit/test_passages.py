@@ -1,4 +1,4 @@
-"""Structure-aware passages, focused summaries, the relevance cut (issue 24; I-INGEST, A-SEARCH, R-TOOL)."""
+"""Structure-aware passages, focused summaries, the relevance cut (I-INGEST, A-SEARCH, R-TOOL)."""
 
 from __future__ import annotations
 

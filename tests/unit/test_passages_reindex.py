@@ -1,4 +1,4 @@
-"""Re-index on upgrade (issue 24 point 4, I-INGEST / A-REF): an embedded index cut by an older splitter is
+"""Re-index on upgrade (I-INGEST / A-REF): an embedded index cut by an older splitter is
 re-split on open; refs minted before keep their semantics — the unchanged document still reads, a changed
 one answers 409 knowledge_changed."""
 

@@ -1,4 +1,4 @@
-"""G-LOCAL / issue 26 M6: the embedded state, index and vector cache are created 0600 (their SQLite
+"""G-LOCAL: the embedded state, index and vector cache are created 0600 (their SQLite
 sidecars too) whatever the umask, and wider modes left by an earlier kb are narrowed when opened again."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the agent tool's reference quotes (issue 24, domain.citing.in_context): the cited passage in its
+"""What the agent tool's reference quotes (domain.citing.in_context): the cited passage in its
 context — whole sentences or lines after and before it in turns, the next first, within REFERENCE_CHARS,
 never across a heading — read for every reference of a call in one batch (R-TOOL, K-PIPE)."""
 

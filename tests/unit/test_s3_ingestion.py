@@ -1,4 +1,4 @@
-"""I-INGEST with an S3 prefix as the origin (issue 27), on moto's in-process S3 (no network): a job over the
+"""I-INGEST with an S3 prefix as the origin, on moto's in-process S3 (no network): a job over the
 prefix with the directory job's counts and typed per-document errors naming the object, sidecars that are
 not documents, objects with an unchanged ETag and size skipped without a read, a sync that deletes what
 left the prefix and nothing under another, and typed per-job refusals (no bucket, empty prefix, denied,

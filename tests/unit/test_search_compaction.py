@@ -1,4 +1,4 @@
-"""Issue 23 (I-INGEST, A-SEARCH): the search index is compacted when an ingestion job's writes leave it
+"""I-INGEST, A-SEARCH: the search index is compacted when an ingestion job's writes leave it
 fragmented, and an operator sees and starts it through the admin API (`GET /admin/v1/search-indices`,
 `POST /admin/v1/search-indices/compact`, `kb search-indices`): typed answers, never a failed job."""
 

@@ -176,7 +176,7 @@ def test_a_search_hint_shape_and_values(hostile, clock):
     assert isinstance(hint["score"], float) and hint["score"] > 0
     expires = datetime.strptime(hint["expires_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     assert expires.timestamp() == int(clock.now()) + 300
-    # At most SUMMARY_MAX_BYTES of UTF-8 (960: the 320 CJK characters of before issue 24), ellipses included.
+    # At most SUMMARY_MAX_BYTES of UTF-8 (960: 320 CJK characters), ellipses included.
     assert hint["summary"] and len(hint["summary"].encode("utf-8")) <= 960
 
 
@@ -219,7 +219,7 @@ def test_a_search_hint_ref_reads_the_hit_document(hostile):
 # --- minScore -----------------------------------------------------------------------------------------
 
 # Unrelated documents keep `zzscore` rare, so BM25 gives it a real weight. The three best score within
-# the relevance cut of each other (domain.relevance, issue 24), so minScore alone decides what is dropped.
+# the relevance cut of each other (domain.relevance), so minScore alone decides what is dropped.
 SCORED_DOCS = [
     doc(A, f"m{i}", f"minscore doc {i}", "zzscore " * (8 - i) + "filler text " * (i * 2)) for i in range(6)
 ] + [doc(A, f"other{i}", f"other {i}", f"unrelated words {i}") for i in range(30)]
@@ -331,7 +331,7 @@ def test_a_search_acl_on_behalf_of_is_the_viewer(acl_world):
     ops = PRINCIPAL.model_copy(update={"groups": ["ops"]})
     assert _titles(acl_world, ops) == {"public", "ops group"}
     tenant_two = PRINCIPAL.model_copy(update={"tenant": "t2"})
-    # SPEC §1 (issue 14, S3): a document always names its tenant and is never visible to every tenant;
+    # SPEC §1 (S3): a document always names its tenant and is never visible to every tenant;
     # before, a document without a tenant was visible to any tenant that could reach the source.
     assert _titles(acl_world, tenant_two) == {"other tenant"}
 

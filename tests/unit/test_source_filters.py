@@ -1,4 +1,4 @@
-"""`sourceFilters` in agent definitions (SPEC §3.1, §8; issue 25 point 3), validated at publish: a bad
+"""`sourceFilters` in agent definitions (SPEC §3.1, §8), validated at publish: a bad
 filter is a 400 naming its path under `knowledgeRouting.sourceFilters[i].filter`, its knowledge must be in
 `allowedKnowledge`, at most 64 and one per source, a trusted-context value only where a string is compared;
 bound at call time (absent key -> matches nothing) and combined with a request's filter by andAll. The
@@ -164,7 +164,7 @@ def test_i_ingest_put_and_bulk_documents_take_metadata_and_name_a_bad_one(
     handlers: Any,  # noqa: F811
     container: Any,  # noqa: F811
 ) -> None:
-    """Issue 25 point 1: `metadata` on PUT and bulk documents is stored (and listed); a bad one is a 400
+    """F-FILTER: `metadata` on PUT and bulk documents is stored (and listed); a bad one is a 400
     naming it."""
     doc = {"title": "Meta", "body": "zzmeta", "acl": {"tenant": "default"}, "metadata": {"region": "eu"}}
     put = admin_event("PUT", "/admin/v1/sources/demo-docs@1.0.0/documents/meta-put", doc)

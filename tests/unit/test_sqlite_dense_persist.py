@@ -1,4 +1,4 @@
-"""Issue 23 follow-up: the embedded dense graph is saved beside the search file and reused by the next
+"""A-SEARCH dense stage: the embedded dense graph is saved beside the search file and reused by the next
 process (brought up to date by delta), a damaged or mismatched saved graph is rebuilt, and no request waits
 for a graph build — it is answered exactly while one background thread builds."""
 

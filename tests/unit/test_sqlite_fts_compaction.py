@@ -1,4 +1,4 @@
-"""Issue 23: the embedded full-text index is compacted in the background when writes leave it fragmented —
+"""A-SEARCH: the embedded full-text index is compacted in the background when writes leave it fragmented —
 the structure record read right, the answers unchanged, small writes after a compaction never rewriting
 the index, writers never blocked for long, and a stop honoured within a slice."""
 

@@ -1,4 +1,4 @@
-"""Issue 23: the embedded full-text index ranks by `kb_bm25` (adapters/sqlite/kb_rank.c, built with the
+"""A-SEARCH: the embedded full-text index ranks by `kb_bm25` (adapters/sqlite/kb_rank.c, built with the
 system's C compiler), FTS5's bm25() with each row's token count remembered per connection — the same scores
 to the bit, before and after writes, in every source range — and by bm25() itself where it cannot be built
 or loaded (one log line says why)."""

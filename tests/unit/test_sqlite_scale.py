@@ -1,4 +1,4 @@
-"""Issue 23 (SQLite half): the embedded search path stays bounded as the corpus grows — the top-k is taken
+"""A-SEARCH at scale (SQLite): the embedded search path stays bounded as the corpus grows — the top-k is taken
 inside FTS5 before any join, the source is a rowid range FTS5 filters, hidden or repeated documents cost
 one deeper fetch (never OFFSET pages), and an index of the old layout is rebuilt on open."""
 

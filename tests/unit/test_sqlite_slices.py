@@ -1,4 +1,4 @@
-"""Issue 23 (SQLite): a large source's FTS5 top-k is read in slices of its id range at once, one thread and
+"""A-SEARCH (SQLite): a large source's FTS5 top-k is read in slices of its id range at once, one thread and
 connection each, with the same rows, scores and order as one statement; and every embedded store of a
 process uses one SQLite library (adapters/sqlite/driver.py)."""
 

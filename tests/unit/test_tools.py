@@ -111,7 +111,7 @@ class World:
         self.container = container
         self.clock = clock
         self.backend = FakeBackend()
-        # Hand-set scores far apart: the relevance cut (issue 24, tested on its own below) is off here.
+        # Hand-set scores far apart: the relevance cut (tested on its own below) is off here.
         self.tools = ToolsService(
             container.scopes,
             self.backend,

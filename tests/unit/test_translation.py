@@ -1,4 +1,4 @@
-"""Cross-lingual query expansion (issue 15, A-SEARCH): the dictionary rules of domain/translation.py on a
+"""Cross-lingual query expansion (A-SEARCH): the dictionary rules of domain/translation.py on a
 small CC-CEDICT excerpt, the compiled lexicon's round trip, and adapters/lexicon.py's bad input — a missing,
 altered or malformed lexicon is one line at start, or (when it breaks after start) a logged monolingual
 query, never a failed one."""

@@ -378,7 +378,7 @@ def test_a_turn_resumes_the_callers_run_only(demo_container):
 
 
 def test_a_ref_lifecycle_scope_and_document_changes(demo_container):
-    # A question two documents answer within the relevance cut (issue 24): "网关离线怎么排查？" now gets one.
+    # A question two documents answer within the relevance cut: "网关离线怎么排查？" now gets one.
     resp = turn(demo_container, {"turn_id": "t-life", "message": "网关离线"})
     run_id = resp["run_id"]
     item = resp["context"]["knowledge"][0]

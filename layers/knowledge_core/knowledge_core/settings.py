@@ -27,9 +27,9 @@ class Settings(Model):
     sqlite_search_slices: int = Field(0, ge=0, le=8)
     opensearch_url: str | None = None
     opensearch_index_prefix: str = Field("kb", pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")
-    # Primary shards of the passages index (README "Real backends locally"). A change takes effect at the
-    # next `prepare` (POST /admin/v1/search-indices): a new index, the rows copied, the alias moved, as for
-    # a version upgrade. Every process of a deployment must use the same value.
+    # Primary shards of the passages index (docs/operations.md, "Real backends locally"). A change takes
+    # effect at the next `prepare` (POST /admin/v1/search-indices): a new index, the rows copied, the alias
+    # moved, as for a version upgrade. Every process of a deployment must use the same value.
     opensearch_passage_shards: int = Field(1, ge=1, le=64)
     # When the passages index is merged into few segments (domain/segments.py): "auto" after the writes that
     # leave it fragmented (an ingestion job's end; the embedded backend also once its writes are quiet and

@@ -184,7 +184,7 @@ ANALYSIS: dict[str, Any] = {
     },
 }
 # Extra weight of a title match on top of `content` (which already holds the title), tuned on SciFact train
-# and the demo queries (bench/QUALITY.md).
+# and the demo queries (docs/archive/quality-log.md).
 TITLE_BOOST = 0.25
 
 
@@ -337,7 +337,7 @@ def source_filter(source_key: str) -> dict[str, Any]:
     """The source's ready passages, as one bool query of its own (and `acl_filter` another): the node's query
     cache can keep each as a bitset per large segment, this one shared by every viewer and the ACL one by
     every source, while bare term clauses are never cached (Lucene's policy) and are checked one by one
-    against every candidate passage: 13–25 % of BM25's time at 1M passages (README, Scale)."""
+    against every candidate passage: 13–25 % of BM25's time at 1M passages (docs/search-at-scale.md)."""
     return {"bool": {"filter": [{"term": {"source_key": source_key}}, {"term": {"status": "ready"}}]}}
 
 

@@ -9,8 +9,8 @@ document's passage that best blends the two signals instead, among its CITE_PASS
 score do not change — only which of its passages is cited. A document whose passages have no vector of the
 query's models, or whose best BM25 passage is not the one its hit shows (a document found by the dense
 stage alone shows its nearest passage), keeps its passage. Both knobs were chosen on the tuning split of the
-long-document task only (bench/QUALITY.md: the first reference holds the answer 0.920 → 0.933; CITE_PASSAGES
-3 and above are equal there).
+long-document task only (docs/archive/quality-log.md: the first reference holds the answer 0.920 → 0.933;
+CITE_PASSAGES 3 and above are equal there).
 
 What the agent tool's reference quotes is that passage **in its context** (`in_context`): its section's
 passages around it (as the backend keeps them, NEIGHBOUR_RADIUS on each side, joined as paragraphs), of
@@ -21,8 +21,8 @@ spend (`fitting_quotes`), else the passage alone, so that a budget's cut never k
 passage instead of the passage. A passage is sized for the embedding models' 512-token window, so a Chinese
 passage holds about 400 characters against an English one's 1,000–1,400: the answer to a Chinese question
 is often in the sentences beside the passage that matched. Chosen on the tuning split of the long-document
-task (bench/QUALITY.md): the Chinese first reference holds the answer 0.910 → 0.958, the English one
-0.969 → 0.973 (its passages are mostly as long as the window already)."""
+task (docs/archive/quality-log.md): the Chinese first reference holds the answer 0.910 → 0.958, the English
+one 0.969 → 0.973 (its passages are mostly as long as the window already)."""
 
 from __future__ import annotations
 

@@ -6,14 +6,14 @@ translation's — adapters.embedding.query_vectors). Each candidate has a BM25 s
 return it) and a cosine (the better of its BM25 passage's and its dense passage's; when they are of two
 scripts, so from two models, the one that scales better within its own script under blend-norm — raw
 cosines of two models are never compared: a multilingual cosine of 0.80 is not nearer than a bge 0.78,
-bench/QUALITY.md "Two models' cosines of one document"). A cosine's script is that of the passages its
-model embeds (the backend names the model, `SourceResult.cosine_models` / `dense_models`), not the cited
+docs/archive/quality-log.md "Two models' cosines of one document"). A cosine's script is that of the passages
+its model embeds (the backend names the model, `SourceResult.cosine_models` / `dense_models`), not the cited
 text's: a passage is embedded with its title and heading path, so an English section under a Chinese title
 is a CJK passage to the models. A BM25 candidate with
 no vector of a query vector's model has no semantic evidence either way: it keeps its BM25 score (blend)
 or its BM25 rank alone (rrf). Three fusions; the default is blend-norm with w = 0.4, chosen on the tuning
-splits only (bench/QUALITY.md: SciFact train and the five XQuAD tuning halves, with cross-lingual query
-expansion; mean nDCG@10 0.8816 against 0.8714 for the best plain blend, w = 0.2):
+splits only (docs/archive/quality-log.md: SciFact train and the five XQuAD tuning halves, with cross-lingual
+query expansion; mean nDCG@10 0.8816 against 0.8714 for the best plain blend, w = 0.2):
 
     blend:       score = w · bm25 + (1 − w) · scale · cosine
     blend-norm:  the same with each cosine min-max scaled to [0, 1] among the candidates whose passage is
@@ -33,17 +33,18 @@ far it is, so when BM25 matched nothing in a source its nearest vectors would al
 fill the answer. Then a dense-only hit is answered only if its raw cosine reaches its model's floor
 (`no_match_floor`: passages of Latin script, the English model; `no_match_floor_cjk`: CJK passages, the
 Chinese model): the 5th percentile of the cosines of relevant first hits on the tuning halves of XQuAD
-mixed, en→zh and zh→en (0.524 and 0.405; bench/no_match_floor.py, bench/QUALITY.md), so 95 % of relevant
-hits would pass it while most off-topic nearest neighbours do not. A floor of 0 turns the rule off. Beside
-BM25's hits the floor holds too for a dense-only hit of the question's own script (its model's cosine with
-the question itself, `_near`): alone in its script, min-max scaling would make a far passage 1.0 and put it
-first (a Chinese coffee-machine manual, cosine 0.31, for a Chinese question on bees that BM25 matched in an
-English note through the translation); the other script's dense-only hits are left to fusion. Measured on
-the tuning halves: the long Chinese questions' noise 0.092 → 0.087, nothing else moved (bench/QUALITY.md).
+mixed, en→zh and zh→en (0.524 and 0.405; bench/no_match_floor.py, docs/archive/quality-log.md), so 95 % of
+relevant hits would pass it while most off-topic nearest neighbours do not. A floor of 0 turns the rule off.
+Beside BM25's hits the floor holds too for a dense-only hit of the question's own script (its model's cosine
+with the question itself, `_near`): alone in its script, min-max scaling would make a far passage 1.0 and put
+it first (a Chinese coffee-machine manual, cosine 0.31, for a Chinese question on bees that BM25 matched in an
+English note through the translation); the other script's dense-only hits are left to fusion. Measured on the
+tuning halves: the long Chinese questions' noise 0.092 → 0.087, nothing else moved
+(docs/archive/quality-log.md).
 It only drops hits, never reorders the rest: like the relevance cut (domain/relevance.py) it decides what
 the doors answer, and the evaluation door's deep ranking (nDCG@10, R@100) asks without it.
 
-The mixed design (bench/QUALITY.md "A gate that tells a copy from noise"): with a multilingual
+The mixed design (docs/archive/quality-log.md "A gate that tells a copy from noise"): with a multilingual
 model (multilingual-e5-small) beside the two bge models, a passage in the question's own script keeps its
 bge cosine and a passage of the other script is scored by the multilingual model (the translation's words
 still feed BM25; its vector only checks a no-match source, below). Two rules, chosen on the tuning halves:

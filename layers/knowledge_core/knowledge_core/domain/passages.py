@@ -20,7 +20,7 @@ Blocks pack into a passage while they fit; a list, table or code block that fits
 a new passage instead). A longer block is cut on sentence boundaries (English `.!?;` before a space, CJK
 `。！？；` anywhere, closing quotes kept), a longer sentence on line breaks, then on spaces, then — CJK
 runs without punctuation — on characters. Consecutive passages cut from one block share up to
-PASSAGE_OVERLAP tokens of whole sentences (chosen on the tuning splits: bench/QUALITY.md).
+PASSAGE_OVERLAP tokens of whole sentences (chosen on the tuning splits: docs/archive/quality-log.md).
 """
 
 from __future__ import annotations

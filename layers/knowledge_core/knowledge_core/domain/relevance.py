@@ -8,7 +8,7 @@ whether anything is answered (it keeps its meaning, an absolute floor applied be
 shared retrieval step for every door (K-PIPE: the same documents in the same order through search, turns,
 the tool, MCP and the evaluation door); only `kb eval`'s deep ranking asks without it, to measure the
 ranking itself (nDCG@10, R@100) beside the precision of what the doors answer. RELEVANCE_FLOOR was chosen
-on the tuning splits only (bench/QUALITY.md)."""
+on the tuning splits only (docs/archive/quality-log.md)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Both backends store the passages index log-structured: every write adds a segmen
 a few of each size, so an index written in many batches is read as tens of segments, each looked up for every
 query term. Merging them down makes searches faster (SQLite's FTS5: 0.74x the raw top-k at 10k passages;
 OpenSearch at 1M passages merged into one segment: BM25 p50 0.79-0.82x and hybrid 0.63-0.66x the index as
-written; README "Scale").
+written; docs/benchmarks.md).
 
 Merging rewrites the index, so it is worth it only when the segments beside the ones a merge would keep hold
 a real share of them: a few small writes after a compaction never rewrite a large index."""

@@ -37,7 +37,8 @@ from .db import SqliteDatabase, statements
 from .driver import sqlite3
 
 SOURCE_BITS = 32  # passages per source < 2^32; sources < 2^31 (SQLite rowids are signed 64-bit)
-BM25_WEIGHTS = "2.0, 1.0"  # title_terms, body_terms (bench/QUALITY.md has the measurements behind them)
+# title_terms, body_terms (the measurements behind them: docs/archive/quality-log.md)
+BM25_WEIGHTS = "2.0, 1.0"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS source_ranges (

@@ -7,7 +7,7 @@ vectors) needs 4 bytes of RAM per dimension and, on this loaded 2-core machine, 
 over the stored int8 vectors with the inner-product metric: ~0.4 ms at 100k with recall@10 0.998 against
 the exact scan (tests/unit/test_sqlite_scale.py); its distance is exactly 1 - the int8 dot product, so
 cosines (dot / 127²) are the exact ones. usearch: Apache-2.0, maintained, wheels for Linux x86-64 and
-arm64, one small package. At 1M: recall@10 0.994 with the parameters below (README, Scale).
+arm64, one small package. At 1M: recall@10 0.994 with the parameters below (docs/search-at-scale.md).
 
 An HNSW index follows writes by delta (passage ids are never reused within a source, candidates.py): a
 version change adds the new ids and removes the gone ones, instead of rebuilding a million-node graph.

@@ -1,6 +1,6 @@
 /*
 ** kb_bm25: FTS5's bm25() auxiliary function, with each row's token count remembered per connection
-** (issue 23). Loaded by adapters/sqlite/rank.py into the search index's connections; built there with the
+** (A-SEARCH at scale). Loaded by adapters/sqlite/rank.py into the search index's connections; built there with the
 ** system's C compiler against SQLite's extension header, once per user (a missing compiler or header
 ** leaves FTS5's own bm25(), the same scores, slower).
 **
