@@ -57,7 +57,8 @@ def run_verbatim(script: str, tmp_path) -> str:
 
 
 def test_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path):
-    out = run_verbatim(five_minute_block(), tmp_path)
+    """The five minutes, then the README's HTTP example on the route they made (search, then read a page)."""
+    out = run_verbatim(five_minute_block() + marked_block("README.md", "http-door"), tmp_path)
     assert "ingested 4 document(s) into plant-manuals@1.0.0 (0 unchanged, 0 failed, 0 deleted)" in out
     assert "Pump seal replacement" in out  # Markdown: title from its heading
     assert "阀门检修" in out  # text file: title from its file name
@@ -67,9 +68,15 @@ def test_readme_five_minutes_commands_work_verbatim_on_a_fresh_state(tmp_path):
     rows = [line for line in out.splitlines() if line.startswith("manuals-")]
     assert len(rows) == 4 and all(line.split()[1] == "default" for line in rows), out
     # R-TOOL: the agent tool, invoked as the user's own agent, cites the user's own documents
-    tool = json.loads(out[out.rindex('{\n  "references"') :])
+    tool, end = json.JSONDecoder().raw_decode(out, out.rindex('{\n  "references"'))
     assert tool["references"][0]["source"]["title"] == "Pump seal replacement", tool
     assert tool["references"][0]["knowledge"] == {"id": "plant-manuals", "version": "1.0.0"}
+    # A-READ: the HTTP example reads the first page of the top hint on route plant, within 4096 bytes
+    page = out[end:].strip()
+    assert len(page.encode("utf-8")) <= 4096, page
+    read = json.loads(page)
+    assert read["schema"] == "bailing.agent-knowledge-read.v1" and read["route"] == "plant", read
+    assert read["title"] == "Pump seal replacement" and read["content"], read
 
 
 def metadata_block() -> str:

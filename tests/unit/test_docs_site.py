@@ -3,6 +3,7 @@ site (mkdocs.yml, docs/) that builds with `--strict` and 0 warnings, every page 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -14,7 +15,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_BYTES = 15 * 1024
 # Every block a page marks runnable (`<!-- name: tests/… runs this block … -->`) and the test that runs it.
-RUNNABLE_BLOCKS = {"five-minutes": "tests/e2e/test_readme.py", "metadata-example": "tests/e2e/test_readme.py"}
+RUNNABLE_BLOCKS = {
+    "five-minutes": "tests/e2e/test_readme.py",
+    "http-door": "tests/e2e/test_readme.py",
+    "metadata-example": "tests/e2e/test_readme.py",
+}
 
 
 def _nav_pages(nav: list) -> list[str]:
@@ -62,8 +67,22 @@ def test_every_block_marked_runnable_has_its_test() -> None:
             found.setdefault(name, []).append(page.name)
     assert found == {
         "five-minutes": ["README.md", "getting-started.md"],
+        "http-door": ["README.md"],
         "metadata-example": ["metadata.md"],
     }
+
+
+def test_readme_json_blocks_are_the_example_agent_and_an_mcp_entry_for_its_route() -> None:
+    """The README's two JSON blocks: the agent it publishes (exactly examples/agent.json) and an MCP client
+    entry for the route the five minutes create (M-MCP: Streamable HTTP, one route named in the URL)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", readme, re.S)]
+    agent = json.loads((ROOT / "examples" / "agent.json").read_text(encoding="utf-8"))
+    assert blocks[0] == agent
+    [entry] = blocks[1]["mcpServers"].values()
+    assert entry["type"] == "http" and entry["url"] == "http://127.0.0.1:3000/mcp?route=plant"
+    assert entry["headers"]["Authorization"].startswith("Bearer kbt_")
+    assert len(blocks) == 2
 
 
 def test_mkdocs_build_strict_has_no_warnings(tmp_path: Path) -> None:
