@@ -355,7 +355,9 @@ class LocalGateway:
             if params is None:
                 continue
             params = {k: unquote(v) for k, v in params.items()}
-            route_key = "$default" if route.path == "$default" else f"{route.method} {route.path}"
+            # As API Gateway names it: `ANY /mcp` for a route of any method.
+            method_key = "ANY" if route.method == "*" else route.method
+            route_key = "$default" if route.path == "$default" else f"{method_key} {route.path}"
             context = self._request_context(method, path, route_key, source_ip, headers)
             if route.iam:
                 if not is_loopback(source_ip) or cross_site(headers):

@@ -152,11 +152,13 @@ def running_kb_serve(
     env: dict[str, str] | None = None,
     umask: int = -1,
     vectors: bool = False,
+    port: int | None = None,
 ) -> Iterator[KbServer]:
     """`kb serve` as a subprocess on a free port with its own state and table (and `umask`, -1: this
     process's); stopped on exit. `vectors`: yielded once the demo's vectors are filled (a test comparing
-    hybrid rankings), not as soon as it listens."""
-    port = free_port()
+    hybrid rankings), not as soon as it listens. `port`: a port chosen beforehand (free_port), when the
+    server's own URL must be in its settings."""
+    port = port or free_port()
     table = f"{table_prefix}-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "KB_TABLE_NAME": table, **(env or {})}
     log_path = state / "serve.log"

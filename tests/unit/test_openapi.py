@@ -33,8 +33,15 @@ def test_openapi_documents_every_http_route_of_the_template():
     documented = {
         (method.upper(), path) for path, item in openapi_document()["paths"].items() for method in item
     }
-    # /mcp is JSON-RPC (the MCP protocol describes it), not a REST operation of either API.
-    in_template = {(r.method, r.path) for r in routes(load_template()) if r.path not in ("$default", "/mcp")}
+    # /mcp is JSON-RPC (the MCP protocol describes it), not a REST operation of either API; its Protected
+    # Resource Metadata is RFC 9728's document (docs/mcp-authorization.md).
+    mcp = (
+        "$default",
+        "/mcp",
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    )
+    in_template = {(r.method, r.path) for r in routes(load_template()) if r.path not in mcp}
     assert in_template == documented
 
 

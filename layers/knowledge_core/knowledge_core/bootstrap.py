@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .services.admin import AdminService
     from .services.ingestion import IngestionService
     from .services.knowledge import KnowledgeService
+    from .services.oauth import OAuthResource
     from .services.retrieval import Retrieval
     from .services.s3_events import S3Events
     from .services.s3_ingestion import S3Origin
@@ -251,6 +252,13 @@ class Container:
         from .services.access import AccessService
 
         return AccessService(self.state.sessions, self.clock)
+
+    @cached_property
+    def oauth(self) -> OAuthResource | None:
+        """The MCP endpoint's OAuth resource server, when the settings name an issuer and audience."""
+        from .services.oauth import OAuthResource
+
+        return OAuthResource.from_settings(self.settings)
 
     @cached_property
     def knowledge(self) -> KnowledgeService:

@@ -74,10 +74,15 @@ def make_resolver() -> APIGatewayHttpResolver:
 
 def principal_of(app: APIGatewayHttpResolver) -> Principal:
     """The principal the authorizer put in the request context; no principal = 401 (the authorizer's
-    `refused: token_expired` says the token has expired)."""
+    `refused: token_expired` says the token has expired; `refused: insufficient_scope`, a 403, that an OAuth
+    access token grants no route)."""
+    from .services.oauth import InsufficientScope
+
     context: dict[str, Any] = app.current_event.request_context.authorizer.get_lambda or {}
     raw = context.get("principal")
     if not raw:
+        if context.get("refused") == InsufficientScope.refusal:
+            raise InsufficientScope()
         raise TokenExpired() if context.get("refused") == TokenExpired.refusal else Unauthorized()
     return Principal.model_validate_json(raw)
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .domain.hybrid import HybridRanking
 from .domain.metadata_quota import DEFAULT_METADATA_KEYS_PER_SOURCE, DEFAULT_METADATA_KEYS_PER_TENANT
@@ -87,6 +87,30 @@ class Settings(Model):
     ingest_s3_source: str | None = None
     ingest_s3_doc_id_prefix: str = Field("s3", min_length=1)  # a sync under "" is refused (SPEC §7)
     ingest_s3_tenant: str = "default"
+
+    # MCP authorization (services/oauth.py): access tokens of this issuer are accepted on the MCP endpoint,
+    # beside the service's own tokens, when both the issuer and the audience (this MCP endpoint's canonical
+    # URL, the RFC 8707 resource; or its path, below) are set. The JWKS URL is discovered from the issuer
+    # when not given. A scope `<prefix><route>` grants the route; `oauth_routes` (comma-separated) lists the
+    # routes offered (empty: any route a scope names) and OAuth callers belong to `oauth_tenant`.
+    oauth_issuer: str | None = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+    # A path alone ("/mcp"): the resource is that path on the domain the request came to (API Gateway's
+    # requestContext.domainName: the API's own or a mapped custom domain), https.
+    oauth_audience: str | None = Field(None, pattern=r"^(https?://[^\s/?#]+)?(/[^\s?#]*)?$")
+    oauth_jwks_url: str | None = Field(None, pattern=r"^https?://[^\s]+$")
+    oauth_scope_prefix: str = Field("knowledge/", pattern=r"^[\x21\x23-\x5b\x5d-\x7e]{0,64}$")
+    oauth_routes: str = ""
+    oauth_tenant: str = "default"
+
+    @model_validator(mode="after")
+    def _oauth_complete(self) -> Settings:
+        if bool(self.oauth_issuer) != bool(self.oauth_audience):
+            field = "oauth_audience" if self.oauth_issuer else "oauth_issuer"
+            raise ValueError(f"{field}: OAuth needs both KB_OAUTH_ISSUER and KB_OAUTH_AUDIENCE")
+        return self
+
+    def oauth_route_list(self) -> tuple[str, ...]:
+        return tuple(route.strip() for route in self.oauth_routes.split(",") if route.strip())
 
     def directory_roots(self) -> tuple[str, ...]:
         return tuple(root for root in self.ingest_roots.split(os.pathsep) if root)
