@@ -193,12 +193,17 @@ def running_kb_serve(
                 server.wait_for_vectors()
             yield server
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """A server process ended: asked to stop, killed if it has not within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, free_port
+from tests.e2e.conftest import ROOT, free_port, stop
 
 POM = ROOT / "tests" / "oauth_server" / "pom.xml"
 MAIN = "no.nav.security.mock.oauth2.StandaloneMockOAuth2ServerKt"
@@ -146,9 +146,4 @@ def running_oauth_server(cache: Path, log_path: Path) -> Iterator[OAuthServer]:
                     time.sleep(0.2)
             yield server
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
