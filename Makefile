@@ -90,9 +90,9 @@ services-stop:
 
 # The hash-locked requirements (requirements/*.txt, the layer's requirements.txt) from pyproject.toml and
 # requirements/*.in; lock-check compiles them again and fails when a committed lock differs.
-# (uv comes with `make dev`.)
+# (uv comes with `make dev`; `make lock UPGRADE="pkg1 pkg2"` takes those packages' newest versions.)
 lock:
-	$(BIN)/python scripts/lock.py
+	$(BIN)/python scripts/lock.py $(foreach p,$(UPGRADE),--upgrade $(p))
 
 lock-check: dev
 	$(BIN)/python scripts/lock.py --check
@@ -103,7 +103,7 @@ sbom: dev
 
 # pip-audit of every lock against PyPI's vulnerability data (security/audit-ignore.txt: accepted findings).
 audit: dev
-	bash scripts/audit.sh
+	$(BIN)/python scripts/audit.py
 
 supply-chain: lock-check sbom audit
 

@@ -1,4 +1,5 @@
-"""pip-audit of every hash-locked requirements file against PyPI's vulnerability data (`make audit`).
+"""pip-audit of every hash-locked requirements file against PyPI's vulnerability data, or OSV's when PyPI
+answers for none of the packages (`make audit`).
 
 Nothing is installed: the locks pin every package with its hashes (pip-audit --disable-pip). A finding fails
 the run unless security/audit-ignore.txt accepts its advisory for that package with a reason. A package the
@@ -23,10 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # against it), so these two cover every locked package.
 LOCKS = ("layers/knowledge_core/requirements.txt", "requirements/dev.txt")
 IGNORE_FILE = ROOT / "security" / "audit-ignore.txt"
-_ENTRY = re.compile(r"^(?P<id>(?:PYSEC|GHSA|CVE|OSV)-[\w-]+)\s+(?P<package>[A-Za-z0-9._-]+)\s+#\s*(?P<reason>\S.*)$")
+_ENTRY = re.compile(
+    r"^(?P<id>(?:PYSEC|GHSA|CVE|OSV)-[\w-]+)\s+(?P<package>[A-Za-z0-9._-]+)\s+#\s*(?P<reason>\S.*)$"
+)
 
 
-_UNREACHABLE = re.compile(r"ConnectionError|ProxyError|ConnectTimeout|ReadTimeout|Max retries exceeded|NameResolution")
+_UNREACHABLE = re.compile(
+    r"ConnectionError|ProxyError|ConnectTimeout|ReadTimeout|Max retries exceeded|NameResolution"
+)
 
 
 @dataclass(frozen=True)
@@ -36,8 +41,9 @@ class Accepted:
     reason: str
 
 
-def accepted_findings(path: Path = IGNORE_FILE) -> list[Accepted]:
+def accepted_findings(path: Path | None = None) -> list[Accepted]:
     """The entries of audit-ignore.txt; ValueError naming the line for one without a package or a reason."""
+    path = path or IGNORE_FILE
     entries = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -57,19 +63,24 @@ class Result:
     findings: list[str]
 
 
-def audit(lock: str, accepted: list[Accepted]) -> Result:
-    """One pip-audit run over `lock`; findings accepted for their package are left out."""
+SERVICES = ("pypi", "osv")
+
+
+def audit(lock: str, accepted: list[Accepted], service: str = "pypi") -> Result:
+    """One pip-audit run over `lock` against `service`; findings accepted for their package are left out."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "audit.json"
         command = [
-            sys.executable, "-m", "pip_audit", "-r", lock, "--require-hashes", "--disable-pip",
+            sys.executable, "-m", "pip_audit", "-r", lock, "--require-hashes", "--disable-pip", "-s", service,
             "--progress-spinner", "off", "--format", "json", "--output", str(report),
         ]  # fmt: skip
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         if not report.exists():
             last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
             if _UNREACHABLE.search(done.stderr):
-                return Result(lock, 0, [f"(every package): vulnerability service unreachable: {last[:200]}"], [])
+                return Result(
+                    lock, 0, [f"(every package): vulnerability service unreachable: {last[:200]}"], []
+                )
             raise RuntimeError(f"pip-audit did not finish on {lock} (exit {done.returncode}): {last[:300]}")
         dependencies = json.loads(report.read_text())["dependencies"]
     skipped = [f"{d['name']}: {d['skip_reason']}" for d in dependencies if d.get("skip_reason")]
@@ -88,31 +99,38 @@ def audit(lock: str, accepted: list[Accepted]) -> Result:
 def main() -> int:
     try:
         accepted = accepted_findings()
-        results = [audit(lock, accepted) for lock in LOCKS]
+        unanswered: list[str] = []  # per service, why it answered for nothing
+        for service in SERVICES:
+            results = [audit(lock, accepted, service) for lock in LOCKS]
+            if any(result.audited for result in results):
+                break
+            first = next((skip for result in results for skip in result.skipped), "no packages")
+            unanswered.append(f"{service}: {first}")
     except (RuntimeError, ValueError) as error:
         print(f"pip-audit: {error}", file=sys.stderr)
         return 1
     failed = False
+    answered = any(result.audited for result in results)
     for result in results:
         for finding in result.findings:
             print(f"VULNERABLE {result.lock}: {finding}", file=sys.stderr)
             failed = True
-        if result.skipped and result.audited:
+        if result.skipped and answered:  # a service that answers for some packages must answer for all
             for skip in result.skipped:
                 print(f"NOT AUDITED {result.lock}: {skip}", file=sys.stderr)
             failed = True
-    if not any(result.audited for result in results):
+    if not answered:
         print(
-            "pip-audit: no vulnerability source reachable: PyPI answered for none of the locked packages of "
-            f"{', '.join(LOCKS)}, so NOTHING WAS AUDITED (see docs/security-supply-chain.md); first: "
-            + results[0].skipped[0],
+            "pip-audit: no vulnerability source reachable: neither PyPI nor OSV answered for any package of "
+            f"{', '.join(LOCKS)}, so NOTHING WAS AUDITED (docs/security-supply-chain.md). "
+            + "; ".join(unanswered),
             file=sys.stderr,
         )
         if os.environ.get("KB_AUDIT_UNREACHABLE") != "warn":
             return 2
     elif not failed:
         print(
-            "pip-audit: no known vulnerabilities in "
+            f"pip-audit ({service}): no known vulnerabilities in "
             + ", ".join(f"{r.lock} ({r.audited} packages)" for r in results)
             + (f"; {len(accepted)} accepted in security/audit-ignore.txt" if accepted else "")
         )

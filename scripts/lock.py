@@ -2,9 +2,10 @@
 
 requirements/dev.txt locks pyproject.toml (every extra) and the installers for any platform; bootstrap.txt
 (pip, setuptools, wheel), serve.txt (`make serve`'s extras) and the Lambda layer's requirements.txt are
-compiled against it as a constraint, so the layer ships exactly the versions CI tests. Each lock's header records a digest of its inputs: the unit
-tests fail when an input changed and the lock was not regenerated. `--check` compiles again (from PyPI,
-keeping the locked versions) and fails when the result differs from the committed file.
+compiled against it as a constraint, so the layer ships exactly the versions CI tests. Each lock's header
+records a digest of its inputs: the unit tests fail when an input changed and the lock was not regenerated.
+`--check` compiles again (from PyPI, keeping the locked versions) and fails when the result differs from the
+committed file.
 """
 
 from __future__ import annotations
@@ -78,21 +79,36 @@ def input_digest(lock: str, root: Path = ROOT) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _compile(lock: str, output: Path, root: Path) -> None:
+def recorded_digest(lock: str, root: Path = ROOT) -> str | None:
+    """The inputs digest in a lock's header (None without one)."""
+    for line in (root / lock).read_text().splitlines()[:5]:
+        if line.startswith(DIGEST_PREFIX):
+            return line.removeprefix(DIGEST_PREFIX).strip()
+    return None
+
+
+def stale_locks(root: Path = ROOT) -> list[str]:
+    """The locks whose inputs changed since they were compiled (offline: compares header digests)."""
+    return [lock for lock in LOCKS if recorded_digest(lock, root) != input_digest(lock, root)]
+
+
+def _compile(lock: str, output: Path, root: Path, upgrade: tuple[str, ...] = ()) -> None:
     inputs, arguments = LOCKS[lock]
     command = [
         sys.executable, "-m", "uv", "pip", "compile", *inputs, *arguments,
         "--generate-hashes", "--no-header", "--quiet", "-o", str(output),
+        *(option for name in upgrade for option in ("--upgrade-package", name)),
     ]  # fmt: skip
     subprocess.run(command, cwd=root, check=True)
     body = output.read_text()
     output.write_text(HEADER + DIGEST_PREFIX + input_digest(lock, root) + "\n" + body)
 
 
-def lock_all(root: Path = ROOT) -> None:
-    """Compile every lock in place (uv keeps a lock's versions unless its inputs need others)."""
+def lock_all(root: Path = ROOT, upgrade: tuple[str, ...] = ()) -> None:
+    """Compile every lock in place (uv keeps a lock's versions unless its inputs need others, or the package
+    is named in `upgrade`)."""
     for lock in LOCKS:
-        _compile(lock, root / lock, root)
+        _compile(lock, root / lock, root, upgrade)
 
 
 def check_all(root: Path = ROOT) -> list[str]:
@@ -116,11 +132,14 @@ def check_all(root: Path = ROOT) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail when a lock differs from a fresh compile")
+    parser.add_argument(
+        "--upgrade", action="append", default=[], metavar="PACKAGE", help="take its newest version"
+    )
     args = parser.parse_args()
     if not args.check:
-        lock_all()
+        lock_all(upgrade=tuple(args.upgrade))
         return 0
-    stale = check_all()
+    stale = stale_locks() or check_all()
     if stale:
         print(f"stale lock files: {', '.join(stale)}; run `make lock` and commit them", file=sys.stderr)
         return 1
