@@ -14,6 +14,7 @@ import argparse
 import difflib
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -111,20 +112,52 @@ def lock_all(root: Path = ROOT, upgrade: tuple[str, ...] = ()) -> None:
         _compile(lock, root / lock, root, upgrade)
 
 
+_PIN = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>[^\s;\\]+)\s*(?:;\s*(?P<marker>[^\\]+?))?\s*\\?$")
+_HASH = re.compile(r"^\s+--hash=sha256:(?P<hash>[0-9a-f]{64})\s*\\?$")
+
+
+def parse_pins(text: str) -> dict[tuple[str, str, str], set[str]]:
+    """A lock's pins, (name, version, marker) -> sha256 hashes; ValueError for a line that is neither a pin,
+    its hash nor a comment."""
+    pins: dict[tuple[str, str, str], set[str]] = {}
+    current: set[str] | None = None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if pin := _PIN.match(line):
+            name = re.sub(r"[-_.]+", "-", pin["name"]).lower()
+            current = pins.setdefault((name, pin["version"], pin["marker"] or ""), set())
+        elif (digest := _HASH.match(line)) and current is not None:
+            current.add(digest["hash"])
+        else:
+            raise ValueError(f"not an exact pin or its hash: {line!r}")
+    return pins
+
+
 def check_all(root: Path = ROOT) -> list[str]:
-    """Compile every lock into a scratch copy; the names of those that differ from the committed files."""
+    """Compile every lock into a scratch copy; the names of those whose pins differ from the committed file's,
+    or that lock a file the index no longer has. A file added since to a locked version (a new wheel) is no
+    difference: pip accepts only the committed hashes anyway."""
     stale = []
     with tempfile.TemporaryDirectory() as scratch:
         for lock in LOCKS:
             fresh = Path(scratch) / Path(lock).name
             shutil.copy(root / lock, fresh)  # uv prefers the versions already locked
             _compile(lock, fresh, root)
-            committed = (root / lock).read_text()
-            if fresh.read_text() != committed:
+            committed, compiled = parse_pins((root / lock).read_text()), parse_pins(fresh.read_text())
+            if committed.keys() != compiled.keys():
                 diff = difflib.unified_diff(
-                    committed.splitlines(), fresh.read_text().splitlines(), lock, "fresh", n=0, lineterm=""
+                    [" ".join(pin) for pin in sorted(committed)],
+                    [" ".join(pin) for pin in sorted(compiled)],
+                    lock,
+                    "fresh",
+                    n=0,
+                    lineterm="",
                 )
                 print("\n".join(list(diff)[:40]), file=sys.stderr)
+                stale.append(lock)
+            elif gone := [" ".join(pin) for pin in committed if not committed[pin] <= compiled[pin]]:
+                print(f"{lock}: files no longer on the index for {', '.join(gone)}", file=sys.stderr)
                 stale.append(lock)
     return stale
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -35,27 +34,15 @@ def _script(name: str) -> ModuleType:
 lock = _script("lock")
 audit = _script("audit")
 
-_PIN = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>[^\s;\\]+)\s*(?:;\s*(?P<marker>[^\\]+?))?\s*\\?$")
-_HASH = re.compile(r"^\s+--hash=sha256:(?P<hash>[0-9a-f]{64})\s*\\?$")
-
 
 def _parse(path: Path) -> list[dict[str, Any]]:
-    """A lock's pins: name, version, marker, hashes; AssertionError for any line that is not one of them."""
-    pins: list[dict[str, Any]] = []
-    for line in path.read_text().splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        if pin := _PIN.match(line):
-            pins.append({**pin.groupdict(), "name": canonicalize_name(pin["name"]), "hashes": set()})
-        elif (digest := _HASH.match(line)) and pins:
-            pins[-1]["hashes"].add(digest["hash"])
-        else:
-            raise AssertionError(f"{path.name}: not an exact pin or its hash: {line!r}")
-    return pins
+    """A lock's pins: name, version, marker, hashes (ValueError for any other line)."""
+    pins = lock.parse_pins(path.read_text())
+    return [{"name": n, "version": v, "marker": m, "hashes": h} for (n, v, m), h in pins.items()]
 
 
 def _applies(pin: dict[str, Any]) -> bool:
-    return pin["marker"] is None or Requirement(f"x; {pin['marker']}").marker.evaluate()  # type: ignore[union-attr]
+    return not pin["marker"] or Requirement(f"x; {pin['marker']}").marker.evaluate()  # type: ignore[union-attr]
 
 
 def _here(path: Path) -> dict[str, str]:
