@@ -5,24 +5,31 @@ BIN := $(VENV)/bin
 STATE ?= .kb-state
 PORT ?= 3000
 
-.PHONY: venv dev serve test unit lint docs sam openapi fuzz semantic-layer bench services-start services-stop clean
+.PHONY: venv dev serve test unit lint docs sam openapi fuzz semantic-layer bench services-start services-stop \
+	clean lock lock-check sbom audit supply-chain
 
-# pip, setuptools and wheel current (the venv's own setuptools 65 is in CVE-2024-6345's and CVE-2025-47273's range).
+# pip, setuptools and wheel current (the venv's own setuptools 65 is in CVE-2024-6345's and CVE-2025-47273's range),
+# from their hash-locked versions.
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install -q --require-hashes -r requirements/bootstrap.txt
 
-# Installed again only when pyproject.toml changed (the stamp is newer otherwise); setuptools' notice box
-# about editable installs is silenced.
-$(VENV)/.installed-semantic: pyproject.toml | $(BIN)/python
-	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[semantic,embedded]'
+# Installed again only when pyproject.toml or its lock changed (the stamp is newer otherwise): the packages of
+# requirements/serve.txt, each checked against its locked sha256, then the project (editable, no dependencies);
+# setuptools' notice box about editable installs is silenced.
+$(VENV)/.installed-semantic: pyproject.toml $(wildcard requirements/serve.txt) | $(BIN)/python
+	$(BIN)/pip install -q --require-hashes -r requirements/serve.txt
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
 venv: $(VENV)/.installed-semantic
 
+# Every package from requirements/dev.txt, each checked against its locked sha256; then the project itself
+# (editable, no dependencies, built by the locked setuptools).
 dev: $(BIN)/python
-	$(BIN)/pip install -q --upgrade pip setuptools wheel
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --require-hashes -r requirements/bootstrap.txt
+	$(BIN)/pip install -q --require-hashes -r requirements/dev.txt
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q --no-deps --no-build-isolation -e .
 
 # Hybrid ranking by default: the models are fetched once into the per-user cache (Maven Central) when Java and
 # Maven are here; otherwise one line says so and kb serve ranks by BM25. The query translation lexicon is
@@ -84,6 +91,25 @@ services-start: dev
 
 services-stop:
 	$(BIN)/kb services stop --state $(STATE)
+
+# The hash-locked requirements (requirements/*.txt, the layer's requirements.txt) from pyproject.toml and
+# requirements/*.in; lock-check compiles them again and fails when a committed lock differs.
+# (uv comes with `make dev`; `make lock UPGRADE="pkg1 pkg2"` takes those packages' newest versions.)
+lock:
+	$(BIN)/python scripts/lock.py $(foreach p,$(UPGRADE),--upgrade $(p))
+
+lock-check: dev
+	$(BIN)/python scripts/lock.py --check
+
+# CycloneDX SBOMs of the Lambda layer (from its lock, with hashes) and of the dev environment, in build/sbom/.
+sbom: dev
+	bash scripts/sbom.sh
+
+# pip-audit of every lock against PyPI's vulnerability data (security/audit-ignore.txt: accepted findings).
+audit: dev
+	$(BIN)/python scripts/audit.py
+
+supply-chain: lock-check sbom audit
 
 clean:
 	rm -rf .aws-sam .pytest_cache .ruff_cache bench/results
