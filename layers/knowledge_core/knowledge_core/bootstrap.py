@@ -152,7 +152,9 @@ class Container:
 
                 store = self._object_store or S3ObjectStore(region=s.region)
                 fetch_models(store, s.embed_models_s3_uri, s.embedding_model_dir.split(os.pathsep)[0])
-            models = OnnxEmbedder(s.embedding_model_dir.split(os.pathsep), cross_script=s.embedding_cross_script)
+            models = OnnxEmbedder(
+                s.embedding_model_dir.split(os.pathsep), cross_script=s.embedding_cross_script
+            )
             if s.embed_models_s3_uri:
                 models.check()
         except Exception as exc:  # ModelError, or the object store's typed error
@@ -173,9 +175,14 @@ class Container:
         inner: Embedder | None
         if self._embed_invoke is not None or s.embed_function:
             from .adapters.remote_embedding import EmbedUnavailable, RemoteEmbedder
+            from .domain.embed_wire import Description
 
             try:
-                inner = RemoteEmbedder(self._embed_invoke or self.embed_transport())
+                described = s.embed_description
+                inner = RemoteEmbedder(
+                    self._embed_invoke or self.embed_transport(),
+                    description=Description.model_validate_json(described) if described else None,
+                )
             except EmbedUnavailable as exc:
                 self.embedding_error = str(exc)
                 logger.warning("hybrid ranking off, BM25 only: %s", exc)

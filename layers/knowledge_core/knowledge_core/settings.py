@@ -54,6 +54,9 @@ class Settings(Model):
     embed_function: str | None = None
     embed_endpoint: str | None = None
     embed_operator_file: str | None = None
+    # The embed function's `describe` answer (JSON), when the caller already has it (kb serve's workers):
+    # no request at a cold start.
+    embed_description: str | None = None
     # Where the embed function copies its models from at a cold start (s3://bucket/prefix/, the directory
     # `kb models fetch` fills) into `embedding_model_dir`: they do not fit a layer beside their runtime.
     embed_models_s3_uri: str | None = None

@@ -38,12 +38,17 @@ class EmbedUnavailable(RuntimeError):
 
 
 class RemoteEmbedder(Embedder):
-    """The models of the `embed` function, described once at construction (raises EmbedUnavailable)."""
+    """The models of the `embed` function: `description` when given (kb serve hands its workers the one it
+    asked for), else asked for once at construction (raises EmbedUnavailable)."""
 
-    def __init__(self, invoke: Invoke, *, batch: int = PASSAGE_BATCH) -> None:
+    def __init__(
+        self, invoke: Invoke, *, description: Description | None = None, batch: int = PASSAGE_BATCH
+    ) -> None:
         self._invoke = invoke
         self._batch = batch
-        self._describe = Description.model_validate(self._call({"op": "describe"}, QUERY_SECONDS))
+        if description is None:  # (as long as a batch: a busy instance answers after the batch under way)
+            description = Description.model_validate(self._call({"op": "describe"}, PASSAGE_SECONDS))
+        self._describe = description
         self.models = tuple(self._describe.models)
         self._scripts = {True: tuple(self._describe.cjk), False: tuple(self._describe.latin)}
         self._queries: BoundedCache[tuple[str, bool], QueryAnswer] = BoundedCache(
@@ -189,7 +194,7 @@ class InvokeApi:
 
         data = json.dumps(request, ensure_ascii=False).encode("utf-8")
         req = urllib.request.Request(self._url, data=data, headers=self._headers, method="POST")
-        with urllib.request.urlopen(req, timeout=timeout) as response:  # noqa: S310 - a loopback URL kb serve set
+        with urllib.request.urlopen(req, timeout=timeout) as response:
             body = json.loads(response.read() or b"null")
             if response.headers.get("X-Amz-Function-Error"):
                 kind = body.get("errorType") if isinstance(body, dict) else None

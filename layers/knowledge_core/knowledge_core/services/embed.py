@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 from ..domain.embed_wire import (
-    Description,
     DescribeRequest,
+    Description,
     EmbedError,
     ErrorAnswer,
     InvalidEmbedRequest,
@@ -72,8 +72,14 @@ def describe(models: Embedder) -> Description:
         dimensions={m: models.dimensions(m) for m in models.models},
         cjk=list(models.models_for("中")),
         latin=list(models.models_for("a")),
-        across=bool(getattr(models, "has_across", False)),
+        across=_has_across(models),
     )
+
+
+def _has_across(models: Embedder) -> bool:
+    """Whether a multilingual model answers `embed_across` (OnnxEmbedder says so; another is asked)."""
+    known = getattr(models, "has_across", None)
+    return bool(known) if known is not None else models.embed_across("a") is not None
 
 
 def _reason(exc: Exception) -> str:
