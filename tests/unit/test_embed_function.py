@@ -191,3 +191,20 @@ def test_models_copied_from_s3_once(tmp_path: Path) -> None:
     store.reads.clear()
     fetch_models(store, "s3://bucket/kb/models/", tmp_path / "kb-model")
     assert store.reads == []
+
+
+def test_kb_serve_workers_embed_through_the_embed_function(tmp_path: Path) -> None:
+    """kb serve: with models, its function workers get the embed function (and the operator credential's
+    file) instead of loading the models; without models, nothing to embed through; the embed function's
+    workers are capped apart from the others."""
+    from kb_cli.gateway import WorkerHandlers
+    from kb_cli.local_env import LocalRanking, local_settings
+
+    models = LocalRanking(model_dir=str(tmp_path / "models"), ranking="hybrid")
+    on = local_settings(tmp_path / "a", ranking=models, embed_function="EmbedFunction")
+    assert on.embed_function == "EmbedFunction" and on.embedding_model_dir == str(tmp_path / "models")
+    assert on.embed_operator_file == str((tmp_path / "a" / "operator-credential").resolve())
+    off = local_settings(tmp_path / "b", ranking=LocalRanking(), embed_function="EmbedFunction")
+    assert off.embed_function is None and off.embed_operator_file is None
+    handlers = WorkerHandlers(max_instances=3, limits={"EmbedFunction": 1})
+    assert handlers._max["EmbedFunction"] == 1 and handlers._max["SearchFunction"] == 3
