@@ -121,7 +121,9 @@ def test_every_function_with_its_layers_fits_lambda(build_dir: Path) -> None:
         )
         if total > LAMBDA_LIMIT_BYTES:
             over.append(name)
-    print("\nsam build sizes (unpacked, MB = 10^6 bytes; the limit, 250 MiB, is 262.1 MB):\n" + "\n".join(lines))
+    print(
+        "\nsam build sizes (unpacked, MB = 10^6 bytes; the limit, 250 MiB, is 262.1 MB):\n" + "\n".join(lines)
+    )
     assert not over, f"over Lambda's 250 MB unpacked: {over}"
     assert functions["EmbedFunction"][1] == ["EmbedRuntimeLayer"], "the embed function has its own layer only"
     assert all("EmbedRuntimeLayer" not in ls for n, (_, ls, _) in functions.items() if n != "EmbedFunction")
