@@ -121,7 +121,7 @@ def measure(checkout: Path, searches: int) -> dict[str, object]:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if "vectors filled" in line or "hybrid ranking in force" in line:
+            if "vectors filled" in line and any("listening on" in seen for seen in lines):
                 filled.set()
 
     threading.Thread(target=read, daemon=True).start()
@@ -132,7 +132,10 @@ def measure(checkout: Path, searches: int) -> dict[str, object]:
                 f"{checkout}: the demo's vectors were not in after {FILL_TIMEOUT_S:.0f} s:\n{''.join(lines)}"
             )
         fill_s = time.monotonic() - started
-        token = (state / "demo-token").read_text().strip()
+        token_file = state / "demo-token"
+        if not token_file.exists():
+            raise SystemExit(f"{checkout}: no demo token in {state}:\n{''.join(lines)}")
+        token = token_file.read_text().strip()
         url = f"http://127.0.0.1:{port}"
         took = []
         for i in range(searches):
