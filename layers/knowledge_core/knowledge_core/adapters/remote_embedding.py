@@ -29,7 +29,9 @@ from ..ports import Embedder, Vector
 Invoke = Callable[[dict[str, Any], float], Any]
 QUERY_SECONDS = 15.0  # a query's round trip, a cold embed instance's model load included
 PASSAGE_SECONDS = 120.0  # a batch's round trip
-PASSAGE_BATCH = 64  # passages per request (document_vectors' deadline chunk)
+# Passages per request: a batch of window-long passages through three models stays well inside a request's
+# time on a busy 2-core machine, and a query waiting behind it (one embed instance) waits little.
+PASSAGE_BATCH = 16
 QUERY_CACHE_BYTES = 2 * 1024 * 1024
 
 
