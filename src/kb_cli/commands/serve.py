@@ -239,7 +239,7 @@ def _listen(
     ranking: LocalRanking,
     handlers: WorkerHandlers,
 ) -> int:
-    from ..gateway import FunctionError, LocalGateway, make_server
+    from ..gateway import LocalGateway, make_server
     from ..ingest_worker import IngestWorker
     from ..local_env import VectorFill
 
@@ -250,15 +250,7 @@ def _listen(
     server = make_server(args.host, args.port, LocalGateway(handlers, operator), log_requests=True)
     host, port = str(server.server_address[0]), server.server_address[1]
     if container.settings.embed_function:
-        # The function workers started from now on reach the embed worker through this server's Invoke API,
-        # knowing its models already (no request at their start, when it may be busy filling vectors).
-        os.environ["KB_EMBED_ENDPOINT"] = f"http://{_loopback(host)}:{port}"
-        try:
-            described = handlers.invoke(EMBED_FUNCTION, {"op": "describe"})
-        except FunctionError:
-            described = None  # (each worker asks at its start instead)
-        if isinstance(described, dict) and "models" in described:
-            os.environ["KB_EMBED_DESCRIPTION"] = json.dumps(described, ensure_ascii=False)
+        _embed_through(handlers, f"http://{_loopback(host)}:{port}")
     where = f"DynamoDB at {args.dynamodb_endpoint}" if container.table else f"SQLite at {state / STATE_FILE}"
     backend = args.search_backend
     if backend == "sqlite":  # its full-text ranking: kb_bm25, built now if need be, or bm25() and why
@@ -296,6 +288,20 @@ def _listen(
         handlers.close(grace_s=3.0)  # bounded: the instances save their pending dense graphs first
         container.close()  # and this process its own (bounded, never raises)
     return 0
+
+
+def _embed_through(handlers: WorkerHandlers, endpoint: str) -> None:
+    """The function workers started from now on reach the embed worker through this server's Invoke API
+    (`endpoint`), knowing its models already (no request at their start, when it may be busy filling)."""
+    from ..gateway import FunctionError
+
+    os.environ["KB_EMBED_ENDPOINT"] = endpoint
+    try:
+        described = handlers.invoke(EMBED_FUNCTION, {"op": "describe"})
+    except FunctionError:
+        described = None  # (each worker asks at its start instead)
+    if isinstance(described, dict) and "models" in described:
+        os.environ["KB_EMBED_DESCRIPTION"] = json.dumps(described, ensure_ascii=False)
 
 
 def _loopback(host: str) -> str:
