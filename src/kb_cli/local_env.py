@@ -121,8 +121,7 @@ def local_settings(
     with state and search embedded on SQLite under `state` unless real endpoints are given, and ranked as
     `ranking` says (default: resolved as `kb serve` resolves it). `ingest_roots`: the directories a
     directory job may read under (`kb serve --ingest-root`; default: $KB_INGEST_ROOTS, else none).
-    `embed_function`: the function that runs the models (`kb serve`'s embed worker); the others reach it
-    through kb serve's Invoke API with the operator credential (its endpoint is set once kb serve listens)."""
+    `embed_function`: the function that runs the models (`_embed_settings`)."""
     from knowledge_core.adapters.private_files import private_path
     from knowledge_core.settings import Settings
 
@@ -137,7 +136,6 @@ def local_settings(
     if not secret_file.exists():
         _write_private(secret_file, secrets.token_urlsafe(48))
     base = Settings.from_env()
-    embed = embed_function if ranking.model_dir else None  # (no models: nothing to embed)
     local = {
         # The file is the one secret locally, re-read every few seconds: `kb secret rotate` takes effect in
         # a running `kb serve` without a restart.
@@ -168,13 +166,20 @@ def local_settings(
         else None,
         "query_translation": ranking.lexicon_dir is not None,
         "lexicon_dir": ranking.lexicon_dir,
+    } | _embed_settings(state, embed_function if ranking.model_dir else None)  # (no models: none to run)
+    return Settings.model_validate({**base.model_dump(), **local})
+
+
+def _embed_settings(state: Path, embed: str | None) -> dict[str, Any]:
+    """The embed function the local functions reach the models through (kb serve's embed worker), with the
+    operator credential's file; its endpoint and description are set once kb serve listens."""
+    return {
         "embed_function": embed,
         "embed_endpoint": None,
         "embed_description": None,
         "embed_operator_file": str((state / OPERATOR_FILE).resolve()) if embed else None,
         "embed_models_s3_uri": None,
     }
-    return Settings.model_validate({**base.model_dump(), **local})
 
 
 def _unless_set(base: Settings, field: str, local_default: object) -> Any:
