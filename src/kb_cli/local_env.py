@@ -119,9 +119,8 @@ def local_settings(
 ) -> Settings:
     """The settings of the local runtime: what the environment sets (`Settings.from_env`, the one table),
     with state and search embedded on SQLite under `state` unless real endpoints are given, and ranked as
-    `ranking` says (default: resolved as `kb serve` resolves it). `ingest_roots`: the directories a
-    directory job may read under (`kb serve --ingest-root`; default: $KB_INGEST_ROOTS, else none).
-    `embed_function`: the function that runs the models (`_embed_settings`)."""
+    `ranking` says (default: as `kb serve` resolves it). `ingest_roots`: where a directory job may read
+    (`--ingest-root`; default: $KB_INGEST_ROOTS, else none); `embed_function`: see `_embed_settings`."""
     from knowledge_core.adapters.private_files import private_path
     from knowledge_core.settings import Settings
 
