@@ -47,7 +47,7 @@ QUERIES = [
     "how long is data retained",
     "recipe for chocolate cake",
 ]
-CORPUS_DOCS = 8  # of the demo corpus (its first, by file name): both sides embed them
+CORPUS_DOCS = 6  # of the demo corpus (its first, by file name): both sides embed them
 
 
 def _require(message: str) -> None:
