@@ -304,7 +304,12 @@ class S3Scenario:
 
     @property
     def params(self) -> dict[str, str]:
-        return {"S3SourceBucket": self.bucket, "S3SourcePrefix": self.prefix}
+        return {
+            "S3SourceBucket": self.bucket,
+            "S3SourcePrefix": self.prefix,
+            "EmbeddingModelsBucket": self.bucket,
+            "EmbeddingModelsPrefix": self.prefix,
+        }
 
 
 def _worker(handlers: Handlers, body: dict) -> None:
@@ -340,6 +345,31 @@ def run_s3_scenario(handlers: Handlers, container: Any, s3: S3Scenario, source: 
     _worker(handlers, removed | {"detail": {"bucket": {"name": s3.bucket}, "object": gone}})
     assert container.backend.get_document(source, "s3-c") is not None
     assert container.backend.get_document(source, "s3-a") is None
+    _embed_cold_start(handlers, container, s3)
+
+
+def _embed_cold_start(handlers: Handlers, container: Any, s3: S3Scenario) -> None:
+    """The embed function's cold start copies its models from their prefix (here the probe's, which holds
+    documents, not models: it answers `model_unavailable` after listing and reading them)."""
+    import tempfile
+
+    from knowledge_core import bootstrap
+    from knowledge_core.adapters.s3_objects import S3ObjectStore
+    from knowledge_core.bootstrap import Container
+
+    update = {
+        "embedding_model_dir": tempfile.mkdtemp(prefix="kb-iam-models-"),
+        "embed_models_s3_uri": f"s3://{s3.bucket}/{s3.prefix}",
+    }
+    embed = Container(
+        container.settings.model_copy(update=update), object_store=S3ObjectStore(client=s3.client)
+    )
+    bootstrap.reset(embed)
+    try:
+        answer = handlers.invoke("EmbedFunction", {"op": "describe"})
+    finally:
+        bootstrap.reset(container)
+    assert answer["error"]["code"] == "model_unavailable", answer
 
 
 def run_scenario(handlers: Handlers, container: Any, s3: S3Scenario | None = None) -> None:

@@ -233,11 +233,14 @@ def _die_with_parent() -> None:
 class WorkerHandlers(_Functions):
     """Every function as a pool of worker processes: an idle instance takes the event, or a new one is
     started (a cold start) up to `max_instances`; past that, events wait their turn, first come first
-    served (a fair queue keeps the tail latency of a busy function close to its median)."""
+    served (a fair queue keeps the tail latency of a busy function close to its median). `limits`: another
+    maximum for some functions (by logical id: kb serve's embed function, whose instances hold the models)."""
 
-    def __init__(self, max_instances: int = 2, verbose: bool = False) -> None:
+    def __init__(
+        self, max_instances: int = 2, verbose: bool = False, limits: dict[str, int] | None = None
+    ) -> None:
         super().__init__()
-        self._max = max_instances
+        self._max = {fn.logical_id: max_instances for fn in self.functions.values()} | (limits or {})
         self._verbose = verbose
         names = [fn.logical_id for fn in self.functions.values()]
         self._idle: dict[str, list[_Instance]] = {n: [] for n in names}
@@ -252,7 +255,7 @@ class WorkerHandlers(_Functions):
             if self._idle[name]:
                 return self._idle[name].pop()
             handoff = None
-            if self._count[name] < self._max:
+            if self._count[name] < self._max[name]:
                 self._count[name] += 1
             else:
                 handoff = _Handoff()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from knowledge_core.adapters.remote_embedding import Invoke
     from knowledge_core.bootstrap import Container
     from knowledge_core.settings import Settings
 
@@ -46,6 +47,18 @@ class LocalRanking:
         model_dir, ranking = models.resolve(embedding_model)
         lexicon_dir, translation = models.resolve_lexicon(query_translation)
         return cls(model_dir, lexicon_dir, ranking, translation)
+
+    @classmethod
+    def resolve_elsewhere(
+        cls, embedding_model: str = "auto", query_translation: bool | None = None
+    ) -> LocalRanking:
+        """`resolve`, its model check run in a child process: a process that only hands texts to an embed
+        worker (kb serve's own) never holds the models the check loads."""
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+            return pool.submit(cls.resolve, embedding_model, query_translation).result()
 
     def banner(self, filling: bool = False) -> str:
         """`filling`: passages wait for their vectors, so BM25 ranks until they are in."""
@@ -102,11 +115,12 @@ def local_settings(
     dynamodb_endpoint: str | None = None,
     ranking: LocalRanking | None = None,
     ingest_roots: list[str] | None = None,
+    embed_function: str | None = None,
 ) -> Settings:
     """The settings of the local runtime: what the environment sets (`Settings.from_env`, the one table),
     with state and search embedded on SQLite under `state` unless real endpoints are given, and ranked as
-    `ranking` says (default: resolved as `kb serve` resolves it). `ingest_roots`: the directories a
-    directory job may read under (`kb serve --ingest-root`; default: $KB_INGEST_ROOTS, else none)."""
+    `ranking` says (default: as `kb serve` resolves it). `ingest_roots`: where a directory job may read
+    (`--ingest-root`; default: $KB_INGEST_ROOTS, else none); `embed_function`: see `_embed_settings`."""
     from knowledge_core.adapters.private_files import private_path
     from knowledge_core.settings import Settings
 
@@ -151,8 +165,20 @@ def local_settings(
         else None,
         "query_translation": ranking.lexicon_dir is not None,
         "lexicon_dir": ranking.lexicon_dir,
-    }
+    } | _embed_settings(state, embed_function if ranking.model_dir else None)  # (no models: none to run)
     return Settings.model_validate({**base.model_dump(), **local})
+
+
+def _embed_settings(state: Path, embed: str | None) -> dict[str, Any]:
+    """The embed function the local functions reach the models through (kb serve's embed worker), with the
+    operator credential's file; its endpoint and description are set once kb serve listens."""
+    return {
+        "embed_function": embed,
+        "embed_endpoint": None,
+        "embed_description": None,
+        "embed_operator_file": str((state / OPERATOR_FILE).resolve()) if embed else None,
+        "embed_models_s3_uri": None,
+    }
 
 
 def _unless_set(base: Settings, field: str, local_default: object) -> Any:
@@ -251,14 +277,15 @@ def read_operator_credential(state: Path) -> str:
     return credential
 
 
-def local_container(state: Path, **kwargs: Any) -> Container:
+def local_container(state: Path, embed_invoke: Invoke | None = None, **kwargs: Any) -> Container:
     """The container of this process on the local runtime's settings (`local_settings` arguments), set as
-    the process container for the handlers, its table and search indices made (deploy time, locally)."""
+    the process container for the handlers, its table and search indices made (deploy time, locally).
+    `embed_invoke`: how this process reaches the embed function (kb serve: its embed worker, directly)."""
     settings = configure_local_env(state, **kwargs)
     from knowledge_core import bootstrap
     from knowledge_core.bootstrap import Container
 
-    container = Container(settings)
+    container = Container(settings, embed_invoke=embed_invoke if settings.embed_function else None)
     bootstrap.reset(container)
     if container.table is not None:
         container.table.create()

@@ -36,6 +36,7 @@ Container.embedder = property(lambda self: _EMBEDDER)  # type: ignore[assignment
 local_env.LocalRanking.resolve = classmethod(  # type: ignore[method-assign,assignment]
     lambda cls, *args, **kwargs: cls(model_dir=None, ranking="hybrid (slow-1)")
 )
+local_env.LocalRanking.resolve_elsewhere = local_env.LocalRanking.resolve  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -35,9 +35,11 @@ logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .adapters.dynamodb import DynamoTable
+    from .adapters.remote_embedding import Invoke
     from .extraction import Extracted
     from .services.access import AccessService, RunGuard
     from .services.admin import AdminService
+    from .services.embed import EmbedService
     from .services.ingestion import IngestionService
     from .services.knowledge import KnowledgeService
     from .services.oauth import OAuthResource
@@ -59,6 +61,7 @@ class Container:
         backend: SearchBackend | None = None,
         ledger: BudgetLedger | None = None,
         embedder: Embedder | None = None,
+        embed_invoke: Invoke | None = None,
         job_queue: JobQueue | None = None,
         translator: QueryTranslator | None = None,
         object_store: ObjectStore | None = None,
@@ -69,6 +72,7 @@ class Container:
         self._backend = backend
         self._ledger = ledger
         self._embedder = embedder
+        self._embed_invoke = embed_invoke
         self._job_queue = job_queue
         self._translator = translator
         self._object_store = object_store
@@ -132,26 +136,84 @@ class Container:
         return SqsJobQueue(self.settings.ingest_queue_url, region=self.settings.region)
 
     @cached_property
-    def embedder(self) -> Embedder | None:
-        """The hybrid ranking models, when a model directory is configured (their runtime loads lazily).
-        A directory that cannot be used is logged once and leaves ranking to BM25 (`embedding_error` keeps
-        why; kb serve checks the directory before it starts and its banner says how it ranks)."""
-        if self._embedder is not None or not self.settings.embedding_model_dir:
-            return self._embedder
-        from .adapters.embedding import CachedEmbedder, ModelError, OnnxEmbedder
+    def models(self) -> Embedder | None:
+        """The embedding models run in this process, when a model directory is configured (their runtime
+        loads lazily): the embed function's, or every function's own where there is no embed function. A
+        directory that cannot be used is logged once (`embedding_error` keeps why; kb serve checks the
+        directory before it starts and its banner says how it ranks)."""
+        s = self.settings
+        if not s.embedding_model_dir:
+            return None
+        from .adapters.embedding import ModelError, OnnxEmbedder
 
         try:
-            model = OnnxEmbedder(
-                self.settings.embedding_model_dir.split(os.pathsep),
-                cross_script=self.settings.embedding_cross_script,
+            if s.embed_models_s3_uri:  # copied into this instance's /tmp, then checked against digests
+                from .adapters.model_store import fetch_models
+                from .adapters.s3_objects import S3ObjectStore
+
+                store = self._object_store or S3ObjectStore(region=s.region)
+                fetch_models(store, s.embed_models_s3_uri, s.embedding_model_dir.split(os.pathsep)[0])
+            models = OnnxEmbedder(
+                s.embedding_model_dir.split(os.pathsep), cross_script=s.embedding_cross_script
             )
-        except ModelError as exc:
-            self.embedding_error = str(exc)
-            logger.warning("hybrid ranking off, BM25 only: %s", exc)
+            if s.embed_models_s3_uri:
+                models.check()
+        except Exception as exc:  # ModelError, or the object store's typed error
+            self.embedding_error = str(exc) if isinstance(exc, ModelError) else type(exc).__name__
+            logger.warning("embedding models unusable, BM25 only: %s", self.embedding_error)
             return None
-        return (
-            CachedEmbedder(model, self.settings.embedding_cache) if self.settings.embedding_cache else model
-        )
+        return models
+
+    @cached_property
+    def embedder(self) -> Embedder | None:
+        """How this process embeds queries and passages: through the embed function when one is configured
+        (`embed_function`, or an `embed_invoke` transport given), else with its own models (`models`);
+        None: BM25. An embed function that cannot describe its models is logged once and leaves ranking to
+        BM25 (`embedding_error`). Passage vectors are remembered in `embedding_cache` when set."""
+        s = self.settings
+        if self._embedder is not None:
+            return self._embedder
+        inner: Embedder | None
+        if self._embed_invoke is not None or s.embed_function:
+            from .adapters.remote_embedding import EmbedUnavailable, RemoteEmbedder
+            from .domain.embed_wire import Description
+
+            try:
+                described = s.embed_description
+                inner = RemoteEmbedder(
+                    self._embed_invoke or self.embed_transport(),
+                    description=Description.model_validate_json(described) if described else None,
+                )
+            except EmbedUnavailable as exc:
+                self.embedding_error = str(exc)
+                logger.warning("hybrid ranking off, BM25 only: %s", exc)
+                return None
+        else:
+            inner = self.models
+        if inner is None:
+            return None
+        from .adapters.embedding import CachedEmbedder
+
+        return CachedEmbedder(inner, s.embedding_cache) if s.embedding_cache else inner
+
+    def embed_transport(self) -> Invoke:
+        """The embed function's transport: the Invoke API at `embed_endpoint` (kb serve), else Lambda's."""
+        from .adapters.remote_embedding import InvokeApi, LambdaInvoke
+
+        s = self.settings
+        if not s.embed_function:
+            raise RuntimeError("KB_EMBED_FUNCTION is required to reach the embed function")
+        if s.embed_endpoint:
+            return InvokeApi(s.embed_endpoint, s.embed_function, s.embed_operator_file)
+        return LambdaInvoke(s.embed_function, s.region)
+
+    @cached_property
+    def embed(self) -> EmbedService:
+        """The embed function's work, on this process's models."""
+        from .services.embed import EmbedService
+
+        models = self.models
+        return EmbedService(models, self.embedding_error)
 
     @cached_property
     def translator(self) -> QueryTranslator | None:

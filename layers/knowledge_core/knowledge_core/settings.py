@@ -47,6 +47,19 @@ class Settings(Model):
     # joined by os.pathsep: kb serve passes the cache's usable ones when its multilingual model is not).
     embedding_model_dir: str | None = None
     embedding_cache: str | None = None  # a SQLite file remembering passage vectors (local use)
+    # The `embed` function (name or ARN): set, this process reaches the models through it
+    # (adapters/remote_embedding) instead of loading them; the embed function itself runs
+    # `embedding_model_dir`. `embed_endpoint`: the Lambda Invoke API it is reached at (kb serve's own, on
+    # loopback, with the operator credential of `embed_operator_file`); none: AWS Lambda's.
+    embed_function: str | None = None
+    embed_endpoint: str | None = None
+    embed_operator_file: str | None = None
+    # The embed function's `describe` answer (JSON), when the caller already has it (kb serve's workers):
+    # no request at a cold start.
+    embed_description: str | None = None
+    # Where the embed function copies its models from at a cold start (s3://bucket/prefix/, the directory
+    # `kb models fetch` fills) into `embedding_model_dir`: they do not fit a layer beside their runtime.
+    embed_models_s3_uri: str | None = None
     # Passages embedded by every covering model, not only the one for their script (adapters.embedding).
     embedding_cross_script: bool = False
     # The deadline of one write's embedding (a batch of documents, or one document retried alone): past it

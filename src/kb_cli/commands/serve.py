@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -23,6 +24,10 @@ from . import Call, Subparsers
 
 if TYPE_CHECKING:
     from knowledge_core.bootstrap import Container
+
+    from ..gateway import WorkerHandlers
+
+EMBED_FUNCTION = "EmbedFunction"  # the template's logical id of the function that runs the models
 
 
 def register(sub: Subparsers) -> None:
@@ -55,6 +60,12 @@ def register(sub: Subparsers) -> None:
         type=int,
         default=max(2, min(4, os.cpu_count() or 2)),
         help="worker processes per function at most (each takes one event at a time, as on Lambda)",
+    )
+    p.add_argument(
+        "--embed-instances",
+        type=int,
+        default=1,
+        help="worker processes of the embed function at most (each holds the models; default 1)",
     )
     p.add_argument("--verbose", action="store_true", help="also print the handlers' logs and metrics")
     p.add_argument(
@@ -126,14 +137,26 @@ def cmd_serve(args: argparse.Namespace, call: Call | None = None) -> int:
     ranking = _resolve_ranking(args)
     if ranking is None:
         return 2
-    container = _open_state(args, state, ranking)
-    if container is None:
-        return 2
-    if fresh_state and container.table is None:
-        _note_orphans(container, state)
-    if not args.no_demo:
-        _seed_demo(container, state, embedded=ranking.model_dir is not None)
-    return _listen(args, container, state, ranking)
+    from ..gateway import WorkerHandlers
+
+    # Every function as worker processes; the models only in the embed function's (SPEC §0): this process
+    # and the other workers hand it their texts.
+    handlers = WorkerHandlers(
+        max_instances=args.instances,
+        verbose=args.verbose,
+        limits={EMBED_FUNCTION: max(1, args.embed_instances)},
+    )
+    try:
+        container = _open_state(args, state, ranking, handlers)
+        if container is None:
+            return 2
+        if fresh_state and container.table is None:
+            _note_orphans(container, state)
+        if not args.no_demo:
+            _seed_demo(container, state, embedded=ranking.model_dir is not None)
+        return _listen(args, container, state, ranking, handlers)
+    finally:
+        handlers.close(grace_s=3.0)  # bounded: the instances save their pending dense graphs first
 
 
 def _resolve_ranking(args: argparse.Namespace) -> LocalRanking | None:
@@ -141,14 +164,16 @@ def _resolve_ranking(args: argparse.Namespace) -> LocalRanking | None:
     cannot be used."""
     from .. import models
 
-    try:
-        return LocalRanking.resolve(args.embedding_model, args.query_translation)
+    try:  # the check loads the models: in a child process, so this one never holds them
+        return LocalRanking.resolve_elsewhere(args.embedding_model, args.query_translation)
     except models.ModelError as exc:
         print(f"kb serve: {exc}", file=sys.stderr)
         return None
 
 
-def _open_state(args: argparse.Namespace, state: Path, ranking: LocalRanking) -> Container | None:
+def _open_state(
+    args: argparse.Namespace, state: Path, ranking: LocalRanking, handlers: WorkerHandlers
+) -> Container | None:
     """The container on the state directory (or table), opened and migrated now; None (after one line on
     stderr) when the state file cannot be used."""
     from knowledge_core.adapters.sqlite.db import SchemaError
@@ -161,6 +186,8 @@ def _open_state(args: argparse.Namespace, state: Path, ranking: LocalRanking) ->
             dynamodb_endpoint=args.dynamodb_endpoint if args.state_backend == "dynamodb" else None,
             ranking=ranking,
             ingest_roots=args.ingest_root,
+            embed_function=EMBED_FUNCTION,
+            embed_invoke=lambda event, timeout: handlers.invoke(EMBED_FUNCTION, event),
         )
         if container.table is None:
             container.state  # noqa: B018 - open (and migrate) the state file now, not on the first request
@@ -205,18 +232,25 @@ def _seed_demo(container: Container, state: Path, *, embedded: bool = False) -> 
     print(f"bearer token for route demo (also in {token_file}):\n{token}")
 
 
-def _listen(args: argparse.Namespace, container: Container, state: Path, ranking: LocalRanking) -> int:
-    from ..gateway import LocalGateway, WorkerHandlers, make_server
+def _listen(
+    args: argparse.Namespace,
+    container: Container,
+    state: Path,
+    ranking: LocalRanking,
+    handlers: WorkerHandlers,
+) -> int:
+    from ..gateway import LocalGateway, make_server
     from ..ingest_worker import IngestWorker
     from ..local_env import VectorFill
 
     container.backend.warm()  # in the background (the embedded backend's dense graphs); a no-op elsewhere
     worker = IngestWorker(container, verbose=args.verbose)
     worker.start()  # resumes any job a killed kb serve left behind, once its lease runs out
-    handlers = WorkerHandlers(max_instances=args.instances, verbose=args.verbose)
     operator = operator_credential(state)  # G-LOCAL: the admin and Invoke APIs and the console need it
     server = make_server(args.host, args.port, LocalGateway(handlers, operator), log_requests=True)
     host, port = str(server.server_address[0]), server.server_address[1]
+    if container.settings.embed_function:
+        _embed_through(handlers, f"http://{_loopback(host)}:{port}")
     where = f"DynamoDB at {args.dynamodb_endpoint}" if container.table else f"SQLite at {state / STATE_FILE}"
     backend = args.search_backend
     if backend == "sqlite":  # its full-text ranking: kb_bm25, built now if need be, or bm25() and why
@@ -254,6 +288,29 @@ def _listen(args: argparse.Namespace, container: Container, state: Path, ranking
         handlers.close(grace_s=3.0)  # bounded: the instances save their pending dense graphs first
         container.close()  # and this process its own (bounded, never raises)
     return 0
+
+
+def _embed_through(handlers: WorkerHandlers, endpoint: str) -> None:
+    """The function workers started from now on reach the embed worker through this server's Invoke API
+    (`endpoint`), knowing its models already (no request at their start, when it may be busy filling)."""
+    from ..gateway import FunctionError
+
+    os.environ["KB_EMBED_ENDPOINT"] = endpoint
+    try:
+        described = handlers.invoke(EMBED_FUNCTION, {"op": "describe"})
+    except FunctionError:
+        described = None  # (each worker asks at its start instead)
+    if isinstance(described, dict) and "models" in described:
+        os.environ["KB_EMBED_DESCRIPTION"] = json.dumps(described, ensure_ascii=False)
+
+
+def _loopback(host: str) -> str:
+    """The address this server's own workers reach it at (a wildcard bind answers on loopback too)."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
 
 
 class _Terminated(Exception):
