@@ -5,8 +5,8 @@ BIN := $(VENV)/bin
 STATE ?= .kb-state
 PORT ?= 3000
 
-.PHONY: venv dev serve test unit lint docs sam openapi fuzz semantic-layer bench services-start services-stop \
-	clean lock lock-check sbom audit supply-chain
+.PHONY: venv dev serve test unit lint docs docs-reference sam openapi fuzz semantic-layer bench services-start \
+	services-stop clean lock lock-check sbom audit supply-chain
 
 # pip, setuptools and wheel current (the venv's own setuptools 65 is in CVE-2024-6345's and CVE-2025-47273's range),
 # from their hash-locked versions.
@@ -59,6 +59,10 @@ lint: dev
 # The documentation site (mkdocs.yml, docs/) into build/site/; strict: a warning fails it.
 docs: dev
 	$(BIN)/mkdocs build --strict
+
+# docs/reference/ from openapi.json and Settings (tests/unit/test_docs_reference.py fails when stale).
+docs-reference: dev
+	PYTHONPATH=layers/knowledge_core $(BIN)/python scripts/docs_reference.py
 
 sam: dev
 	SAM_CLI_TELEMETRY=0 $(BIN)/sam validate --lint
