@@ -208,3 +208,25 @@ def test_kb_serve_workers_embed_through_the_embed_function(tmp_path: Path) -> No
     assert off.embed_function is None and off.embed_operator_file is None
     handlers = WorkerHandlers(max_instances=3, limits={"EmbedFunction": 1})
     assert handlers._max["EmbedFunction"] == 1 and handlers._max["SearchFunction"] == 3
+
+
+def test_kb_serve_warms_the_embed_worker_at_start() -> None:
+    """kb serve asks its embed worker for one query through every model once it knows the models, so the
+    first search does not wait for them to load; a worker that fails or is stopping is left alone."""
+    from kb_cli.commands.serve import EMBED_FUNCTION, _warm_models
+    from kb_cli.gateway import FunctionError
+
+    class Handlers:
+        def __init__(self, fail: bool) -> None:
+            self.fail, self.calls = fail, []
+
+        def invoke(self, name: str, event: dict) -> dict:
+            self.calls.append((name, event))
+            if self.fail:
+                raise FunctionError("Stopped", "kb serve is stopping")
+            return {"vector": None}
+
+    for fail in (False, True):
+        handlers = Handlers(fail)
+        _warm_models(handlers)  # type: ignore[arg-type]
+        assert handlers.calls == [(EMBED_FUNCTION, {"op": "query", "text": "warm-up 预热", "across": True})]

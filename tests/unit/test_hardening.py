@@ -197,6 +197,7 @@ def traced_and_logged(container, monkeypatch):
     from knowledge_core import observability
 
     provider = _RecordingProvider()
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "false")  # tracing on, as on Lambda: handlers traced
     monkeypatch.setenv("POWERTOOLS_TRACER_CAPTURE_RESPONSE", "true")
     monkeypatch.setenv("POWERTOOLS_TRACER_CAPTURE_ERROR", "true")
     monkeypatch.setattr(

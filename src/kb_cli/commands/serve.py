@@ -302,6 +302,16 @@ def _embed_through(handlers: WorkerHandlers, endpoint: str) -> None:
         described = None  # (each worker asks at its start instead)
     if isinstance(described, dict) and "models" in described:
         os.environ["KB_EMBED_DESCRIPTION"] = json.dumps(described, ensure_ascii=False)
+    threading.Thread(target=_warm_models, args=(handlers,), name="kb-embed-warm", daemon=True).start()
+
+
+def _warm_models(handlers: WorkerHandlers) -> None:
+    """Load the embed worker's models now (one query through every model), not at the first search: on a
+    state whose vectors are in, that search would wait about 2 s for them."""
+    try:
+        handlers.invoke(EMBED_FUNCTION, {"op": "query", "text": "warm-up 预热", "across": True})
+    except Exception:  # (stopping, or models that fail: the first search reports it as before)
+        return
 
 
 def _loopback(host: str) -> str:
